@@ -1,0 +1,161 @@
+// The DeepSpeed JSON config as zerosim reads it.
+//
+// Promise: a config that DeepSpeed HEAD accepts is accepted here with the same meaning
+// (see ../shared/data/ds_configs/sources.md for the verdicts we mirror), and a config it
+// rejects is rejected with an error that names the key's dotted path, what was expected,
+// what was found, and, for an unknown key, the nearest valid name. "auto" values are
+// filled from RunSettings the way the HF Trainer fills them, or refused with the key.
+// Legacy keys are accepted with a warning. Nothing is silently dropped: keys that zerosim
+// reads but does not act on yet are listed in ResolvedConfig::inactive_keys.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+
+namespace zerosim {
+
+enum class Precision { kFp32, kFp16, kBf16 };
+const char* precision_name(Precision precision);
+
+enum class OffloadDevice { kNone, kCpu, kNvme };
+const char* offload_device_name(OffloadDevice device);
+
+enum class SchedulerType { kNone, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR };
+const char* scheduler_type_name(SchedulerType type);
+
+enum class WarmupType { kLog, kLinear };
+
+// Run settings outside the DeepSpeed JSON: what the HF Trainer's TrainingArguments
+// provide, used to fill "auto". A field left unset (has_... false / negative) means the
+// user did not give it: an "auto" that needs it is refused with the key's name.
+struct RunSettings {
+  int64_t world_size = 1;
+  int64_t micro_batch_size = -1;             // per_device_train_batch_size
+  int64_t gradient_accumulation_steps = -1;  // gradient_accumulation_steps
+  double learning_rate = -1.0;
+  double adam_beta1 = -1.0;
+  double adam_beta2 = -1.0;
+  double adam_epsilon = -1.0;
+  double weight_decay = -1.0;
+  double max_grad_norm = -1.0;
+  int64_t warmup_steps = -1;
+  int64_t total_steps = -1;  // scheduler.params.total_num_steps
+  // The precision "auto" resolves to (the Trainer's --fp16/--bf16 flags); kFp32 means both off.
+  Precision auto_precision = Precision::kFp32;
+  int64_t hidden_size = -1;  // for reduce_bucket_size and friends when "auto"
+};
+
+struct OptimizerConfig {
+  std::string type = "AdamW";  // "Adam" or "AdamW" (case as DeepSpeed accepts it)
+  bool adam_w_mode = true;     // decoupled weight decay; "Adam" means AdamW unless adam_w_mode=false
+  bool bias_correction = true;
+  double learning_rate = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double epsilon = 1e-8;
+  double weight_decay = 0.0;
+  bool present = false;  // false when the config has no "optimizer" block
+};
+
+struct SchedulerConfig {
+  SchedulerType type = SchedulerType::kNone;
+  double warmup_min_lr = 0.0;
+  double warmup_max_lr = 1e-3;  // defaults to the optimizer lr when absent
+  int64_t warmup_num_steps = 1000;
+  int64_t total_num_steps = 0;  // WarmupDecayLR / WarmupCosineLR
+  WarmupType warmup_type = WarmupType::kLog;
+  double warmup_min_ratio = 0.0;  // WarmupCosineLR
+  double cos_min_ratio = 1e-4;    // WarmupCosineLR
+};
+
+struct LossScalerConfig {
+  bool dynamic = true;          // fp16.loss_scale == 0
+  double static_loss_scale = 1.0;
+  int64_t initial_scale_power = 16;
+  int64_t loss_scale_window = 1000;
+  int64_t hysteresis = 2;
+  bool consecutive_hysteresis = false;
+  double min_loss_scale = 1.0;
+};
+
+struct OffloadConfig {
+  OffloadDevice device = OffloadDevice::kNone;
+  std::string nvme_path;
+  int64_t buffer_count = 4;  // 4 for the optimizer, 5 for params
+  bool pin_memory = true;
+  bool pipeline_read = false;
+  bool pipeline_write = false;
+  bool fast_init = false;
+  double ratio = 1.0;
+  int64_t buffer_size = 100000000;  // offload_param only
+  int64_t max_in_cpu = 1000000000;  // offload_param only
+};
+
+struct AioConfig {
+  int64_t block_size = 1048576;
+  int64_t queue_depth = 8;
+  int64_t intra_op_parallelism = 1;
+  bool single_submit = false;
+  bool overlap_events = true;
+  bool use_gds = false;
+};
+
+struct ZeroConfig {
+  int64_t stage = 0;
+  int64_t sub_group_size = 1000000000;
+  int64_t reduce_bucket_size = 500000000;
+  int64_t allgather_bucket_size = 500000000;
+  int64_t prefetch_bucket_size = 50000000;
+  int64_t param_persistence_threshold = 100000;
+  int64_t max_live_parameters = 1000000000;
+  int64_t max_reuse_distance = 1000000000;
+  bool overlap_comm = true;
+  bool contiguous_gradients = true;
+  bool gather_16bit_weights_on_model_save = false;
+  OffloadConfig offload_optimizer;
+  OffloadConfig offload_param;
+};
+
+struct ResolvedConfig {
+  int64_t train_batch_size = 0;
+  int64_t micro_batch_size = 0;  // train_micro_batch_size_per_gpu
+  int64_t gradient_accumulation_steps = 0;
+  double gradient_clipping = 1.0;  // DeepSpeed HEAD default since #8068; 0 disables
+  Precision precision = Precision::kFp32;
+  Precision communication_dtype = Precision::kFp32;  // defaults to the model dtype
+  int64_t steps_per_print = 10;
+  OptimizerConfig optimizer;
+  SchedulerConfig scheduler;
+  LossScalerConfig loss_scaler;
+  ZeroConfig zero;
+  AioConfig aio;
+
+  // The verbatim input after --set overrides, and the same with every "auto" filled and every
+  // default made explicit: what `zerosim config check` prints and a checkpoint records.
+  nlohmann::json input;
+  nlohmann::json resolved;
+  // Human-readable warnings (legacy keys, "auto" filled, ignored keys) in input order.
+  std::vector<std::string> warnings;
+  // Dotted paths of keys that were read and validated but do not change what zerosim does yet.
+  std::vector<std::string> inactive_keys;
+};
+
+// Applies one `--set a.b.c=VALUE` override to a JSON document. VALUE is parsed as JSON when
+// it parses (numbers, true/false, null, objects, quoted strings), else taken as a string.
+// Intermediate objects are created. Error names the path when a non-object is in the way.
+Status apply_override(nlohmann::json& document, const std::string& assignment);
+
+// Parses JSON text; a syntax error names the source and the line and column.
+Result<nlohmann::json> parse_json_text(const std::string& text, const std::string& source_name);
+
+// Validates and resolves a DeepSpeed config document. Batch sizes follow DeepSpeed:
+// train_batch_size = micro_batch * gradient_accumulation_steps * world_size, any two of the
+// three determine the third, and an inconsistent triple is an error naming all three.
+Result<ResolvedConfig> resolve_config(const nlohmann::json& document, const RunSettings& settings);
+
+}  // namespace zerosim

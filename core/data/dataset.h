@@ -1,0 +1,53 @@
+// A deterministic synthetic classification dataset and a per-epoch shuffling sampler.
+//
+// Sample i is a pure function of (seed, i): features uniform in [-1, 1), and the label is
+// the argmax of a fixed random linear "teacher" applied to them, so there is a learnable
+// signal and the loss falls. The sampler's order in epoch e is a Fisher-Yates shuffle
+// driven by the RNG stream (seed, e); its whole state is the number of samples consumed,
+// so a checkpoint that records that number resumes the exact sample sequence, and the
+// sample at global position p is the same whatever the world size.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/env/rng.h"
+#include "core/status.h"
+
+namespace zerosim {
+
+struct DatasetSpec {
+  int64_t sample_count = 4096;
+  int64_t feature_count = 13;
+  int64_t class_count = 5;
+  uint64_t seed = 1234;
+};
+
+class SyntheticDataset {
+ public:
+  explicit SyntheticDataset(const DatasetSpec& spec);
+  const DatasetSpec& spec() const { return spec_; }
+  // Writes feature_count floats.
+  void features(int64_t sample_index, float* destination) const;
+  int32_t label(int64_t sample_index) const;
+
+ private:
+  DatasetSpec spec_;
+  std::vector<float> teacher_;  // [class_count, feature_count]
+};
+
+class ShuffledSampler {
+ public:
+  explicit ShuffledSampler(const DatasetSpec& spec);
+  // Dataset index of the sample at global position `position` (0-based over all epochs).
+  int64_t sample_at(int64_t position);
+  // The RNG stream state that produced the order of the epoch containing `position`.
+  RngState shuffle_stream_state(int64_t position) const;
+
+ private:
+  DatasetSpec spec_;
+  int64_t cached_epoch_ = -1;
+  std::vector<int64_t> order_;
+};
+
+}  // namespace zerosim

@@ -1,0 +1,484 @@
+#include "core/engine/engine.h"
+
+#include <xxhash.h>
+
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "core/optim/grad_clip.h"
+#include "core/zero/exact_square_sum.h"
+
+namespace zerosim {
+
+Status validate_training_options(const TrainingOptions& options) {
+  ZEROSIM_RETURN_IF_ERROR(validate_model_spec(options.model));
+  const ResolvedConfig& config = options.config;
+  if (options.world_size < 1 || options.world_size > 4096) {
+    return invalid_argument("world size must be in 1..4096, got " + std::to_string(options.world_size));
+  }
+  if (config.micro_batch_size < 1 || config.gradient_accumulation_steps < 1) {
+    return invalid_argument("train_micro_batch_size_per_gpu and gradient_accumulation_steps must be positive");
+  }
+  if (config.train_batch_size != config.micro_batch_size * config.gradient_accumulation_steps * options.world_size) {
+    return invalid_argument("train_batch_size " + std::to_string(config.train_batch_size) +
+                            " != train_micro_batch_size_per_gpu " + std::to_string(config.micro_batch_size) +
+                            " * gradient_accumulation_steps " + std::to_string(config.gradient_accumulation_steps) +
+                            " * world size " + std::to_string(options.world_size));
+  }
+  if (options.data.feature_count != options.model.layer_widths.front()) {
+    return invalid_argument("data: feature count " + std::to_string(options.data.feature_count) +
+                            " does not match the model's input width " +
+                            std::to_string(options.model.layer_widths.front()));
+  }
+  if (options.data.class_count != options.model.layer_widths.back()) {
+    return invalid_argument("data: class count " + std::to_string(options.data.class_count) +
+                            " does not match the model's output width " +
+                            std::to_string(options.model.layer_widths.back()));
+  }
+  if (options.data.sample_count < 1) return invalid_argument("data: sample count must be positive");
+  if (config.zero.sub_group_size < 1) return invalid_argument("zero_optimization.sub_group_size must be positive");
+  if (options.simd_path && !simd_path_available(*options.simd_path)) {
+    return failed_precondition(std::string("SIMD path ") + simd_path_name(*options.simd_path) +
+                               " is not available on this CPU");
+  }
+  return Status();
+}
+
+RankEngine::RankEngine(const TrainingOptions& options, Comm& comm, Env env)
+    : options_(options), comm_(comm), env_(env), dataset_(options.data), sampler_(options.data) {}
+
+Status RankEngine::initialize() {
+  ZEROSIM_RETURN_IF_ERROR(validate_training_options(options_));
+  ZEROSIM_CHECK(comm_.world_size() == options_.world_size, "comm world size differs from the options");
+  const ResolvedConfig& config = options_.config;
+  model_dtype_ = config.precision;
+  communication_dtype_ = config.communication_dtype;
+  simd_path_ = options_.simd_path.value_or(best_simd_path());
+  parameters_ = mlp_parameters(options_.model);
+  layout_ = make_partition_layout(parameters_, comm_.world_size(), config.zero.sub_group_size);
+
+  const size_t flat = static_cast<size_t>(layout_.flat_element_count);
+  master_.assign(flat, 0.0f);
+  exp_avg_.assign(flat, 0.0f);
+  exp_avg_sq_.assign(flat, 0.0f);
+  gradient_partition_.assign(flat, 0.0f);
+  param_partition_.assign(flat * dtype_size_bytes(model_dtype_), std::byte{0});
+
+  // The fp32 master starts as the 16-bit parameter widened (DeepSpeed builds it from the
+  // 16-bit partition), so master and model weights agree from step 0.
+  const int rank = comm_.rank();
+  for (size_t p = 0; p < layout_.parameters.size(); ++p) {
+    const ParameterPartition& partition = layout_.parameters[p];
+    const int64_t begin = partition.owned_begin(rank);
+    for (int64_t k = 0; k < partition.owned_count(rank); ++k) {
+      const float initial = mlp_initial_value(options_.model, options_.seed, static_cast<int64_t>(p), begin + k);
+      master_[static_cast<size_t>(partition.flat_offset + k)] = round_through(model_dtype_, initial);
+    }
+  }
+  cast_from_fp32(model_dtype_, master_.data(), param_partition_.data(), flat);
+
+  ZEROSIM_ASSIGN_OR_RETURN(LearningRateScheduler scheduler,
+                           LearningRateScheduler::create(config.scheduler, config.optimizer.learning_rate));
+  scheduler_.emplace(std::move(scheduler));
+  ZEROSIM_ASSIGN_OR_RETURN(LossScaler loss_scaler, LossScaler::from_config(config.loss_scaler, model_dtype_));
+  loss_scaler_.emplace(std::move(loss_scaler));
+  counters_ = TrainingCounters{};
+  return Status();
+}
+
+Status RankEngine::gather_layer(int64_t layer_index, std::vector<std::vector<float>>& full_parameters) {
+  const LayerRange& layer = layout_.layers[static_cast<size_t>(layer_index)];
+  const size_t element_bytes = dtype_size_bytes(model_dtype_);
+  const size_t chunk_bytes = static_cast<size_t>(layer.element_count) * element_bytes;
+  const std::span<const std::byte> send(param_partition_.data() + layer.flat_offset * element_bytes, chunk_bytes);
+  gather_receive_.resize(chunk_bytes * static_cast<size_t>(comm_.world_size()));
+  ZEROSIM_RETURN_IF_ERROR(comm_.all_gather(send, gather_receive_));
+  full_parameters.resize(static_cast<size_t>(layer.end_parameter - layer.first_parameter));
+  for (int64_t p = layer.first_parameter; p < layer.end_parameter; ++p) {
+    const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
+    std::vector<float>& full = full_parameters[static_cast<size_t>(p - layer.first_parameter)];
+    full.resize(static_cast<size_t>(partition.element_count));
+    for (int source = 0; source < comm_.world_size(); ++source) {
+      const int64_t count = partition.owned_count(source);
+      if (count == 0) continue;
+      const std::byte* slice = gather_receive_.data() + static_cast<size_t>(source) * chunk_bytes +
+                               static_cast<size_t>(partition.flat_offset - layer.flat_offset) * element_bytes;
+      cast_to_fp32(model_dtype_, slice, full.data() + partition.owned_begin(source), static_cast<size_t>(count));
+    }
+  }
+  return Status();
+}
+
+Status RankEngine::reduce_scatter_layer(int64_t layer_index, const std::vector<std::vector<float>>& full_gradients) {
+  const LayerRange& layer = layout_.layers[static_cast<size_t>(layer_index)];
+  const size_t element_bytes = dtype_size_bytes(communication_dtype_);
+  const size_t chunk_elements = static_cast<size_t>(layer.element_count);
+  const int world_size = comm_.world_size();
+  scatter_send_.assign(chunk_elements * element_bytes * static_cast<size_t>(world_size), std::byte{0});
+  std::vector<float> padded_slice;
+  for (int owner = 0; owner < world_size; ++owner) {
+    for (int64_t p = layer.first_parameter; p < layer.end_parameter; ++p) {
+      const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
+      const std::vector<float>& full = full_gradients[static_cast<size_t>(p - layer.first_parameter)];
+      padded_slice.assign(static_cast<size_t>(partition.partition_size), 0.0f);
+      std::copy_n(full.begin() + partition.owned_begin(owner), partition.owned_count(owner), padded_slice.begin());
+      std::byte* destination = scatter_send_.data() +
+                               (static_cast<size_t>(owner) * chunk_elements +
+                                static_cast<size_t>(partition.flat_offset - layer.flat_offset)) *
+                                   element_bytes;
+      cast_from_fp32(communication_dtype_, padded_slice.data(), destination, padded_slice.size());
+    }
+  }
+  return comm_.reduce_scatter_accumulate(
+      scatter_send_, communication_dtype_, chunk_elements,
+      std::span<float>(gradient_partition_.data() + layer.flat_offset, chunk_elements));
+}
+
+Result<float> RankEngine::micro_step(int64_t micro_step_index) {
+  const ResolvedConfig& config = options_.config;
+  const int64_t micro_batch = config.micro_batch_size;
+  const int64_t global_micro_batch = micro_step_index * comm_.world_size() + comm_.rank();
+  const int64_t first_position = counters_.global_samples + global_micro_batch * micro_batch;
+  const int64_t features = options_.data.feature_count;
+  const int64_t layer_count = mlp_layer_count(options_.model);
+
+  activations_.sample_count = micro_batch;
+  activations_.inputs.resize(static_cast<size_t>(layer_count));
+  activations_.pre_activations.resize(static_cast<size_t>(layer_count));
+  activations_.inputs[0].resize(static_cast<size_t>(micro_batch * features));
+  std::vector<int32_t> labels(static_cast<size_t>(micro_batch));
+  for (int64_t s = 0; s < micro_batch; ++s) {
+    const int64_t sample = sampler_.sample_at(first_position + s);
+    dataset_.features(sample, &activations_.inputs[0][static_cast<size_t>(s * features)]);
+    labels[static_cast<size_t>(s)] = dataset_.label(sample);
+  }
+
+  std::vector<std::vector<float>> layer_parameters;
+  for (int64_t layer = 0; layer < layer_count; ++layer) {
+    ZEROSIM_RETURN_IF_ERROR(gather_layer(layer, layer_parameters));
+    mlp_layer_forward(options_.model, layer, layer_parameters[0], layer_parameters[1], activations_);
+  }
+  layer_parameters.clear();  // release: ZeRO-3 holds a layer's full weights only while it runs
+
+  // Gradient of loss_scale * mean loss over the global batch: each sample's term carries
+  // loss_scale / train_batch_size, the same at every W.
+  const float gradient_scale =
+      static_cast<float>(loss_scaler_->loss_scale()) / static_cast<float>(config.train_batch_size);
+  std::vector<float> output_gradient, previous_gradient;
+  const float loss = softmax_cross_entropy(activations_, labels, gradient_scale, output_gradient);
+
+  std::vector<std::vector<float>> gradients(2);
+  for (int64_t layer = layer_count - 1; layer >= 0; --layer) {
+    ZEROSIM_RETURN_IF_ERROR(gather_layer(layer, layer_parameters));
+    const int64_t first = layout_.layers[static_cast<size_t>(layer)].first_parameter;
+    gradients[0].assign(static_cast<size_t>(parameters_[static_cast<size_t>(first)].element_count), 0.0f);
+    gradients[1].assign(static_cast<size_t>(parameters_[static_cast<size_t>(first + 1)].element_count), 0.0f);
+    mlp_layer_backward(options_.model, layer, layer_parameters[0], activations_, output_gradient, gradients[0],
+                       gradients[1], previous_gradient);
+    layer_parameters.clear();
+    ZEROSIM_RETURN_IF_ERROR(reduce_scatter_layer(layer, gradients));
+    output_gradient.swap(previous_gradient);
+  }
+  return loss;
+}
+
+Status RankEngine::optimizer_step(StepRecord& record) {
+  const ResolvedConfig& config = options_.config;
+  const double loss_scale = loss_scaler_->loss_scale();
+  record.loss_scale = loss_scale;
+  record.learning_rate = scheduler_->current_lr();
+
+  bool overflow = false;
+  if (loss_scaler_->checks_overflow()) {
+    std::array<double, 1> flag = {has_non_finite(gradient_partition_.data(), gradient_partition_.size()) ? 1.0 : 0.0};
+    ZEROSIM_RETURN_IF_ERROR(comm_.all_reduce_max(flag));
+    overflow = flag[0] != 0.0;
+  }
+  auto finish_step = [&](bool skipped) -> Status {
+    std::fill(gradient_partition_.begin(), gradient_partition_.end(), 0.0f);
+    ZEROSIM_RETURN_IF_ERROR(loss_scaler_->update_scale(skipped));
+    if (!skipped) scheduler_->step();
+    if (skipped) ++counters_.skipped_steps;
+    ++counters_.global_steps;
+    counters_.global_samples += config.train_batch_size;
+    record.skipped = skipped;
+    return Status();
+  };
+  if (overflow) {
+    record.grad_norm = -1.0;
+    return finish_step(true);
+  }
+
+  // Global norm of the scaled gradient: exact per-rank bins, all-gathered and merged.
+  ExactSquareSum local_sum;
+  local_sum.add_squares(gradient_partition_);
+  std::vector<std::byte> local_bytes(ExactSquareSum::kSerializedBytes);
+  local_sum.serialize(std::span<std::byte, ExactSquareSum::kSerializedBytes>(local_bytes.data(), local_bytes.size()));
+  std::vector<std::byte> all_bytes(local_bytes.size() * static_cast<size_t>(comm_.world_size()));
+  ZEROSIM_RETURN_IF_ERROR(comm_.all_gather(local_bytes, all_bytes));
+  ExactSquareSum global_sum;
+  for (int source = 0; source < comm_.world_size(); ++source) {
+    global_sum.merge(ExactSquareSum::deserialize(std::span<const std::byte, ExactSquareSum::kSerializedBytes>(
+        all_bytes.data() + static_cast<size_t>(source) * local_bytes.size(), local_bytes.size())));
+  }
+  const double scaled_norm = std::sqrt(global_sum.to_double());
+  const bool norm_finite = std::isfinite(scaled_norm);
+  // DeepSpeed masks a non-finite norm to -1, which makes the clip factor 1 (§3.4).
+  record.grad_norm = norm_finite ? scaled_norm / loss_scale : -1.0;
+  const float grad_multiplier =
+      compute_unscale_and_clip(norm_finite ? scaled_norm : -1.0, loss_scale, config.gradient_clipping).grad_multiplier;
+
+  AdamHyperparameters hyperparameters;
+  hyperparameters.learning_rate = static_cast<float>(record.learning_rate);
+  hyperparameters.beta1 = static_cast<float>(config.optimizer.beta1);
+  hyperparameters.beta2 = static_cast<float>(config.optimizer.beta2);
+  hyperparameters.epsilon = static_cast<float>(config.optimizer.epsilon);
+  hyperparameters.weight_decay = static_cast<float>(config.optimizer.weight_decay);
+  hyperparameters.adamw_mode = config.optimizer.adam_w_mode;
+  hyperparameters.bias_correction = config.optimizer.bias_correction;
+  ++counters_.optimizer_steps;
+  const AdamStepScalars scalars = make_adam_step_scalars(hyperparameters, counters_.optimizer_steps);
+  const size_t element_bytes = dtype_size_bytes(model_dtype_);
+  for (const SubGroup& group : layout_.sub_groups) {
+    const size_t offset = static_cast<size_t>(group.flat_offset);
+    const size_t count = static_cast<size_t>(group.element_count);
+    adam_update(simd_path_, scalars, grad_multiplier, master_.data() + offset, gradient_partition_.data() + offset,
+                exp_avg_.data() + offset, exp_avg_sq_.data() + offset, count);
+    cast_from_fp32(model_dtype_, master_.data() + offset, param_partition_.data() + offset * element_bytes, count);
+  }
+  return finish_step(false);
+}
+
+Result<StepRecord> RankEngine::train_step() {
+  StepRecord record;
+  record.step = counters_.global_steps + 1;
+  const int64_t accumulation = options_.config.gradient_accumulation_steps;
+  std::vector<float> local_losses(static_cast<size_t>(accumulation));
+  for (int64_t k = 0; k < accumulation; ++k) {
+    ZEROSIM_ASSIGN_OR_RETURN(float loss, micro_step(k));
+    local_losses[static_cast<size_t>(k)] = loss;
+  }
+  // Loss of the global batch: fold the micro-batch losses in global micro-batch order.
+  const int world_size = comm_.world_size();
+  std::vector<float> all_losses(local_losses.size() * static_cast<size_t>(world_size));
+  ZEROSIM_RETURN_IF_ERROR(comm_.all_gather(std::as_bytes(std::span<const float>(local_losses)),
+                                           std::as_writable_bytes(std::span<float>(all_losses))));
+  float loss_sum = 0.0f;
+  for (int64_t k = 0; k < accumulation; ++k) {
+    for (int r = 0; r < world_size; ++r) loss_sum = loss_sum + all_losses[static_cast<size_t>(r * accumulation + k)];
+  }
+  record.loss = loss_sum / static_cast<float>(accumulation * world_size);
+  ZEROSIM_RETURN_IF_ERROR(optimizer_step(record));
+  return record;
+}
+
+Result<std::vector<float>> RankEngine::gather_flat(std::span<const float> partition, int64_t) {
+  std::vector<float> all(partition.size() * static_cast<size_t>(comm_.world_size()));
+  ZEROSIM_RETURN_IF_ERROR(comm_.all_gather(std::as_bytes(partition), std::as_writable_bytes(std::span<float>(all))));
+  return all;
+}
+
+Result<FullTrainingState> RankEngine::gather_state() {
+  FullTrainingState state;
+  state.parameters = parameters_;
+  state.model_dtype = model_dtype_;
+  const size_t flat = static_cast<size_t>(layout_.flat_element_count);
+  const int world_size = comm_.world_size();
+
+  auto unflatten = [&](const std::vector<float>& all, std::vector<std::vector<float>>& out) {
+    out.resize(parameters_.size());
+    for (size_t p = 0; p < parameters_.size(); ++p) {
+      const ParameterPartition& partition = layout_.parameters[p];
+      out[p].resize(static_cast<size_t>(partition.element_count));
+      for (int source = 0; source < world_size; ++source) {
+        const int64_t count = partition.owned_count(source);
+        std::copy_n(all.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(source) * flat + partition.flat_offset),
+                    count, out[p].begin() + partition.owned_begin(source));
+      }
+    }
+  };
+  ZEROSIM_ASSIGN_OR_RETURN(std::vector<float> all_master, gather_flat(master_, 0));
+  unflatten(all_master, state.master);
+  ZEROSIM_ASSIGN_OR_RETURN(std::vector<float> all_exp_avg, gather_flat(exp_avg_, 0));
+  unflatten(all_exp_avg, state.exp_avg);
+  ZEROSIM_ASSIGN_OR_RETURN(std::vector<float> all_exp_avg_sq, gather_flat(exp_avg_sq_, 0));
+  unflatten(all_exp_avg_sq, state.exp_avg_sq);
+
+  const size_t element_bytes = dtype_size_bytes(model_dtype_);
+  std::vector<std::byte> all_params(param_partition_.size() * static_cast<size_t>(world_size));
+  ZEROSIM_RETURN_IF_ERROR(comm_.all_gather(param_partition_, all_params));
+  state.params.resize(parameters_.size());
+  for (size_t p = 0; p < parameters_.size(); ++p) {
+    const ParameterPartition& partition = layout_.parameters[p];
+    state.params[p].resize(static_cast<size_t>(partition.element_count) * element_bytes);
+    for (int source = 0; source < world_size; ++source) {
+      const size_t from = (static_cast<size_t>(source) * flat + static_cast<size_t>(partition.flat_offset)) * element_bytes;
+      std::copy_n(all_params.begin() + static_cast<ptrdiff_t>(from),
+                  static_cast<size_t>(partition.owned_count(source)) * element_bytes,
+                  state.params[p].begin() + static_cast<ptrdiff_t>(static_cast<size_t>(partition.owned_begin(source)) * element_bytes));
+    }
+  }
+
+  state.counters = counters_;
+  state.scheduler_last_batch_iteration = scheduler_->last_batch_iteration();
+  state.scheduler_learning_rate = scheduler_->current_lr();
+  state.loss_scaler = loss_scaler_->state();
+  state.seed = options_.seed;
+  state.data_position = counters_.global_samples;
+  state.shuffle_stream = sampler_.shuffle_stream_state(counters_.global_samples);
+  return state;
+}
+
+namespace {
+
+class DigestBuilder {
+ public:
+  DigestBuilder() { state_ = XXH3_createState(); XXH3_128bits_reset(state_); }
+  ~DigestBuilder() { XXH3_freeState(state_); }
+  DigestBuilder(const DigestBuilder&) = delete;
+  DigestBuilder& operator=(const DigestBuilder&) = delete;
+
+  void bytes(const void* data, size_t size) { XXH3_128bits_update(state_, data, size); }
+  void u64(uint64_t value) {
+    unsigned char little_endian[8];
+    for (int i = 0; i < 8; ++i) little_endian[i] = static_cast<unsigned char>(value >> (8 * i));
+    bytes(little_endian, 8);
+  }
+  void i64(int64_t value) { u64(static_cast<uint64_t>(value)); }
+  void f64(double value) { uint64_t bits; std::memcpy(&bits, &value, 8); u64(bits); }
+  void text(const std::string& value) { u64(value.size()); bytes(value.data(), value.size()); }
+  std::string hex() const {
+    const XXH128_hash_t hash = XXH3_128bits_digest(state_);
+    char buffer[33];
+    std::snprintf(buffer, sizeof buffer, "%016llx%016llx", static_cast<unsigned long long>(hash.high64),
+                  static_cast<unsigned long long>(hash.low64));
+    return buffer;
+  }
+
+ private:
+  XXH3_state_t* state_;
+};
+
+std::string digest_tensors(const FullTrainingState& state, const std::vector<std::vector<float>>& tensors) {
+  DigestBuilder digest;
+  for (size_t p = 0; p < tensors.size(); ++p) {
+    digest.text(state.parameters[p].name);
+    digest.u64(tensors[p].size());
+    // x86 is little-endian, the canonical byte order of every digest and file.
+    digest.bytes(tensors[p].data(), tensors[p].size() * sizeof(float));
+  }
+  return digest.hex();
+}
+
+}  // namespace
+
+ComponentDigests digest_training_state(const FullTrainingState& state) {
+  ComponentDigests digests;
+  {
+    DigestBuilder digest;
+    digest.text(dtype_name(state.model_dtype));
+    for (size_t p = 0; p < state.params.size(); ++p) {
+      digest.text(state.parameters[p].name);
+      digest.u64(state.params[p].size());
+      digest.bytes(state.params[p].data(), state.params[p].size());
+    }
+    digests.params = digest.hex();
+  }
+  digests.master = digest_tensors(state, state.master);
+  digests.exp_avg = digest_tensors(state, state.exp_avg);
+  digests.exp_avg_sq = digest_tensors(state, state.exp_avg_sq);
+  {
+    DigestBuilder digest;
+    digest.i64(state.counters.global_steps);
+    digest.i64(state.counters.skipped_steps);
+    digest.i64(state.counters.global_samples);
+    digest.i64(state.counters.optimizer_steps);
+    digests.counters = digest.hex();
+  }
+  {
+    DigestBuilder digest;
+    digest.i64(state.scheduler_last_batch_iteration);
+    digest.f64(state.scheduler_learning_rate);
+    digests.scheduler = digest.hex();
+  }
+  {
+    DigestBuilder digest;
+    digest.f64(state.loss_scaler.current_scale);
+    digest.i64(state.loss_scaler.current_iteration);
+    digest.i64(state.loss_scaler.last_overflow_iteration);
+    digest.i64(state.loss_scaler.current_hysteresis);
+    digests.loss_scaler = digest.hex();
+  }
+  {
+    DigestBuilder digest;
+    digest.u64(state.seed);
+    digest.u64(state.shuffle_stream.seed);
+    digest.u64(state.shuffle_stream.stream_id);
+    digest.u64(state.shuffle_stream.counter);
+    digests.rng = digest.hex();
+  }
+  {
+    DigestBuilder digest;
+    digest.i64(state.data_position);
+    digests.data = digest.hex();
+  }
+  DigestBuilder overall;
+  for (const std::string* component : {&digests.params, &digests.master, &digests.exp_avg, &digests.exp_avg_sq,
+                                       &digests.counters, &digests.scheduler, &digests.loss_scaler, &digests.rng,
+                                       &digests.data}) {
+    overall.text(*component);
+  }
+  digests.state = overall.hex();
+  return digests;
+}
+
+Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_count, Env env) {
+  ZEROSIM_RETURN_IF_ERROR(validate_training_options(options));
+  if (step_count < 0) return invalid_argument("steps must be non-negative, got " + std::to_string(step_count));
+  ThreadCommWorld world(options.world_size);
+  std::mutex result_mutex;
+  Status first_error;
+  TrainingRun run;
+
+  auto record_error = [&](const Status& status) {
+    std::lock_guard lock(result_mutex);
+    // Keep the root cause: a kAborted is only the echo of another rank's failure.
+    if (first_error.ok() || (first_error.code() == StatusCode::kAborted && status.code() != StatusCode::kAborted)) {
+      first_error = status;
+    }
+  };
+
+  auto rank_main = [&](int rank) {
+    RankEngine engine(options, world.comm(rank), env);
+    Status status = engine.initialize();
+    for (int64_t step = 0; status.ok() && step < step_count; ++step) {
+      Result<StepRecord> record = engine.train_step();
+      if (!record.ok()) {
+        status = record.status();
+        break;
+      }
+      if (rank == 0) run.steps.push_back(*record);
+    }
+    if (status.ok()) {
+      Result<FullTrainingState> state = engine.gather_state();
+      if (!state.ok()) status = state.status();
+      else if (rank == 0) run.final_state = std::move(state).value();
+    }
+    if (!status.ok()) {
+      record_error(Status(status.code(), "rank " + std::to_string(rank) + ": " + status.message()));
+      world.abort();
+    }
+  };
+
+  std::vector<std::thread> threads;
+  for (int rank = 1; rank < options.world_size; ++rank) threads.emplace_back(rank_main, rank);
+  rank_main(0);
+  for (std::thread& thread : threads) thread.join();
+  if (!first_error.ok()) return first_error;
+  run.digests = digest_training_state(run.final_state);
+  return run;
+}
+
+}  // namespace zerosim

@@ -1,0 +1,158 @@
+// The ZeRO-3 training engine of one rank, and a driver that runs W ranks on threads.
+//
+// One optimizer step (DeepSpeed's order, deepspeed-semantics.md §1.5-1.7, §3):
+//   for each of the gradient_accumulation_steps micro-steps k, rank r takes global
+//   micro-batch m = k*W + r: per layer, all-gather the 16-bit partitions, forward, release;
+//   loss; per layer backwards, all-gather again, backward, release, and reduce-scatter the
+//   layer's gradient (cast to the communication dtype) into the fp32 gradient partition;
+//   then: fp16 overflow check (skip the update and the scheduler, count skipped_steps),
+//   global grad norm, clip factor, AdamW per sub-group on the fp32 master partitions,
+//   master -> 16-bit partition (round to nearest even), scheduler and loss-scaler update.
+//
+// Determinism (why runs at W = 1, 2, 3, 4, 8 give the same bits for the same global batch):
+//   * the samples of micro-batch m are fixed by global positions, whatever the rank;
+//   * a micro-batch's gradient is computed by the same code on full gathered tensors;
+//   * gradients are folded in global micro-batch order by reduce_scatter_accumulate (comm.h);
+//   * the grad norm is an exact integer sum of squares (exact_square_sum.h);
+//   * the loss is all-gathered and folded in micro-batch order;
+//   * AdamW is elementwise, so the sub-group and partition split cannot change its bits.
+// The cost: an all-to-all instead of a ring for the gradient exchange, W receive chunks held
+// at once, and one 4 KiB all-gather per step for the norm.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/config/ds_config.h"
+#include "core/data/dataset.h"
+#include "core/env/comm.h"
+#include "core/env/env.h"
+#include "core/model/mlp.h"
+#include "core/optim/adamw.h"
+#include "core/optim/loss_scaler.h"
+#include "core/optim/lr_scheduler.h"
+#include "core/zero/partition.h"
+
+namespace zerosim {
+
+struct TrainingOptions {
+  ResolvedConfig config;
+  ModelSpec model;
+  DatasetSpec data;  // feature_count and class_count must match the model's ends
+  uint64_t seed = 1234;
+  int world_size = 1;
+  // Force one SIMD path for the optimizer (tests); empty = the widest available.
+  std::optional<SimdPath> simd_path;
+};
+
+// Checks that the pieces fit: world size, batch arithmetic, model against data.
+Status validate_training_options(const TrainingOptions& options);
+
+struct StepRecord {
+  int64_t step = 0;         // 1-based global step
+  float loss = 0.0f;        // mean over the global batch's micro-batches
+  double learning_rate = 0.0;
+  double loss_scale = 1.0;  // the scale this step's backward used
+  double grad_norm = 0.0;   // unscaled global L2 norm; -1 when it was not finite (DeepSpeed's sentinel)
+  bool skipped = false;     // fp16 overflow: no update
+};
+
+struct TrainingCounters {
+  int64_t global_steps = 0;
+  int64_t skipped_steps = 0;
+  int64_t global_samples = 0;
+  int64_t optimizer_steps = 0;  // Adam's step count t (every sub-group steps together)
+};
+
+// The whole training state in canonical form: full tensors in parameter order, unpadded,
+// so it does not depend on W or on where the state lives.
+struct FullTrainingState {
+  std::vector<ParameterInfo> parameters;
+  DType model_dtype = DType::kFp32;
+  std::vector<std::vector<std::byte>> params;  // model dtype, little-endian
+  std::vector<std::vector<float>> master;
+  std::vector<std::vector<float>> exp_avg;
+  std::vector<std::vector<float>> exp_avg_sq;
+  TrainingCounters counters;
+  int64_t scheduler_last_batch_iteration = -1;
+  double scheduler_learning_rate = 0.0;
+  LossScalerState loss_scaler;
+  RngState shuffle_stream;
+  uint64_t seed = 0;
+  int64_t data_position = 0;  // samples consumed
+};
+
+struct ComponentDigests {
+  std::string params, master, exp_avg, exp_avg_sq, counters, scheduler, loss_scaler, rng, data;
+  std::string state;  // over all of the above, in that order
+};
+
+// 128-bit XXH3 digests, as 32 hex digits, over canonical little-endian serializations.
+ComponentDigests digest_training_state(const FullTrainingState& state);
+
+class RankEngine {
+ public:
+  RankEngine(const TrainingOptions& options, Comm& comm, Env env);
+
+  // Builds the layout and the initial state (parameters from the seed). Collective-free.
+  Status initialize();
+  // One optimizer step (gradient_accumulation_steps micro-steps). Collective.
+  Result<StepRecord> train_step();
+  // Gathers the full state; every rank gets it. Collective.
+  Result<FullTrainingState> gather_state();
+
+  const PartitionLayout& layout() const { return layout_; }
+  const TrainingCounters& counters() const { return counters_; }
+  // This rank's flat partitions (padding included), for tests of the layout.
+  std::span<const std::byte> param_partition() const { return param_partition_; }
+  std::span<const float> master_partition() const { return master_; }
+  std::span<const float> exp_avg_partition() const { return exp_avg_; }
+  std::span<const float> exp_avg_sq_partition() const { return exp_avg_sq_; }
+
+ private:
+  Status gather_layer(int64_t layer_index, std::vector<std::vector<float>>& full_parameters);
+  Status reduce_scatter_layer(int64_t layer_index, const std::vector<std::vector<float>>& full_gradients);
+  Result<float> micro_step(int64_t micro_step_index);
+  Status optimizer_step(StepRecord& record);
+  Result<std::vector<float>> gather_flat(std::span<const float> partition, int64_t parameter_index_unused);
+
+  TrainingOptions options_;
+  Comm& comm_;
+  Env env_;
+  DType model_dtype_ = DType::kFp32;
+  DType communication_dtype_ = DType::kFp32;
+  std::vector<ParameterInfo> parameters_;
+  PartitionLayout layout_;
+  SyntheticDataset dataset_;
+  ShuffledSampler sampler_;
+  SimdPath simd_path_ = SimdPath::kScalar;
+
+  std::vector<std::byte> param_partition_;  // model dtype
+  std::vector<float> master_;
+  std::vector<float> exp_avg_;
+  std::vector<float> exp_avg_sq_;
+  std::vector<float> gradient_partition_;  // fp32 accumulation over micro-steps
+  TrainingCounters counters_;
+  std::optional<LearningRateScheduler> scheduler_;
+  std::optional<LossScaler> loss_scaler_;
+
+  // Scratch reused across micro-steps.
+  MlpActivations activations_;
+  std::vector<std::byte> gather_send_, gather_receive_, scatter_send_;
+};
+
+struct TrainingRun {
+  std::vector<StepRecord> steps;
+  FullTrainingState final_state;
+  ComponentDigests digests;
+};
+
+// Runs W ranks on threads for `step_count` steps from a fresh start. On a rank's error the
+// world is aborted and the first real error (not a consequent kAborted) is returned.
+Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_count, Env env);
+
+}  // namespace zerosim

@@ -1,0 +1,72 @@
+// The Comm seam: collectives among the W ranks of one ZeRO partition group.
+//
+// Every collective is called by all ranks in the same order (as with NCCL). A collective
+// that cannot complete because the world was aborted (a rank failed, or the simulator
+// crashed the world) returns kAborted on every rank instead of blocking forever.
+//
+// Determinism: the only reduction that reaches training state is
+// reduce_scatter_accumulate, and it folds contributions in rank order (see below), never in
+// arrival order. Everything else either moves bytes or reduces exactly (max).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor/dtype.h"
+
+namespace zerosim {
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+
+  // receive = concatenation over ranks 0..W-1 of every rank's `send` (all the same size).
+  virtual Status all_gather(std::span<const std::byte> send, std::span<std::byte> receive) = 0;
+
+  // The gradient collective. `send` holds W consecutive chunks of chunk_element_count
+  // elements of `dtype`; chunk j is this rank's contribution to rank j's slice. On return,
+  // for every element i of this rank's slice:
+  //     accumulator[i] = (...((accumulator[i] + c_0[i]) + c_1[i]) + ...) + c_{W-1}[i]
+  // where c_r is rank r's chunk for this rank, widened to fp32, added in rank order 0..W-1.
+  // Because micro-batch k*W + r is the one rank r computes at micro-step k, this continues
+  // one left fold over global micro-batch order across micro-steps: the result does not
+  // depend on W. The cost over a ring reduce-scatter: the same bytes move (each rank sends
+  // (W-1)/W of its buffer), but as an all-to-all, and the owner keeps W chunks at once.
+  virtual Status reduce_scatter_accumulate(std::span<const std::byte> send, DType dtype,
+                                           size_t chunk_element_count, std::span<float> accumulator) = 0;
+
+  // Elementwise maximum over ranks (exact, order-free).
+  virtual Status all_reduce_max(std::span<double> values) = 0;
+  // Copies root's buffer into every rank's buffer.
+  virtual Status broadcast(std::span<std::byte> buffer, int root_rank) = 0;
+  virtual Status barrier() = 0;
+};
+
+// W ranks on threads in one process. Create the world once; hand comm(r) to the thread
+// that runs rank r. abort() makes every pending and later collective return kAborted.
+class ThreadCommWorld {
+ public:
+  explicit ThreadCommWorld(int world_size);
+  ~ThreadCommWorld();
+  ThreadCommWorld(const ThreadCommWorld&) = delete;
+  ThreadCommWorld& operator=(const ThreadCommWorld&) = delete;
+
+  Comm& comm(int rank);
+  int world_size() const;
+  void abort();
+  bool aborted() const;
+
+  struct Shared;  // rendezvous state shared by the ranks (defined in the .cpp)
+
+ private:
+  std::unique_ptr<Shared> shared_;
+  std::vector<std::unique_ptr<Comm>> comms_;
+};
+
+}  // namespace zerosim

@@ -1,0 +1,34 @@
+// The Env: the seams a rank engine is constructed with (DESIGN.md, "The seams"). The engine
+// never reaches a disk, a clock or the crash hook except through these pointers, so the
+// simulator can hand it SimDisk, SimClock and its crash selector instead. Comm is per rank
+// and handed separately. Randomness comes from counter-based streams keyed by the run's
+// seed (rng.h), so there is no RNG object to inject, only the seed.
+#pragma once
+
+#include <memory>
+
+#include "core/env/clock.h"
+#include "core/env/crash_points.h"
+#include "core/env/disk.h"
+
+namespace zerosim {
+
+struct Env {
+  Disk* disk = nullptr;
+  Clock* clock = nullptr;
+  CrashPointHook* crash_points = nullptr;
+};
+
+// Owns the real implementations: POSIX disk, steady clock, no crash points.
+class RealEnv {
+ public:
+  RealEnv() : disk_(make_posix_disk()), clock_(make_steady_clock()) {}
+  Env env() { return Env{disk_.get(), clock_.get(), &crash_points_}; }
+
+ private:
+  std::unique_ptr<Disk> disk_;
+  std::unique_ptr<Clock> clock_;
+  NoCrashPoints crash_points_;
+};
+
+}  // namespace zerosim

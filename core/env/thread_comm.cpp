@@ -1,0 +1,163 @@
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+
+#include "core/env/comm.h"
+
+namespace zerosim {
+
+// Rendezvous: every collective is publish (each rank posts a pointer to its send buffer),
+// a barrier, each rank reads what it needs straight from the others' buffers, and a second
+// barrier so that no rank reuses its buffer while another still reads it.
+struct ThreadCommWorld::Shared {
+  explicit Shared(int size) : world_size(size), send_slots(size), send_sizes(size) {}
+
+  // Returns false when the world was aborted.
+  bool wait_for_all() {
+    std::unique_lock lock(mutex);
+    if (aborted) return false;
+    const uint64_t my_generation = generation;
+    if (++arrived == world_size) {
+      arrived = 0;
+      ++generation;
+      wake_all.notify_all();
+      return true;
+    }
+    wake_all.wait(lock, [&] { return generation != my_generation || aborted; });
+    return !aborted || generation != my_generation;
+  }
+
+  void abort() {
+    std::lock_guard lock(mutex);
+    aborted = true;
+    wake_all.notify_all();
+  }
+
+  const int world_size;
+  std::mutex mutex;
+  std::condition_variable wake_all;
+  int arrived = 0;
+  uint64_t generation = 0;
+  bool aborted = false;
+  std::vector<const void*> send_slots;
+  std::vector<size_t> send_sizes;
+};
+
+namespace {
+
+class ThreadComm final : public Comm {
+ public:
+  ThreadComm(ThreadCommWorld::Shared& shared, int rank) : shared_(shared), rank_(rank) {}
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return shared_.world_size; }
+
+  Status all_gather(std::span<const std::byte> send, std::span<std::byte> receive) override {
+    ZEROSIM_CHECK(receive.size() == send.size() * static_cast<size_t>(world_size()), "all_gather receive size");
+    ZEROSIM_RETURN_IF_ERROR(publish(send.data(), send.size()));
+    for (int source = 0; source < world_size(); ++source) {
+      ZEROSIM_CHECK(shared_.send_sizes[source] == send.size(), "all_gather: ranks disagree on the size");
+      if (!send.empty()) std::memcpy(receive.data() + source * send.size(), shared_.send_slots[source], send.size());
+    }
+    return finish();
+  }
+
+  Status reduce_scatter_accumulate(std::span<const std::byte> send, DType dtype, size_t chunk_element_count,
+                                   std::span<float> accumulator) override {
+    const size_t element_bytes = dtype_size_bytes(dtype);
+    ZEROSIM_CHECK(send.size() == chunk_element_count * element_bytes * world_size(), "reduce_scatter send size");
+    ZEROSIM_CHECK(accumulator.size() == chunk_element_count, "reduce_scatter accumulator size");
+    ZEROSIM_RETURN_IF_ERROR(publish(send.data(), send.size()));
+    widened_.resize(chunk_element_count);
+    for (int source = 0; source < world_size(); ++source) {
+      ZEROSIM_CHECK(shared_.send_sizes[source] == send.size(), "reduce_scatter: ranks disagree on the size");
+      const auto* chunk = static_cast<const std::byte*>(shared_.send_slots[source]) +
+                          static_cast<size_t>(rank_) * chunk_element_count * element_bytes;
+      cast_to_fp32(dtype, chunk, widened_.data(), chunk_element_count);
+      for (size_t i = 0; i < chunk_element_count; ++i) accumulator[i] = accumulator[i] + widened_[i];
+    }
+    return finish();
+  }
+
+  Status all_reduce_max(std::span<double> values) override {
+    ZEROSIM_RETURN_IF_ERROR(publish(values.data(), values.size_bytes()));
+    result_.assign(values.begin(), values.end());
+    for (int source = 0; source < world_size(); ++source) {
+      ZEROSIM_CHECK(shared_.send_sizes[source] == values.size_bytes(), "all_reduce_max: ranks disagree on the size");
+      const auto* other = static_cast<const double*>(shared_.send_slots[source]);
+      for (size_t i = 0; i < values.size(); ++i) {
+        // NaN wins, as an overflow flag must.
+        if (other[i] != other[i] || other[i] > result_[i]) result_[i] = other[i];
+      }
+    }
+    // Write back only after the second barrier: others may still be reading `values`.
+    Status status = finish();
+    if (status.ok()) std::copy(result_.begin(), result_.end(), values.begin());
+    return status;
+  }
+
+  Status broadcast(std::span<std::byte> buffer, int root_rank) override {
+    ZEROSIM_CHECK(root_rank >= 0 && root_rank < world_size(), "broadcast root rank out of range");
+    ZEROSIM_RETURN_IF_ERROR(publish(buffer.data(), buffer.size()));
+    ZEROSIM_CHECK(shared_.send_sizes[root_rank] == buffer.size(), "broadcast: ranks disagree on the size");
+    if (rank_ != root_rank && !buffer.empty()) std::memcpy(buffer.data(), shared_.send_slots[root_rank], buffer.size());
+    return finish();
+  }
+
+  Status barrier() override {
+    if (!shared_.wait_for_all()) return aborted_status("barrier");
+    return Status();
+  }
+
+ private:
+  Status aborted_status(const char* phase) const {
+    return aborted("collective aborted on rank " + std::to_string(rank_) + " (" + phase +
+                   "): another rank failed or the world was stopped");
+  }
+
+  Status publish(const void* data, size_t size_bytes) {
+    {
+      std::lock_guard lock(shared_.mutex);
+      shared_.send_slots[rank_] = data;
+      shared_.send_sizes[rank_] = size_bytes;
+    }
+    if (!shared_.wait_for_all()) return aborted_status("publish");
+    return Status();
+  }
+
+  Status finish() {
+    if (!shared_.wait_for_all()) return aborted_status("finish");
+    return Status();
+  }
+
+  ThreadCommWorld::Shared& shared_;
+  const int rank_;
+  std::vector<float> widened_;
+  std::vector<double> result_;
+};
+
+}  // namespace
+
+ThreadCommWorld::ThreadCommWorld(int world_size) : shared_(std::make_unique<Shared>(world_size)) {
+  ZEROSIM_CHECK(world_size >= 1, "world size must be positive");
+  for (int rank = 0; rank < world_size; ++rank) comms_.push_back(std::make_unique<ThreadComm>(*shared_, rank));
+}
+
+ThreadCommWorld::~ThreadCommWorld() = default;
+
+Comm& ThreadCommWorld::comm(int rank) {
+  ZEROSIM_CHECK(rank >= 0 && rank < world_size(), "rank out of range");
+  return *comms_[rank];
+}
+
+int ThreadCommWorld::world_size() const { return shared_->world_size; }
+
+void ThreadCommWorld::abort() { shared_->abort(); }
+
+bool ThreadCommWorld::aborted() const {
+  std::lock_guard lock(shared_->mutex);
+  return shared_->aborted;
+}
+
+}  // namespace zerosim

@@ -1,0 +1,47 @@
+// Element types and the casts between them.
+//
+// Casts from fp32 to fp16 and bf16 round to nearest, ties to even, in software, so the
+// bits do not depend on the CPU (F16C or not) or on compiler flags. NaN stays NaN (quiet,
+// sign kept); values beyond the target's range become infinity, as IEEE requires.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+
+#include "core/config/ds_config.h"
+
+namespace zerosim {
+
+// The storage types: fp32, and 16-bit payloads for fp16 and bf16. Precision (from the
+// config) names both the model dtype and the communication dtype.
+using DType = Precision;
+
+inline size_t dtype_size_bytes(DType dtype) { return dtype == DType::kFp32 ? 4 : 2; }
+inline const char* dtype_name(DType dtype) { return precision_name(dtype); }
+
+inline uint32_t float_bits(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  return bits;
+}
+inline float bits_to_float(uint32_t bits) {
+  float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
+uint16_t fp32_to_fp16_bits(float value);
+float fp16_bits_to_fp32(uint16_t bits);
+uint16_t fp32_to_bf16_bits(float value);
+inline float bf16_bits_to_fp32(uint16_t bits) { return bits_to_float(static_cast<uint32_t>(bits) << 16); }
+
+// Rounds a value through a dtype and back: what a tensor of that dtype would hold.
+float round_through(DType dtype, float value);
+
+// Bulk casts between fp32 arrays and raw storage of `dtype` (element counts, not bytes).
+void cast_from_fp32(DType dtype, const float* source, std::byte* destination, size_t element_count);
+void cast_to_fp32(DType dtype, const std::byte* source, float* destination, size_t element_count);
+
+}  // namespace zerosim

@@ -1,0 +1,78 @@
+#include "core/zero/exact_square_sum.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace zerosim {
+
+void ExactSquareSum::add_squares(std::span<const float> values) {
+  for (float value : values) {
+    uint32_t bits;
+    std::memcpy(&bits, &value, sizeof bits);
+    const uint32_t exponent_field = (bits >> 23) & 0xffu;
+    const uint64_t mantissa = bits & 0x7fffffu;
+    if (exponent_field == 0xffu) {
+      if (mantissa == 0) ++infinity_count_;
+      else ++nan_count_;
+      continue;
+    }
+    const uint64_t significand = exponent_field == 0 ? mantissa : (mantissa | 0x800000u);
+    bins_[exponent_field] += static_cast<unsigned __int128>(significand * significand);
+  }
+}
+
+void ExactSquareSum::merge(const ExactSquareSum& other) {
+  for (size_t i = 0; i < kBinCount; ++i) bins_[i] += other.bins_[i];
+  infinity_count_ += other.infinity_count_;
+  nan_count_ += other.nan_count_;
+}
+
+double ExactSquareSum::to_double() const {
+  if (nan_count_ != 0) return std::numeric_limits<double>::quiet_NaN();
+  if (infinity_count_ != 0) return std::numeric_limits<double>::infinity();
+  double total = 0.0;
+  for (size_t field = 0; field < kBinCount; ++field) {
+    if (bins_[field] == 0) continue;
+    // value = significand * 2^(max(field,1) - 150), so its square carries 2^(2*(max(field,1)-150)).
+    const int exponent = 2 * ((field == 0 ? 1 : static_cast<int>(field)) - 150);
+    const uint64_t high = static_cast<uint64_t>(bins_[field] >> 64);
+    const uint64_t low = static_cast<uint64_t>(bins_[field]);
+    const double bin_value = std::ldexp(static_cast<double>(high), 64) + static_cast<double>(low);
+    total += std::ldexp(bin_value, exponent);
+  }
+  return total;
+}
+
+void ExactSquareSum::serialize(std::span<std::byte, kSerializedBytes> destination) const {
+  size_t offset = 0;
+  auto put_u64 = [&](uint64_t value) {
+    for (int byte = 0; byte < 8; ++byte) destination[offset++] = static_cast<std::byte>(value >> (8 * byte));
+  };
+  for (const unsigned __int128& bin : bins_) {
+    put_u64(static_cast<uint64_t>(bin));
+    put_u64(static_cast<uint64_t>(bin >> 64));
+  }
+  put_u64(infinity_count_);
+  put_u64(nan_count_);
+}
+
+ExactSquareSum ExactSquareSum::deserialize(std::span<const std::byte, kSerializedBytes> source) {
+  ExactSquareSum result;
+  size_t offset = 0;
+  auto get_u64 = [&]() {
+    uint64_t value = 0;
+    for (int byte = 0; byte < 8; ++byte) value |= static_cast<uint64_t>(source[offset++]) << (8 * byte);
+    return value;
+  };
+  for (unsigned __int128& bin : result.bins_) {
+    const uint64_t low = get_u64();
+    const uint64_t high = get_u64();
+    bin = (static_cast<unsigned __int128>(high) << 64) | low;
+  }
+  result.infinity_count_ = get_u64();
+  result.nan_count_ = get_u64();
+  return result;
+}
+
+}  // namespace zerosim

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the Debian packages zerosim builds with, only those missing. Idempotent.
+set -euo pipefail
+packages=(build-essential cmake ninja-build pkg-config libaio-dev librapidcheck-dev nlohmann-json3-dev
+          libgtest-dev libgmock-dev libxxhash-dev libcli11-dev)
+missing=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all packages present"
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+sudo_cmd=()
+[ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"

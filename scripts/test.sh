@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The test command (README.md): installs what is missing, builds, runs every test.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+"$root/scripts/install-deps.sh"
+"$root/scripts/build.sh"
+cd "$root/build"
+ctest --output-on-failure -j "$(nproc)" --timeout 900

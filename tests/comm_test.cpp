@@ -1,0 +1,120 @@
+// The in-process communicator: collectives move the right bytes, the gradient collective
+// folds in rank order, and abort releases ranks blocked in a collective.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "core/env/comm.h"
+
+namespace zerosim {
+namespace {
+
+template <typename Body>
+void run_ranks(ThreadCommWorld& world, Body body) {
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world.world_size(); ++rank) threads.emplace_back([&, rank] { body(world.comm(rank)); });
+  for (std::thread& thread : threads) thread.join();
+}
+
+TEST(ThreadComm, AllGatherConcatenatesInRankOrder) {
+  ThreadCommWorld world(5);
+  std::vector<std::vector<int32_t>> received(5);
+  run_ranks(world, [&](Comm& comm) {
+    std::vector<int32_t> send = {comm.rank() * 10, comm.rank() * 10 + 1};
+    std::vector<int32_t> receive(10);
+    ASSERT_TRUE(comm.all_gather(std::as_bytes(std::span(send)), std::as_writable_bytes(std::span(receive))).ok());
+    received[comm.rank()] = receive;
+  });
+  for (const auto& receive : received) {
+    EXPECT_EQ(receive, (std::vector<int32_t>{0, 1, 10, 11, 20, 21, 30, 31, 40, 41}));
+  }
+}
+
+TEST(ThreadComm, ReduceScatterAccumulateFoldsInRankOrder) {
+  // Values chosen so that the order of the fp32 additions shows in the result:
+  // (1 + 2^24) + 1 + ... differs from adding the ones first.
+  const int world_size = 3;
+  ThreadCommWorld world(world_size);
+  std::vector<float> results(world_size);
+  run_ranks(world, [&](Comm& comm) {
+    // chunk j (one element) is this rank's contribution to rank j.
+    std::vector<float> send(world_size);
+    for (int owner = 0; owner < world_size; ++owner) send[owner] = comm.rank() == 0 ? 16777216.0f : 1.0f;
+    std::vector<float> accumulator = {1.0f};
+    ASSERT_TRUE(comm.reduce_scatter_accumulate(std::as_bytes(std::span(send)), DType::kFp32, 1, accumulator).ok());
+    results[comm.rank()] = accumulator[0];
+  });
+  // ((1 + 2^24) + 1) + 1 in fp32: 1 + 2^24 rounds to 2^24, each +1 rounds away again.
+  float expected = 1.0f;
+  expected = expected + 16777216.0f;
+  expected = expected + 1.0f;
+  expected = expected + 1.0f;
+  for (float result : results) EXPECT_EQ(result, expected);
+  EXPECT_NE(expected, 16777219.0f);  // the exact sum: the order mattered
+}
+
+TEST(ThreadComm, ReduceScatterWidensSixteenBitChunks) {
+  ThreadCommWorld world(2);
+  std::vector<std::vector<float>> results(2);
+  run_ranks(world, [&](Comm& comm) {
+    std::vector<float> values = {0.5f, 1.5f, 2.5f, 3.5f};  // chunk 0 = {0.5, 1.5}, chunk 1 = {2.5, 3.5}
+    std::vector<std::byte> send(values.size() * 2);
+    cast_from_fp32(DType::kBf16, values.data(), send.data(), values.size());
+    std::vector<float> accumulator(2, 0.0f);
+    ASSERT_TRUE(comm.reduce_scatter_accumulate(send, DType::kBf16, 2, accumulator).ok());
+    results[comm.rank()] = accumulator;
+  });
+  EXPECT_EQ(results[0], (std::vector<float>{1.0f, 3.0f}));
+  EXPECT_EQ(results[1], (std::vector<float>{5.0f, 7.0f}));
+}
+
+TEST(ThreadComm, AllReduceMaxAndBroadcast) {
+  ThreadCommWorld world(4);
+  run_ranks(world, [&](Comm& comm) {
+    std::vector<double> values = {static_cast<double>(comm.rank()), -static_cast<double>(comm.rank())};
+    ASSERT_TRUE(comm.all_reduce_max(values).ok());
+    EXPECT_EQ(values, (std::vector<double>{3.0, 0.0}));
+    std::vector<int32_t> buffer = {comm.rank(), comm.rank()};
+    ASSERT_TRUE(comm.broadcast(std::as_writable_bytes(std::span(buffer)), 2).ok());
+    EXPECT_EQ(buffer, (std::vector<int32_t>{2, 2}));
+    ASSERT_TRUE(comm.barrier().ok());
+  });
+}
+
+TEST(ThreadComm, AbortReleasesRanksBlockedInACollective) {
+  ThreadCommWorld world(3);
+  std::vector<Status> statuses(3);
+  std::vector<std::thread> threads;
+  for (int rank = 1; rank < 3; ++rank) {
+    threads.emplace_back([&, rank] { statuses[rank] = world.comm(rank).barrier(); });
+  }
+  // Rank 0 never arrives; it aborts the world instead.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  world.abort();
+  for (std::thread& thread : threads) thread.join();
+  for (int rank = 1; rank < 3; ++rank) {
+    EXPECT_EQ(statuses[rank].code(), StatusCode::kAborted) << statuses[rank].to_string();
+    EXPECT_NE(statuses[rank].message().find("rank " + std::to_string(rank)), std::string::npos);
+  }
+  EXPECT_EQ(world.comm(0).barrier().code(), StatusCode::kAborted);
+  EXPECT_TRUE(world.aborted());
+}
+
+TEST(ThreadComm, SixtyFourRanksOnTwoCores) {
+  ThreadCommWorld world(64);
+  std::vector<int64_t> sums(64);
+  run_ranks(world, [&](Comm& comm) {
+    std::vector<int64_t> send = {comm.rank()};
+    std::vector<int64_t> receive(64);
+    for (int round = 0; round < 20; ++round) {
+      ASSERT_TRUE(comm.all_gather(std::as_bytes(std::span(send)), std::as_writable_bytes(std::span(receive))).ok());
+    }
+    int64_t sum = 0;
+    for (int64_t value : receive) sum += value;
+    sums[comm.rank()] = sum;
+  });
+  for (int64_t sum : sums) EXPECT_EQ(sum, 63 * 64 / 2);
+}
+
+}  // namespace
+}  // namespace zerosim

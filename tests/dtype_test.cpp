@@ -1,0 +1,93 @@
+// fp16 and bf16 casts: round to nearest even, checked against the hardware converter
+// (F16C, round-to-nearest mode) and against hand-worked values.
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include <immintrin.h>
+
+#include <cmath>
+#include <limits>
+
+#include "core/tensor/dtype.h"
+
+namespace zerosim {
+namespace {
+
+__attribute__((target("f16c"))) uint16_t hardware_fp16(float value) {
+  return static_cast<uint16_t>(_cvtss_sh(value, _MM_FROUND_TO_NEAREST_INT));
+}
+__attribute__((target("f16c"))) float hardware_fp16_to_fp32(uint16_t bits) { return _cvtsh_ss(bits); }
+
+TEST(Dtype, Fp16HandWorkedValues) {
+  EXPECT_EQ(fp32_to_fp16_bits(1.0f), 0x3c00);
+  EXPECT_EQ(fp32_to_fp16_bits(-2.0f), 0xc000);
+  EXPECT_EQ(fp32_to_fp16_bits(65504.0f), 0x7bff);
+  EXPECT_EQ(fp32_to_fp16_bits(65520.0f), 0x7c00);  // the halfway point to 65536 rounds up to inf
+  EXPECT_EQ(fp32_to_fp16_bits(65519.996f), 0x7bff);
+  EXPECT_EQ(fp32_to_fp16_bits(std::ldexp(1.0f, -24)), 0x0001);  // smallest subnormal
+  EXPECT_EQ(fp32_to_fp16_bits(std::ldexp(1.0f, -25)), 0x0000);  // half of it: ties to even (0)
+  EXPECT_EQ(fp32_to_fp16_bits(std::ldexp(3.0f, -25)), 0x0002);  // 1.5 units: ties to even (2)
+  // 1 + 2^-11 is halfway between 1 and 1 + 2^-10: ties to even keeps 1.
+  EXPECT_EQ(fp32_to_fp16_bits(1.0f + std::ldexp(1.0f, -11)), 0x3c00);
+  EXPECT_EQ(fp32_to_fp16_bits(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);
+  EXPECT_EQ(fp32_to_fp16_bits(std::numeric_limits<float>::infinity()), 0x7c00);
+  EXPECT_TRUE(std::isnan(fp16_bits_to_fp32(fp32_to_fp16_bits(std::numeric_limits<float>::quiet_NaN()))));
+}
+
+TEST(Dtype, Bf16HandWorkedValues) {
+  EXPECT_EQ(fp32_to_bf16_bits(1.0f), 0x3f80);
+  // 1 + 2^-8 is halfway between bf16 neighbours 1 and 1 + 2^-7: ties to even keeps 1.
+  EXPECT_EQ(fp32_to_bf16_bits(1.0f + std::ldexp(1.0f, -8)), 0x3f80);
+  EXPECT_EQ(fp32_to_bf16_bits(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3f82);
+  EXPECT_EQ(fp32_to_bf16_bits(std::numeric_limits<float>::max()), 0x7f80);  // rounds to inf
+  EXPECT_TRUE(std::isnan(bf16_bits_to_fp32(fp32_to_bf16_bits(std::numeric_limits<float>::quiet_NaN()))));
+  EXPECT_EQ(bf16_bits_to_fp32(0x3f80), 1.0f);
+}
+
+TEST(Dtype, Fp16MatchesHardwareOnEveryHalfAndItsNeighbours) {
+  if (!__builtin_cpu_supports("f16c")) GTEST_SKIP() << "no F16C on this CPU";
+  for (uint32_t half = 0; half < 0x10000; ++half) {
+    const float value = hardware_fp16_to_fp32(static_cast<uint16_t>(half));
+    ASSERT_EQ(float_bits(fp16_bits_to_fp32(static_cast<uint16_t>(half))), float_bits(value)) << half;
+    if (std::isnan(value)) continue;
+    // The value itself and the fp32 values just around it and halfway to the next half.
+    const float next = std::nextafter(value, std::numeric_limits<float>::infinity());
+    for (float probe : {value, next, std::nextafter(value, -std::numeric_limits<float>::infinity())}) {
+      ASSERT_EQ(fp32_to_fp16_bits(probe), hardware_fp16(probe)) << "probe bits " << float_bits(probe);
+    }
+  }
+}
+
+RC_GTEST_PROP(DtypeProperty, Fp16MatchesHardwareOnRandomFloats, (uint32_t bits)) {
+  RC_PRE(__builtin_cpu_supports("f16c"));
+  const float value = bits_to_float(bits);
+  RC_PRE(!std::isnan(value));
+  RC_ASSERT(fp32_to_fp16_bits(value) == hardware_fp16(value));
+}
+
+RC_GTEST_PROP(DtypeProperty, Bf16IsNearestEvenOfItsNeighbours, (uint32_t bits)) {
+  const float value = bits_to_float(bits);
+  RC_PRE(std::isfinite(value) && std::fabs(value) < 1e38f);
+  const uint16_t rounded = fp32_to_bf16_bits(value);
+  const double below = bf16_bits_to_fp32(static_cast<uint16_t>(bits >> 16));
+  const double above = bf16_bits_to_fp32(static_cast<uint16_t>((bits >> 16) + 1));
+  const double error = std::fabs(static_cast<double>(bf16_bits_to_fp32(rounded)) - value);
+  RC_ASSERT(error <= std::fabs(above - below) / 2);
+  if (std::fabs(value - below) == std::fabs(above - value)) RC_ASSERT((rounded & 1) == 0);
+}
+
+TEST(Dtype, BulkCastsRoundTrip) {
+  const std::vector<float> values = {0.0f, -0.0f, 1.5f, -3.25f, 1e-3f, 70000.0f};
+  for (DType dtype : {DType::kFp32, DType::kFp16, DType::kBf16}) {
+    std::vector<std::byte> storage(values.size() * dtype_size_bytes(dtype));
+    std::vector<float> back(values.size());
+    cast_from_fp32(dtype, values.data(), storage.data(), values.size());
+    cast_to_fp32(dtype, storage.data(), back.data(), values.size());
+    for (size_t i = 0; i < values.size(); ++i) {
+      EXPECT_EQ(float_bits(back[i]), float_bits(round_through(dtype, values[i]))) << dtype_name(dtype) << " " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace zerosim

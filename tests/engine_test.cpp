@@ -1,0 +1,240 @@
+// The ZeRO-3 core end to end on CPU ranks: world-size invariance (the determinism
+// contract), padding, empty partitions, a falling loss, fp16 overflow handling.
+#include <gtest/gtest.h>
+#include <rapidcheck.h>
+#include <rapidcheck/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "core/engine/engine.h"
+
+namespace zerosim {
+namespace {
+
+ResolvedConfig base_config(Precision precision, int64_t micro_batch, int64_t accumulation, int world_size) {
+  ResolvedConfig config;
+  config.precision = precision;
+  config.communication_dtype = precision;
+  config.micro_batch_size = micro_batch;
+  config.gradient_accumulation_steps = accumulation;
+  config.train_batch_size = micro_batch * accumulation * world_size;
+  config.gradient_clipping = 1.0;
+  config.optimizer.learning_rate = 1e-2;
+  config.optimizer.weight_decay = 0.01;
+  config.scheduler.type = SchedulerType::kWarmupLR;
+  config.scheduler.warmup_min_lr = 0.0;
+  config.scheduler.warmup_max_lr = 1e-2;
+  config.scheduler.warmup_num_steps = 5;
+  config.zero.stage = 3;
+  config.loss_scaler.dynamic = true;
+  config.loss_scaler.initial_scale_power = 16;
+  config.loss_scaler.loss_scale_window = 4;
+  config.loss_scaler.hysteresis = 2;
+  return config;
+}
+
+TrainingOptions make_options(const ModelSpec& model, Precision precision, int64_t micro_batch, int64_t accumulation,
+                             int world_size, int64_t sub_group_size, uint64_t seed) {
+  TrainingOptions options;
+  options.config = base_config(precision, micro_batch, accumulation, world_size);
+  options.config.zero.sub_group_size = sub_group_size;
+  options.model = model;
+  options.world_size = world_size;
+  options.seed = seed;
+  options.data.seed = seed;
+  options.data.sample_count = 97;  // not a multiple of the batch: epochs wrap mid-batch
+  options.data.feature_count = model.layer_widths.front();
+  options.data.class_count = model.layer_widths.back();
+  return options;
+}
+
+TrainingRun train_or_fail(const TrainingOptions& options, int64_t steps) {
+  RealEnv real_env;
+  Result<TrainingRun> run = run_training(options, steps, real_env.env());
+  EXPECT_TRUE(run.ok()) << run.status().to_string();
+  return run.ok() ? std::move(run).value() : TrainingRun{};
+}
+
+// Names the first component that differs, so a failure says what was lost.
+std::string first_difference(const ComponentDigests& expected, const ComponentDigests& actual) {
+  const std::pair<const char*, std::pair<const std::string*, const std::string*>> components[] = {
+      {"params", {&expected.params, &actual.params}},
+      {"master", {&expected.master, &actual.master}},
+      {"exp_avg", {&expected.exp_avg, &actual.exp_avg}},
+      {"exp_avg_sq", {&expected.exp_avg_sq, &actual.exp_avg_sq}},
+      {"counters", {&expected.counters, &actual.counters}},
+      {"scheduler", {&expected.scheduler, &actual.scheduler}},
+      {"loss_scaler", {&expected.loss_scaler, &actual.loss_scaler}},
+      {"rng", {&expected.rng, &actual.rng}},
+      {"data", {&expected.data, &actual.data}},
+  };
+  for (const auto& [name, pair] : components) {
+    if (*pair.first != *pair.second) return name;
+  }
+  return "";
+}
+
+RC_GTEST_PROP(EngineProperty, StateAfterKStepsIsBitIdenticalToWorldSizeOne, ()) {
+  const int64_t layer_count = *rc::gen::inRange<int64_t>(1, 4);
+  ModelSpec model;
+  model.layer_widths.clear();
+  for (int64_t i = 0; i <= layer_count; ++i) model.layer_widths.push_back(*rc::gen::inRange<int64_t>(2, 24));
+  const int world_size = *rc::gen::inRange(1, 17);
+  const int64_t micro_batch = *rc::gen::inRange<int64_t>(1, 4);
+  const int64_t accumulation = *rc::gen::inRange<int64_t>(1, 3);
+  const int64_t sub_group_size = *rc::gen::element<int64_t>(1, 7, 64, 500, 1000000000);
+  const Precision precision = *rc::gen::element(Precision::kFp32, Precision::kFp16, Precision::kBf16);
+  const uint64_t seed = *rc::gen::inRange<uint64_t>(1, 1000000);
+  const int64_t steps = 3;
+  RC_TAG(world_size, precision_name(precision));
+
+  const TrainingOptions sharded =
+      make_options(model, precision, micro_batch, accumulation, world_size, sub_group_size, seed);
+  // The same global batch on one rank: W times the accumulation steps.
+  const TrainingOptions single =
+      make_options(model, precision, micro_batch, accumulation * world_size, 1, 1000000000, seed);
+  RealEnv real_env;
+  Result<TrainingRun> sharded_run = run_training(sharded, steps, real_env.env());
+  Result<TrainingRun> single_run = run_training(single, steps, real_env.env());
+  RC_ASSERT(sharded_run.ok());
+  RC_ASSERT(single_run.ok());
+  RC_ASSERT(first_difference(single_run->digests, sharded_run->digests) == std::string());
+  for (size_t s = 0; s < single_run->steps.size(); ++s) {
+    RC_ASSERT(std::memcmp(&single_run->steps[s].loss, &sharded_run->steps[s].loss, sizeof(float)) == 0);
+    RC_ASSERT(single_run->steps[s].grad_norm == sharded_run->steps[s].grad_norm ||
+              (std::isnan(single_run->steps[s].grad_norm) && std::isnan(sharded_run->steps[s].grad_norm)));
+  }
+}
+
+TEST(Engine, WorldSizesOneTwoThreeFourEightAgreeOnTheDefaultShape) {
+  const ModelSpec model;  // 13,37,29,5
+  const TrainingRun reference = train_or_fail(make_options(model, Precision::kFp16, 2, 24, 1, 1000000000, 7), 6);
+  for (int world_size : {2, 3, 4, 8}) {
+    const TrainingRun run =
+        train_or_fail(make_options(model, Precision::kFp16, 2, 24 / world_size, world_size, 100, 7), 6);
+    EXPECT_EQ(first_difference(reference.digests, run.digests), "") << "world size " << world_size;
+    EXPECT_EQ(reference.digests.state, run.digests.state) << "world size " << world_size;
+  }
+}
+
+TEST(Engine, SameRunTwiceGivesTheSameDigestAndADifferentSeedDoesNot) {
+  const ModelSpec model;
+  const TrainingRun first = train_or_fail(make_options(model, Precision::kBf16, 2, 2, 3, 50, 11), 4);
+  const TrainingRun second = train_or_fail(make_options(model, Precision::kBf16, 2, 2, 3, 50, 11), 4);
+  const TrainingRun other_seed = train_or_fail(make_options(model, Precision::kBf16, 2, 2, 3, 50, 12), 4);
+  EXPECT_EQ(first.digests.state, second.digests.state);
+  EXPECT_NE(first.digests.state, other_seed.digests.state);
+  EXPECT_NE(first.digests.params, other_seed.digests.params);
+}
+
+TEST(Engine, SimdPathDoesNotChangeABit) {
+  const ModelSpec model;
+  TrainingOptions options = make_options(model, Precision::kFp32, 2, 2, 2, 64, 5);
+  options.simd_path = SimdPath::kScalar;
+  const TrainingRun scalar = train_or_fail(options, 4);
+  for (SimdPath path : {SimdPath::kAvx2, SimdPath::kAvx512}) {
+    if (!simd_path_available(path)) continue;
+    options.simd_path = path;
+    EXPECT_EQ(train_or_fail(options, 4).digests.state, scalar.digests.state) << simd_path_name(path);
+  }
+}
+
+// A model whose biases (2 and 3 elements) are smaller than the world size (8): whole ranks
+// hold only padding. The padding stays zero through training, on every rank.
+TEST(Engine, PaddingStaysZeroAndRanksWithEmptyPartitionsWork) {
+  ModelSpec model;
+  model.layer_widths = {5, 3, 2};
+  const int world_size = 8;
+  TrainingOptions options = make_options(model, Precision::kFp16, 1, 1, world_size, 4, 3);
+  ThreadCommWorld world(world_size);
+  RealEnv real_env;
+  std::vector<std::unique_ptr<RankEngine>> engines;
+  for (int rank = 0; rank < world_size; ++rank) {
+    engines.push_back(std::make_unique<RankEngine>(options, world.comm(rank), real_env.env()));
+    ASSERT_TRUE(engines.back()->initialize().ok());
+  }
+  std::vector<std::thread> threads;
+  std::vector<Status> statuses(world_size);
+  for (int rank = 0; rank < world_size; ++rank) {
+    threads.emplace_back([&, rank] {
+      for (int step = 0; step < 5 && statuses[rank].ok(); ++step) {
+        Result<StepRecord> record = engines[rank]->train_step();
+        if (!record.ok()) statuses[rank] = record.status();
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int rank = 0; rank < world_size; ++rank) ASSERT_TRUE(statuses[rank].ok()) << statuses[rank].to_string();
+
+  int ranks_with_only_padding = 0;
+  for (int rank = 0; rank < world_size; ++rank) {
+    const RankEngine& engine = *engines[rank];
+    const PartitionLayout& layout = engine.layout();
+    bool holds_nothing = true;
+    for (const ParameterPartition& partition : layout.parameters) {
+      if (partition.owned_count(rank) > 0) holds_nothing = false;
+      for (int64_t k = partition.owned_count(rank); k < partition.partition_size; ++k) {
+        const size_t index = static_cast<size_t>(partition.flat_offset + k);
+        EXPECT_EQ(float_bits(engine.master_partition()[index]), 0u) << "rank " << rank << " master padding " << index;
+        EXPECT_EQ(float_bits(engine.exp_avg_partition()[index]), 0u) << "rank " << rank << " exp_avg padding";
+        EXPECT_EQ(float_bits(engine.exp_avg_sq_partition()[index]), 0u) << "rank " << rank << " exp_avg_sq padding";
+        EXPECT_EQ(engine.param_partition()[index * 2], std::byte{0}) << "rank " << rank << " param padding";
+        EXPECT_EQ(engine.param_partition()[index * 2 + 1], std::byte{0}) << "rank " << rank << " param padding";
+      }
+    }
+    // The last bias has 2 elements over 8 ranks: ranks 2..7 hold none of it.
+    EXPECT_EQ(layout.parameters.back().owned_count(rank), rank < 2 ? 1 : 0);
+    if (holds_nothing) ++ranks_with_only_padding;
+  }
+  // Weight 0 has 15 elements (ps 2): rank 7 holds only padding of it, and nothing else.
+  EXPECT_GE(ranks_with_only_padding, 1);
+}
+
+TEST(Engine, LossFallsOnTheDefaultShape) {
+  const ModelSpec model;
+  TrainingOptions options = make_options(model, Precision::kFp16, 4, 2, 2, 1000000000, 1234);
+  options.config.scheduler.warmup_num_steps = 10;
+  options.config.scheduler.warmup_max_lr = 1e-2;
+  options.data.sample_count = 4096;
+  const TrainingRun run = train_or_fail(options, 150);
+  ASSERT_EQ(run.steps.size(), 150u);
+  double first_mean = 0, last_mean = 0;
+  for (int i = 0; i < 20; ++i) first_mean += run.steps[i].loss / 20.0;
+  for (int i = 130; i < 150; ++i) last_mean += run.steps[i].loss / 20.0;
+  EXPECT_LT(last_mean, 0.8 * first_mean) << "first 20 steps " << first_mean << ", last 20 " << last_mean;
+}
+
+TEST(Engine, Fp16OverflowSkipsTheUpdateAndTheSchedulerAndCountsSkippedSteps) {
+  const ModelSpec model;
+  TrainingOptions options = make_options(model, Precision::kFp16, 4, 1, 2, 1000000000, 9);
+  // 2^40 times a gradient overflows fp16 (max 65504) on the first step.
+  options.config.loss_scaler.initial_scale_power = 40;
+  options.config.loss_scaler.hysteresis = 1;
+  const TrainingRun run = train_or_fail(options, 3);
+  ASSERT_EQ(run.steps.size(), 3u);
+  EXPECT_TRUE(run.steps[0].skipped);
+  EXPECT_EQ(run.steps[0].loss_scale, std::ldexp(1.0, 40));
+  EXPECT_EQ(run.steps[1].loss_scale, std::ldexp(1.0, 39));
+  EXPECT_EQ(run.final_state.counters.global_steps, 3);
+  int64_t skipped = 0;
+  for (const StepRecord& step : run.steps) skipped += step.skipped ? 1 : 0;
+  EXPECT_EQ(run.final_state.counters.skipped_steps, skipped);
+  EXPECT_EQ(run.final_state.counters.optimizer_steps, 3 - skipped);
+  // The scheduler steps only on updates: it started at -1.
+  EXPECT_EQ(run.final_state.scheduler_last_batch_iteration, -1 + (3 - skipped));
+  EXPECT_EQ(run.final_state.counters.global_samples, 3 * options.config.train_batch_size);
+}
+
+TEST(Engine, RefusesABatchThatDoesNotMatchTheWorldSize) {
+  TrainingOptions options = make_options(ModelSpec{}, Precision::kFp32, 2, 2, 2, 100, 1);
+  options.world_size = 3;
+  RealEnv real_env;
+  Result<TrainingRun> run = run_training(options, 1, real_env.env());
+  ASSERT_FALSE(run.ok());
+  EXPECT_EQ(run.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(run.status().message().find("train_batch_size"), std::string::npos) << run.status().message();
+}
+
+}  // namespace
+}  // namespace zerosim

@@ -1,0 +1,183 @@
+#include "tools/train_command.h"
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "core/engine/engine.h"
+#include "tools/default_config.h"
+
+namespace zerosim {
+
+int exit_code_for(const Status& status) {
+  switch (status.code()) {
+    case StatusCode::kOk: return 0;
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kNotFound:
+    case StatusCode::kOutOfRange:
+    case StatusCode::kUnimplemented: return 2;
+    case StatusCode::kIoError:
+    case StatusCode::kResourceExhausted:
+    case StatusCode::kFailedPrecondition: return 3;
+    default: return 1;
+  }
+}
+
+void add_config_flags(CLI::App& command, ConfigFlags& flags, bool config_is_positional) {
+  if (config_is_positional) {
+    command.add_option("file", flags.config_path, "DeepSpeed JSON config")->required();
+  } else {
+    command.add_option("--config", flags.config_path, "DeepSpeed JSON config (default: the embedded seed-shaped config)");
+  }
+  command.add_option("--set", flags.overrides, "Override a config key: --set zero_optimization.sub_group_size=4096")
+      ->allow_extra_args(false);
+  RunSettings& settings = flags.settings;
+  settings.micro_batch_size = 4;
+  settings.gradient_accumulation_steps = 2;
+  settings.learning_rate = 1e-3;
+  settings.adam_beta1 = 0.9;
+  settings.adam_beta2 = 0.999;
+  settings.adam_epsilon = 1e-8;
+  settings.weight_decay = 0.01;
+  settings.max_grad_norm = 1.0;
+  settings.warmup_steps = 10;
+  settings.total_steps = 1000;
+  settings.hidden_size = 37;
+  command.add_option("--world-size", settings.world_size, "Ranks (threads in this process)")
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  command.add_option("--micro-batch-size", settings.micro_batch_size, "Fills train_micro_batch_size_per_gpu \"auto\"");
+  command.add_option("--gradient-accumulation-steps", settings.gradient_accumulation_steps,
+                     "Fills gradient_accumulation_steps \"auto\"");
+  command.add_option("--lr", settings.learning_rate, "Fills optimizer lr and warmup_max_lr \"auto\"");
+  command.add_option("--adam-beta1", settings.adam_beta1, "Fills betas \"auto\"");
+  command.add_option("--adam-beta2", settings.adam_beta2, "Fills betas \"auto\"");
+  command.add_option("--adam-epsilon", settings.adam_epsilon, "Fills eps \"auto\"");
+  command.add_option("--weight-decay", settings.weight_decay, "Fills weight_decay \"auto\"");
+  command.add_option("--max-grad-norm", settings.max_grad_norm, "Fills gradient_clipping \"auto\"");
+  command.add_option("--warmup-steps", settings.warmup_steps, "Fills warmup_num_steps \"auto\"");
+  command.add_option("--total-steps", settings.total_steps, "Fills total_num_steps \"auto\"");
+  command.add_option("--precision", flags.precision_text, "What fp16/bf16 \"enabled\": \"auto\" resolves to")
+      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
+}
+
+Result<ResolvedConfig> load_config(const ConfigFlags& flags) {
+  std::string text;
+  std::string source = "<embedded default config>";
+  if (flags.config_path.empty()) {
+    text = kDefaultConfigJson;
+  } else {
+    std::ifstream stream(flags.config_path, std::ios::binary);
+    if (!stream) return not_found("config file " + flags.config_path + " cannot be opened");
+    std::stringstream buffer;
+    buffer << stream.rdbuf();
+    if (stream.bad()) return io_error("config file " + flags.config_path + " could not be read");
+    text = buffer.str();
+    source = flags.config_path;
+  }
+  ZEROSIM_ASSIGN_OR_RETURN(nlohmann::json document, parse_json_text(text, source));
+  for (const std::string& assignment : flags.overrides) ZEROSIM_RETURN_IF_ERROR(apply_override(document, assignment));
+  RunSettings settings = flags.settings;
+  settings.auto_precision = flags.precision_text == "fp16"   ? Precision::kFp16
+                            : flags.precision_text == "bf16" ? Precision::kBf16
+                                                             : Precision::kFp32;
+  return resolve_config(document, settings);
+}
+
+int run_config_check_command(const ConfigFlags& flags) {
+  Result<ResolvedConfig> config = load_config(flags);
+  if (!config.ok()) {
+    std::fprintf(stderr, "zerosim: config check failed: %s\n", config.status().to_string().c_str());
+    return 2;
+  }
+  for (const std::string& warning : config->warnings) std::fprintf(stderr, "zerosim: warning: %s\n", warning.c_str());
+  std::printf("%s\n", config->resolved.dump(2).c_str());
+  if (!config->inactive_keys.empty()) {
+    std::printf("\nRead but not acted on yet (%zu):\n", config->inactive_keys.size());
+    for (const std::string& key : config->inactive_keys) std::printf("  %s\n", key.c_str());
+  }
+  return 0;
+}
+
+namespace {
+
+nlohmann::json step_to_json(const StepRecord& step) {
+  return nlohmann::json{{"step", step.step},
+                        {"loss", step.loss},
+                        {"lr", step.learning_rate},
+                        {"loss_scale", step.loss_scale},
+                        {"grad_norm", step.grad_norm},
+                        {"skipped", step.skipped}};
+}
+
+}  // namespace
+
+int run_train_command(const TrainFlags& flags) {
+  Result<ResolvedConfig> config = load_config(flags.config);
+  if (!config.ok()) {
+    std::fprintf(stderr, "zerosim: %s\n", config.status().to_string().c_str());
+    return exit_code_for(config.status());
+  }
+  Result<ModelSpec> model = parse_model_spec(flags.model_text);
+  if (!model.ok()) {
+    std::fprintf(stderr, "zerosim: --model: %s\n", model.status().to_string().c_str());
+    return 2;
+  }
+  for (const std::string& warning : config->warnings) std::fprintf(stderr, "zerosim: warning: %s\n", warning.c_str());
+  if (config->zero.stage != 3) {
+    std::fprintf(stderr, "zerosim: note: zero_optimization.stage is %lld; zerosim partitions as stage 3 "
+                 "(the results are the same bits)\n", static_cast<long long>(config->zero.stage));
+  }
+  if (config->zero.offload_optimizer.device == OffloadDevice::kNvme ||
+      config->zero.offload_param.device == OffloadDevice::kNvme) {
+    std::fprintf(stderr, "zerosim: note: NVMe offload is configured; the swapper is not built yet ([swap] issue), "
+                 "so this run keeps the state in host memory (results are the same bits)\n");
+  }
+
+  TrainingOptions options;
+  options.config = std::move(config).value();
+  options.model = *model;
+  options.seed = flags.seed;
+  options.world_size = static_cast<int>(flags.config.settings.world_size);
+  options.data.sample_count = flags.dataset_size;
+  options.data.feature_count = model->layer_widths.front();
+  options.data.class_count = model->layer_widths.back();
+  options.data.seed = flags.seed;
+
+  RealEnv real_env;
+  Result<TrainingRun> run = run_training(options, flags.steps, real_env.env());
+  if (!run.ok()) {
+    std::fprintf(stderr, "zerosim: training failed: %s\n", run.status().to_string().c_str());
+    return exit_code_for(run.status());
+  }
+  if (flags.json) {
+    nlohmann::json output;
+    output["steps"] = nlohmann::json::array();
+    for (const StepRecord& step : run->steps) output["steps"].push_back(step_to_json(step));
+    output["state_digest"] = run->digests.state;
+    output["component_digests"] = {{"params", run->digests.params},       {"master", run->digests.master},
+                                   {"exp_avg", run->digests.exp_avg},     {"exp_avg_sq", run->digests.exp_avg_sq},
+                                   {"counters", run->digests.counters},   {"scheduler", run->digests.scheduler},
+                                   {"loss_scaler", run->digests.loss_scaler}, {"rng", run->digests.rng},
+                                   {"data", run->digests.data}};
+    output["world_size"] = options.world_size;
+    output["precision"] = precision_name(options.config.precision);
+    output["model"] = flags.model_text;
+    std::printf("%s\n", output.dump(2).c_str());
+    return 0;
+  }
+  std::printf("zerosim train: model %s, world size %d, %s, train_batch_size %lld = %lld x %lld x %d\n",
+              flags.model_text.c_str(), options.world_size, precision_name(options.config.precision),
+              static_cast<long long>(options.config.train_batch_size),
+              static_cast<long long>(options.config.micro_batch_size),
+              static_cast<long long>(options.config.gradient_accumulation_steps), options.world_size);
+  std::printf("%6s  %10s  %12s  %10s  %12s  %s\n", "step", "loss", "lr", "loss_scale", "grad_norm", "skipped");
+  for (const StepRecord& step : run->steps) {
+    std::printf("%6lld  %10.6f  %12.6e  %10.0f  %12.6e  %s\n", static_cast<long long>(step.step), step.loss,
+                step.learning_rate, step.loss_scale, step.grad_norm, step.skipped ? "yes" : "no");
+  }
+  std::printf("state digest %s\n", run->digests.state.c_str());
+  return 0;
+}
+
+}  // namespace zerosim

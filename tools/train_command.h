@@ -1,0 +1,42 @@
+// The `zerosim train` and `zerosim config check` commands (the CLI contract of README.md).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "core/config/ds_config.h"
+#include "core/model/mlp.h"
+
+namespace zerosim {
+
+// Flags shared by the commands that resolve a config: the file, --set overrides, and the
+// run settings that fill "auto" (the HF Trainer's TrainingArguments).
+struct ConfigFlags {
+  std::string config_path;  // empty: the embedded default
+  std::vector<std::string> overrides;
+  RunSettings settings;
+  std::string precision_text = "fp16";
+};
+
+void add_config_flags(CLI::App& command, ConfigFlags& flags, bool config_is_positional);
+// Reads, overrides and resolves the config. Errors name the file or key.
+Result<ResolvedConfig> load_config(const ConfigFlags& flags);
+
+struct TrainFlags {
+  ConfigFlags config;
+  int64_t steps = 20;
+  uint64_t seed = 1234;
+  std::string model_text = "13,37,29,5";
+  int64_t dataset_size = 4096;
+  bool json = false;
+};
+
+// Exit codes: 0 success, 2 bad input, 3 environment error (disk, permissions), 1 other failure.
+int run_train_command(const TrainFlags& flags);
+int run_config_check_command(const ConfigFlags& flags);
+int exit_code_for(const Status& status);
+
+}  // namespace zerosim

@@ -1,0 +1,36 @@
+// zerosim: the command line. See README.md for the contract of each command.
+#include <CLI/CLI.hpp>
+
+#include "tools/train_command.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"zerosim: a ZeRO-3 training-state engine with NVMe offload, and its deterministic simulator"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("zerosim ") + ZEROSIM_VERSION);
+
+  zerosim::TrainFlags train_flags;
+  CLI::App* train = app.add_subcommand("train", "Run the ZeRO-3 core for K steps and print the per-step table");
+  zerosim::add_config_flags(*train, train_flags.config, /*config_is_positional=*/false);
+  train->add_option("--steps", train_flags.steps, "Optimizer steps to run")->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  train->add_option("--seed", train_flags.seed, "Seed of parameters, data and shuffling");
+  train->add_option("--model", train_flags.model_text, "MLP layer widths: input,hidden...,classes");
+  train->add_option("--dataset-size", train_flags.dataset_size, "Samples in the synthetic dataset")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  train->add_flag("--json", train_flags.json, "Print one JSON object: steps, state_digest, component_digests");
+
+  CLI::App* config = app.add_subcommand("config", "Inspect DeepSpeed configs");
+  config->require_subcommand(1);
+  zerosim::ConfigFlags check_flags;
+  CLI::App* check = config->add_subcommand("check", "Resolve a DeepSpeed config: exit 0 and print it, or exit 2 with the error");
+  zerosim::add_config_flags(*check, check_flags, /*config_is_positional=*/true);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    const int code = app.exit(error);
+    return code == 0 ? 0 : 2;
+  }
+  if (train->parsed()) return zerosim::run_train_command(train_flags);
+  if (check->parsed()) return zerosim::run_config_check_command(check_flags);
+  return 2;
+}
