@@ -33,30 +33,49 @@ void add_config_flags(CLI::App& command, ConfigFlags& flags, bool config_is_posi
   command.add_option("--set", flags.overrides, "Override a config key: --set zero_optimization.sub_group_size=4096")
       ->allow_extra_args(false);
   RunSettings& settings = flags.settings;
+  // Defaults for the run settings; load_config() marks the ones the user did not give, so
+  // that they only fill "auto" and are never compared against a concrete config value.
   settings.micro_batch_size = 4;
   settings.gradient_accumulation_steps = 2;
-  settings.learning_rate = 1e-3;
+  settings.learning_rate = 1e-2;
   settings.adam_beta1 = 0.9;
   settings.adam_beta2 = 0.999;
   settings.adam_epsilon = 1e-8;
   settings.weight_decay = 0.01;
   settings.max_grad_norm = 1.0;
-  settings.warmup_steps = 10;
+  settings.warmup_steps = 5;
   settings.total_steps = 1000;
   settings.hidden_size = 37;
   command.add_option("--world-size", settings.world_size, "Ranks (threads in this process)")
       ->check(CLI::Range(int64_t{1}, int64_t{4096}));
-  command.add_option("--micro-batch-size", settings.micro_batch_size, "Fills train_micro_batch_size_per_gpu \"auto\"");
-  command.add_option("--gradient-accumulation-steps", settings.gradient_accumulation_steps,
-                     "Fills gradient_accumulation_steps \"auto\"");
-  command.add_option("--lr", settings.learning_rate, "Fills optimizer lr and warmup_max_lr \"auto\"");
-  command.add_option("--adam-beta1", settings.adam_beta1, "Fills betas \"auto\"");
-  command.add_option("--adam-beta2", settings.adam_beta2, "Fills betas \"auto\"");
-  command.add_option("--adam-epsilon", settings.adam_epsilon, "Fills eps \"auto\"");
-  command.add_option("--weight-decay", settings.weight_decay, "Fills weight_decay \"auto\"");
-  command.add_option("--max-grad-norm", settings.max_grad_norm, "Fills gradient_clipping \"auto\"");
-  command.add_option("--warmup-steps", settings.warmup_steps, "Fills warmup_num_steps \"auto\"");
-  command.add_option("--total-steps", settings.total_steps, "Fills total_num_steps \"auto\"");
+  struct SettingFlag {
+    const char* names;
+    const char* flag;  // the canonical name, as config errors print it
+    const char* help;
+  };
+  auto add_setting = [&](const SettingFlag& setting, auto& value) {
+    CLI::Option* option = command.add_option(setting.names, value, setting.help);
+    flags.setting_options.emplace_back(setting.flag, option);
+  };
+  add_setting({"--micro-batch-size", "--micro-batch-size", "Fills train_micro_batch_size_per_gpu \"auto\" (default 4)"},
+              settings.micro_batch_size);
+  add_setting({"--gradient-accumulation-steps", "--gradient-accumulation-steps",
+               "Fills gradient_accumulation_steps \"auto\" (default 2; derived when train_batch_size is given)"},
+              settings.gradient_accumulation_steps);
+  add_setting({"--learning-rate,--lr", "--learning-rate", "Fills optimizer lr and warmup_max_lr \"auto\" (default 1e-2)"},
+              settings.learning_rate);
+  add_setting({"--adam-beta1", "--adam-beta1", "Fills betas \"auto\" (default 0.9)"}, settings.adam_beta1);
+  add_setting({"--adam-beta2", "--adam-beta2", "Fills betas \"auto\" (default 0.999)"}, settings.adam_beta2);
+  add_setting({"--adam-epsilon", "--adam-epsilon", "Fills eps \"auto\" (default 1e-8)"}, settings.adam_epsilon);
+  add_setting({"--weight-decay", "--weight-decay", "Fills weight_decay \"auto\" (default 0.01)"}, settings.weight_decay);
+  add_setting({"--max-grad-norm", "--max-grad-norm", "Fills gradient_clipping \"auto\" (default 1.0)"},
+              settings.max_grad_norm);
+  add_setting({"--warmup-steps", "--warmup-steps", "Fills warmup_num_steps \"auto\" (default 5)"},
+              settings.warmup_steps);
+  add_setting({"--total-steps", "--total-steps", "Fills total_num_steps \"auto\" (default 1000)"}, settings.total_steps);
+  add_setting({"--hidden-size", "--hidden-size",
+               "Fills reduce_bucket_size and the stage-3 bucket keys \"auto\" (default 37)"},
+              settings.hidden_size);
   command.add_option("--precision", flags.precision_text, "What fp16/bf16 \"enabled\": \"auto\" resolves to")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
 }
@@ -78,6 +97,9 @@ Result<ResolvedConfig> load_config(const ConfigFlags& flags) {
   ZEROSIM_ASSIGN_OR_RETURN(nlohmann::json document, parse_json_text(text, source));
   for (const std::string& assignment : flags.overrides) ZEROSIM_RETURN_IF_ERROR(apply_override(document, assignment));
   RunSettings settings = flags.settings;
+  for (const auto& [flag, option] : flags.setting_options) {
+    if (option->count() == 0) settings.defaulted_flags.push_back(flag);
+  }
   settings.auto_precision = flags.precision_text == "fp16"   ? Precision::kFp16
                             : flags.precision_text == "bf16" ? Precision::kBf16
                                                              : Precision::kFp32;

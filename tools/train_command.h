@@ -19,6 +19,8 @@ struct ConfigFlags {
   std::vector<std::string> overrides;
   RunSettings settings;
   std::string precision_text = "fp16";
+  // (canonical flag, parsed option) of each run setting, to tell given from defaulted.
+  std::vector<std::pair<std::string, CLI::Option*>> setting_options;
 };
 
 void add_config_flags(CLI::App& command, ConfigFlags& flags, bool config_is_positional);
@@ -27,7 +29,7 @@ Result<ResolvedConfig> load_config(const ConfigFlags& flags);
 
 struct TrainFlags {
   ConfigFlags config;
-  int64_t steps = 20;
+  int64_t steps = 50;
   uint64_t seed = 1234;
   std::string model_text = "13,37,29,5";
   int64_t dataset_size = 4096;

@@ -48,6 +48,14 @@ struct RunSettings {
   // The precision "auto" resolves to (the Trainer's --fp16/--bf16 flags); kFp32 means both off.
   Precision auto_precision = Precision::kFp32;
   int64_t hidden_size = -1;  // for reduce_bucket_size and friends when "auto"
+  // Flags (as named in error messages, e.g. "--learning-rate") whose value above is the
+  // command line's default rather than the user's. A defaulted value fills an "auto" that
+  // nothing else determines, but it is never compared against a concrete config value, and
+  // a defaulted gradient accumulation is derived from a concrete train_batch_size instead
+  // (so that a fixed train_batch_size at another world size changes the accumulation, as
+  // DeepSpeed does).
+  std::vector<std::string> defaulted_flags;
+  bool is_defaulted(const std::string& flag) const;
 };
 
 struct OptimizerConfig {

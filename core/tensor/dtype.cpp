@@ -35,7 +35,10 @@ float fp16_bits_to_fp32(uint16_t bits) {
   const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
   const uint32_t exponent = (bits >> 10) & 0x1fu;
   uint32_t mantissa = bits & 0x3ffu;
-  if (exponent == 0x1fu) return bits_to_float(sign | 0x7f800000u | (mantissa << 13));
+  if (exponent == 0x1fu) {
+    // Infinity, or a NaN made quiet (as F16C and CUDA do), payload kept.
+    return bits_to_float(sign | 0x7f800000u | (mantissa << 13) | (mantissa != 0 ? 0x400000u : 0u));
+  }
   if (exponent != 0) return bits_to_float(sign | ((exponent + 112u) << 23) | (mantissa << 13));
   if (mantissa == 0) return bits_to_float(sign);
   // Subnormal: normalise.
