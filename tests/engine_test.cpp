@@ -118,6 +118,15 @@ TEST(Engine, WorldSizesOneTwoThreeFourEightAgreeOnTheDefaultShape) {
   }
 }
 
+TEST(Engine, SixtyFourRanksMatchOneRank) {
+  ModelSpec model;
+  model.layer_widths = {9, 11, 3};  // biases of 11 and 3 elements: most of the 64 ranks hold only padding
+  const TrainingRun reference = train_or_fail(make_options(model, Precision::kBf16, 1, 64, 1, 1000000000, 21), 3);
+  const TrainingRun sharded = train_or_fail(make_options(model, Precision::kBf16, 1, 1, 64, 2, 21), 3);
+  EXPECT_EQ(first_difference(reference.digests, sharded.digests), "");
+  EXPECT_EQ(reference.digests.state, sharded.digests.state);
+}
+
 TEST(Engine, SameRunTwiceGivesTheSameDigestAndADifferentSeedDoesNot) {
   const ModelSpec model;
   const TrainingRun first = train_or_fail(make_options(model, Precision::kBf16, 2, 2, 3, 50, 11), 4);

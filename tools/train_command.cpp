@@ -145,7 +145,20 @@ int run_train_command(const TrainFlags& flags) {
     std::fprintf(stderr, "zerosim: --model: %s\n", model.status().to_string().c_str());
     return 2;
   }
-  for (const std::string& warning : config->warnings) std::fprintf(stderr, "zerosim: warning: %s\n", warning.c_str());
+  // The "auto" resolutions are expected on every run of an HF-style config: count them here,
+  // `zerosim config check` lists them one by one.
+  size_t auto_fills = 0;
+  for (const std::string& warning : config->warnings) {
+    if (warning.find("is \"auto\"") != std::string::npos) {
+      ++auto_fills;
+      continue;
+    }
+    std::fprintf(stderr, "zerosim: warning: %s\n", warning.c_str());
+  }
+  if (auto_fills > 0) {
+    std::fprintf(stderr, "zerosim: note: %zu \"auto\" values filled from the run settings "
+                 "(`zerosim config check` lists them)\n", auto_fills);
+  }
   if (config->zero.stage != 3) {
     std::fprintf(stderr, "zerosim: note: zero_optimization.stage is %lld; zerosim partitions as stage 3 "
                  "(the results are the same bits)\n", static_cast<long long>(config->zero.stage));

@@ -1,6 +1,9 @@
 // zerosim: the command line. See README.md for the contract of each command.
 #include <CLI/CLI.hpp>
 
+#include <cstdio>
+
+#include "core/cuda/cuda_probe.h"
 #include "tools/train_command.h"
 
 int main(int argc, char** argv) {
@@ -24,6 +27,8 @@ int main(int argc, char** argv) {
   CLI::App* check = config->add_subcommand("check", "Resolve a DeepSpeed config: exit 0 and print it, or exit 2 with the error");
   zerosim::add_config_flags(*check, check_flags, /*config_is_positional=*/true);
 
+  CLI::App* devices = app.add_subcommand("devices", "Report the CUDA backend: compiled in or not, runtime, GPUs");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -32,5 +37,19 @@ int main(int argc, char** argv) {
   }
   if (train->parsed()) return zerosim::run_train_command(train_flags);
   if (check->parsed()) return zerosim::run_config_check_command(check_flags);
+  if (devices->parsed()) {
+    zerosim::Result<zerosim::CudaProbe> probe = zerosim::probe_cuda();
+    if (!probe.ok()) {
+      std::fprintf(stderr, "zerosim: %s\n", probe.status().to_string().c_str());
+      return 3;
+    }
+    if (!probe->compiled_with_cuda) {
+      std::printf("CUDA backend: not compiled in (nvcc was not found at configure time); CPU ranks only\n");
+      return 0;
+    }
+    std::printf("CUDA backend: compiled in, runtime %d, %d GPU(s)%s%s\n", probe->runtime_version, probe->device_count,
+                probe->device_count > 0 ? ", GPU 0: " : "", probe->first_device_name.c_str());
+    return 0;
+  }
   return 2;
 }
