@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env/async_io.h"
 #include "core/status.h"
 
 namespace zerosim {
@@ -49,6 +50,11 @@ class File {
   // Makes the file's content durable (fsync/fdatasync).
   virtual Status sync() = 0;
   virtual Status close() = 0;
+  // The POSIX descriptor for async engines that drive it directly (libaio); -1 when the file
+  // is not a POSIX file (SimDisk), in which case only its own Disk's queue can drive it.
+  virtual int native_descriptor() const { return -1; }
+  // Whether the file was opened for direct (unbuffered, O_DIRECT) I/O.
+  virtual bool direct_io() const { return false; }
 
  protected:
   explicit File(std::string path) : path_(std::move(path)) {}
@@ -75,6 +81,11 @@ class Disk {
   virtual Result<uint64_t> available_bytes(const std::string& path) = 0;
   // Alignment that direct I/O needs for buffers, offsets and lengths on this disk.
   virtual uint64_t direct_io_alignment_bytes() const { return 4096; }
+  // An async queue for files of this disk. `engine` picks libaio (needs direct files for real
+  // asynchrony) or the pread/pwrite engine, the fallback where O_DIRECT is refused.
+  enum class AsyncEngine { kLibaio, kPreadPwrite };
+  virtual Result<std::unique_ptr<AsyncIoQueue>> make_async_queue(const AsyncIoOptions& options,
+                                                                 AsyncEngine engine) = 0;
 };
 
 // Convenience helpers built on the seam (no I/O of their own).

@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "core/env/disk.h"
+#include "core/env/posix_async_io.h"
 
 namespace zerosim {
 namespace {
@@ -33,7 +34,9 @@ Status errno_status(int error_number, const std::string& what) {
 
 class PosixFile final : public File {
  public:
-  PosixFile(std::string path, int descriptor) : File(std::move(path)), descriptor_(descriptor) {}
+  PosixFile(std::string path, int descriptor, bool direct) : File(std::move(path)), descriptor_(descriptor), direct_(direct) {}
+  int native_descriptor() const override { return descriptor_; }
+  bool direct_io() const override { return direct_; }
   ~PosixFile() override {
     if (descriptor_ >= 0) ::close(descriptor_);
   }
@@ -105,6 +108,7 @@ class PosixFile final : public File {
 
  private:
   int descriptor_;
+  bool direct_;
 };
 
 class PosixDisk final : public Disk {
@@ -123,7 +127,7 @@ class PosixDisk final : public Disk {
       descriptor = ::open(path.c_str(), flags, options.permissions);
     } while (descriptor < 0 && errno == EINTR);
     if (descriptor < 0) return errno_status(errno, "open " + path);
-    return std::unique_ptr<File>(new PosixFile(path, descriptor));
+    return std::unique_ptr<File>(new PosixFile(path, descriptor, options.direct_io));
   }
 
   Status create_directories(const std::string& path) override {
@@ -187,6 +191,10 @@ class PosixDisk final : public Disk {
     struct statvfs file_system {};
     if (::statvfs(path.c_str(), &file_system) != 0) return errno_status(errno, "statvfs " + path);
     return static_cast<uint64_t>(file_system.f_bavail) * file_system.f_frsize;
+  }
+
+  Result<std::unique_ptr<AsyncIoQueue>> make_async_queue(const AsyncIoOptions& options, AsyncEngine engine) override {
+    return make_posix_async_queue(options, engine == AsyncEngine::kLibaio);
   }
 };
 
