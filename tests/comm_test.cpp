@@ -100,6 +100,49 @@ TEST(ThreadComm, AbortReleasesRanksBlockedInACollective) {
   EXPECT_TRUE(world.aborted());
 }
 
+TEST(ThreadComm, AbortFromOutsideDuringLargeCollectivesNeverFreesABufferInUse) {
+  // Ranks loop over 8 MiB all-gathers whose send buffers die when the call returns; the
+  // world is aborted from another thread mid-flight. Every rank must end with kAborted, and
+  // no rank may return (and free its buffer) while another still copies from it.
+  ThreadCommWorld world(4);
+  std::vector<Status> statuses(4);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 4; ++rank) {
+    threads.emplace_back([&, rank] {
+      for (;;) {
+        std::vector<std::byte> send(8 << 20, std::byte{static_cast<unsigned char>(rank)});
+        std::vector<std::byte> receive(send.size() * 4);
+        Status status = world.comm(rank).all_gather(send, receive);
+        if (!status.ok()) {
+          statuses[rank] = status;
+          return;
+        }
+        for (int source = 0; source < 4; ++source) {
+          ASSERT_EQ(receive[static_cast<size_t>(source) * send.size()], std::byte{static_cast<unsigned char>(source)});
+        }
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  world.abort();
+  for (std::thread& thread : threads) thread.join();
+  for (const Status& status : statuses) EXPECT_EQ(status.code(), StatusCode::kAborted);
+}
+
+TEST(ThreadComm, GatherFillsOnlyTheRoot) {
+  ThreadCommWorld world(3);
+  std::vector<std::vector<int32_t>> received(3);
+  run_ranks(world, [&](Comm& comm) {
+    std::vector<int32_t> send = {comm.rank() + 1};
+    std::vector<int32_t> receive(comm.rank() == 1 ? 3 : 0);
+    ASSERT_TRUE(comm.gather(std::as_bytes(std::span(send)), std::as_writable_bytes(std::span(receive)), 1).ok());
+    received[comm.rank()] = receive;
+  });
+  EXPECT_EQ(received[1], (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_TRUE(received[0].empty());
+  EXPECT_TRUE(received[2].empty());
+}
+
 TEST(ThreadComm, SixtyFourRanksOnTwoCores) {
   ThreadCommWorld world(64);
   std::vector<int64_t> sums(64);

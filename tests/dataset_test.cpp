@@ -67,3 +67,35 @@ TEST(Sampler, PositionIsTheWholeState) {
 
 }  // namespace
 }  // namespace zerosim
+
+namespace zerosim {
+namespace {
+
+TEST(Sampler, IsAPermutationForAwkwardSizes) {
+  for (int64_t size : {1, 2, 3, 5, 17, 255, 256, 257, 1000, 4097}) {
+    DatasetSpec spec;
+    spec.sample_count = size;
+    const ShuffledSampler sampler(spec);
+    std::vector<bool> seen(static_cast<size_t>(size), false);
+    for (int64_t p = size * 3; p < size * 4; ++p) {
+      const int64_t sample = sampler.sample_at(p);
+      ASSERT_GE(sample, 0);
+      ASSERT_LT(sample, size);
+      ASSERT_FALSE(seen[static_cast<size_t>(sample)]) << "size " << size << " repeats " << sample;
+      seen[static_cast<size_t>(sample)] = true;
+    }
+  }
+}
+
+TEST(Sampler, HugeDatasetsNeedNoIndexTable) {
+  DatasetSpec spec;
+  spec.sample_count = int64_t{1} << 40;
+  const ShuffledSampler sampler(spec);
+  const int64_t sample = sampler.sample_at((int64_t{1} << 40) + 12345);
+  EXPECT_GE(sample, 0);
+  EXPECT_LT(sample, spec.sample_count);
+  EXPECT_EQ(sample, ShuffledSampler(spec).sample_at((int64_t{1} << 40) + 12345));
+}
+
+}  // namespace
+}  // namespace zerosim

@@ -234,6 +234,36 @@ TEST(Engine, Fp16OverflowSkipsTheUpdateAndTheSchedulerAndCountsSkippedSteps) {
   EXPECT_EQ(run.final_state.counters.global_samples, 3 * options.config.train_batch_size);
 }
 
+TEST(Engine, RefusesHyperparametersThatWouldTurnIntoNaN) {
+  RealEnv real_env;
+  TrainingOptions options = make_options(ModelSpec{}, Precision::kFp32, 2, 1, 1, 100, 1);
+  options.config.optimizer.epsilon = 0.0;
+  Result<TrainingRun> run = run_training(options, 1, real_env.env());
+  ASSERT_FALSE(run.ok());
+  EXPECT_NE(run.status().message().find("eps"), std::string::npos) << run.status().message();
+  options = make_options(ModelSpec{}, Precision::kFp32, 2, 1, 1, 100, 1);
+  options.config.scheduler.warmup_max_lr = 1e300;  // not a float
+  run = run_training(options, 1, real_env.env());
+  ASSERT_FALSE(run.ok());
+  EXPECT_NE(run.status().message().find("warmup_max_lr"), std::string::npos) << run.status().message();
+  options = make_options(ModelSpec{}, Precision::kFp32, 2, 1, 1, 100, 1);
+  options.config.optimizer.beta2 = 1.0;
+  run = run_training(options, 1, real_env.env());
+  ASSERT_FALSE(run.ok());
+  EXPECT_NE(run.status().message().find("betas[1]"), std::string::npos) << run.status().message();
+}
+
+TEST(Engine, AnExceptionInARankBecomesAnErrorNotACrash) {
+  // A micro batch whose activations cannot be allocated: the rank reports it, the others are
+  // released from their collectives, and the run returns an error naming a rank.
+  TrainingOptions options = make_options(ModelSpec{}, Precision::kFp32, int64_t{1} << 40, 1, 2, 100, 1);
+  RealEnv real_env;
+  Result<TrainingRun> run = run_training(options, 1, real_env.env());
+  ASSERT_FALSE(run.ok());
+  EXPECT_EQ(run.status().code(), StatusCode::kResourceExhausted) << run.status().to_string();
+  EXPECT_NE(run.status().message().find("rank "), std::string::npos);
+}
+
 TEST(Engine, RefusesABatchThatDoesNotMatchTheWorldSize) {
   TrainingOptions options = make_options(ModelSpec{}, Precision::kFp32, 2, 2, 2, 100, 1);
   options.world_size = 3;

@@ -30,6 +30,9 @@ TEST(Mlp, SpecParsingNamesTheBadValue) {
   EXPECT_FALSE(parse_model_spec("4").ok());
   EXPECT_FALSE(parse_model_spec("4,0,3").ok());
   EXPECT_FALSE(parse_model_spec("4,1").ok());  // one class
+  EXPECT_FALSE(parse_model_spec("13,5,").ok());
+  EXPECT_FALSE(parse_model_spec("13,,5").ok());
+  EXPECT_FALSE(parse_model_spec("").ok());
 }
 
 // Loss of the model for given flat parameters, for finite differences.

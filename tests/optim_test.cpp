@@ -317,6 +317,8 @@ TEST(AdamHyperparameters, ValidationNamesTheField) {
   h = AdamHyperparameters{};
   h.epsilon = -1.0f;
   EXPECT_NE(validate_adam_hyperparameters(h).message().find("eps"), std::string::npos);
+  h.epsilon = 0.0f;  // 0/0 on zero gradients: refused
+  EXPECT_NE(validate_adam_hyperparameters(h).message().find("eps"), std::string::npos);
   h = AdamHyperparameters{};
   h.weight_decay = std::numeric_limits<float>::infinity();
   EXPECT_NE(validate_adam_hyperparameters(h).message().find("weight_decay"), std::string::npos);

@@ -1,5 +1,6 @@
 #include "tools/train_command.h"
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -97,6 +98,14 @@ Result<ResolvedConfig> load_config(const ConfigFlags& flags) {
   ZEROSIM_ASSIGN_OR_RETURN(nlohmann::json document, parse_json_text(text, source));
   for (const std::string& assignment : flags.overrides) ZEROSIM_RETURN_IF_ERROR(apply_override(document, assignment));
   RunSettings settings = flags.settings;
+  for (const auto& [flag, value] :
+       {std::pair{"--learning-rate", settings.learning_rate}, std::pair{"--adam-beta1", settings.adam_beta1},
+        std::pair{"--adam-beta2", settings.adam_beta2}, std::pair{"--adam-epsilon", settings.adam_epsilon},
+        std::pair{"--weight-decay", settings.weight_decay}, std::pair{"--max-grad-norm", settings.max_grad_norm}}) {
+    if (!std::isfinite(value) || value < 0.0) {
+      return invalid_argument(std::string(flag) + ": expected a finite value >= 0, found " + std::to_string(value));
+    }
+  }
   for (const auto& [flag, option] : flags.setting_options) {
     if (option->count() == 0) settings.defaulted_flags.push_back(flag);
   }

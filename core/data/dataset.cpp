@@ -1,6 +1,5 @@
 #include "core/data/dataset.h"
 
-#include <numeric>
 
 namespace zerosim {
 namespace {
@@ -42,27 +41,37 @@ int32_t SyntheticDataset::label(int64_t sample_index) const {
   return best_class;
 }
 
-ShuffledSampler::ShuffledSampler(const DatasetSpec& spec) : spec_(spec) {}
+ShuffledSampler::ShuffledSampler(const DatasetSpec& spec) : spec_(spec) {
+  ZEROSIM_CHECK(spec.sample_count > 0, "dataset sample count must be positive");
+  while ((uint64_t{1} << (2 * half_bits_)) < static_cast<uint64_t>(spec.sample_count)) ++half_bits_;
+}
 
 RngState ShuffledSampler::shuffle_stream_state(int64_t position) const {
   const int64_t epoch = position / spec_.sample_count;
   return RngState{spec_.seed, kShuffleStreamBase + static_cast<uint64_t>(epoch), 0};
 }
 
-int64_t ShuffledSampler::sample_at(int64_t position) {
+int64_t ShuffledSampler::sample_at(int64_t position) const {
   ZEROSIM_CHECK(position >= 0, "sampler position must be non-negative");
-  const int64_t epoch = position / spec_.sample_count;
-  if (epoch != cached_epoch_) {
-    order_.resize(static_cast<size_t>(spec_.sample_count));
-    std::iota(order_.begin(), order_.end(), int64_t{0});
-    std::unique_ptr<Rng> rng = make_counter_rng(shuffle_stream_state(position));
-    for (int64_t i = spec_.sample_count - 1; i > 0; --i) {
-      const int64_t j = static_cast<int64_t>(rng->next_below(static_cast<uint64_t>(i + 1)));
-      std::swap(order_[static_cast<size_t>(i)], order_[static_cast<size_t>(j)]);
+  const RngState stream = shuffle_stream_state(position);
+  const uint64_t mask = (uint64_t{1} << half_bits_) - 1;
+  const uint64_t count = static_cast<uint64_t>(spec_.sample_count);
+  uint64_t value = static_cast<uint64_t>(position % spec_.sample_count);
+  // Cycle walking: apply the permutation of the larger domain until the value lands inside
+  // [0, count). It terminates because the orbit of a value below count returns below count;
+  // the domain is less than 4 x count, so a few rounds suffice on average.
+  do {
+    uint64_t left = value >> half_bits_;
+    uint64_t right = value & mask;
+    for (uint64_t round = 0; round < 4; ++round) {
+      const uint64_t mixed = mix_random_bits(stream.seed, stream.stream_id, (round << 56) | right) & mask;
+      const uint64_t next_right = left ^ mixed;
+      left = right;
+      right = next_right;
     }
-    cached_epoch_ = epoch;
-  }
-  return order_[static_cast<size_t>(position % spec_.sample_count)];
+    value = (left << half_bits_) | right;
+  } while (value >= count);
+  return static_cast<int64_t>(value);
 }
 
 }  // namespace zerosim

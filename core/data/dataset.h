@@ -2,8 +2,11 @@
 //
 // Sample i is a pure function of (seed, i): features uniform in [-1, 1), and the label is
 // the argmax of a fixed random linear "teacher" applied to them, so there is a learnable
-// signal and the loss falls. The sampler's order in epoch e is a Fisher-Yates shuffle
-// driven by the RNG stream (seed, e); its whole state is the number of samples consumed,
+// signal and the loss falls. The sampler's order in epoch e is a pseudorandom permutation
+// keyed by the RNG stream (seed, e): a 4-round Feistel network on the smallest even-bit
+// domain covering the dataset, with cycle walking, so the sample at any position is computed
+// in O(1) time and memory (no per-epoch index table, whatever the dataset size or the world
+// size). Its whole state is the number of samples consumed,
 // so a checkpoint that records that number resumes the exact sample sequence, and the
 // sample at global position p is the same whatever the world size.
 #pragma once
@@ -40,14 +43,13 @@ class ShuffledSampler {
  public:
   explicit ShuffledSampler(const DatasetSpec& spec);
   // Dataset index of the sample at global position `position` (0-based over all epochs).
-  int64_t sample_at(int64_t position);
-  // The RNG stream state that produced the order of the epoch containing `position`.
+  int64_t sample_at(int64_t position) const;
+  // The RNG stream state that keys the order of the epoch containing `position`.
   RngState shuffle_stream_state(int64_t position) const;
 
  private:
   DatasetSpec spec_;
-  int64_t cached_epoch_ = -1;
-  std::vector<int64_t> order_;
+  int half_bits_ = 1;  // the Feistel halves: the domain is 2^(2*half_bits) >= sample_count
 };
 
 }  // namespace zerosim

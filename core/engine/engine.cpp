@@ -4,13 +4,27 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "core/optim/grad_clip.h"
 #include "core/zero/exact_square_sum.h"
 
 namespace zerosim {
+
+AdamHyperparameters adam_hyperparameters_from(const ResolvedConfig& config, double learning_rate) {
+  AdamHyperparameters hyperparameters;
+  hyperparameters.learning_rate = static_cast<float>(learning_rate);
+  hyperparameters.beta1 = static_cast<float>(config.optimizer.beta1);
+  hyperparameters.beta2 = static_cast<float>(config.optimizer.beta2);
+  hyperparameters.epsilon = static_cast<float>(config.optimizer.epsilon);
+  hyperparameters.weight_decay = static_cast<float>(config.optimizer.weight_decay);
+  hyperparameters.adamw_mode = config.optimizer.adam_w_mode;
+  hyperparameters.bias_correction = config.optimizer.bias_correction;
+  return hyperparameters;
+}
 
 Status validate_training_options(const TrainingOptions& options) {
   ZEROSIM_RETURN_IF_ERROR(validate_model_spec(options.model));
@@ -39,6 +53,16 @@ Status validate_training_options(const TrainingOptions& options) {
   }
   if (options.data.sample_count < 1) return invalid_argument("data: sample count must be positive");
   if (config.zero.sub_group_size < 1) return invalid_argument("zero_optimization.sub_group_size must be positive");
+  ZEROSIM_RETURN_IF_ERROR(validate_adam_hyperparameters(adam_hyperparameters_from(config, config.optimizer.learning_rate)));
+  // Every learning rate the schedule can produce must be a finite float.
+  for (const auto& [key, value] : {std::pair{"optimizer.params.lr", config.optimizer.learning_rate},
+                                   std::pair{"scheduler.params.warmup_min_lr", config.scheduler.warmup_min_lr},
+                                   std::pair{"scheduler.params.warmup_max_lr", config.scheduler.warmup_max_lr}}) {
+    if (!(value >= 0.0 && value <= static_cast<double>(std::numeric_limits<float>::max()))) {
+      return invalid_argument(std::string(key) + ": expected a finite value >= 0 that fits a float, found " +
+                              std::to_string(value));
+    }
+  }
   if (options.simd_path && !simd_path_available(*options.simd_path)) {
     return failed_precondition(std::string("SIMD path ") + simd_path_name(*options.simd_path) +
                                " is not available on this CPU");
@@ -211,18 +235,28 @@ Status RankEngine::optimizer_step(StepRecord& record) {
     return finish_step(true);
   }
 
-  // Global norm of the scaled gradient: exact per-rank bins, all-gathered and merged.
+  // Global norm of the scaled gradient: exact per-rank bins, gathered on rank 0, merged there
+  // and broadcast (W x 4 KiB on rank 0 only, 4 KiB elsewhere).
   ExactSquareSum local_sum;
   local_sum.add_squares(gradient_partition_);
-  std::vector<std::byte> local_bytes(ExactSquareSum::kSerializedBytes);
-  local_sum.serialize(std::span<std::byte, ExactSquareSum::kSerializedBytes>(local_bytes.data(), local_bytes.size()));
-  std::vector<std::byte> all_bytes(local_bytes.size() * static_cast<size_t>(comm_.world_size()));
-  ZEROSIM_RETURN_IF_ERROR(comm_.all_gather(local_bytes, all_bytes));
-  ExactSquareSum global_sum;
-  for (int source = 0; source < comm_.world_size(); ++source) {
-    global_sum.merge(ExactSquareSum::deserialize(std::span<const std::byte, ExactSquareSum::kSerializedBytes>(
-        all_bytes.data() + static_cast<size_t>(source) * local_bytes.size(), local_bytes.size())));
+  constexpr size_t kBinBytes = ExactSquareSum::kSerializedBytes;
+  std::vector<std::byte> local_bytes(kBinBytes);
+  local_sum.serialize(std::span<std::byte, kBinBytes>(local_bytes.data(), kBinBytes));
+  const bool is_root = comm_.rank() == 0;
+  std::vector<std::byte> gathered_bytes(is_root ? kBinBytes * static_cast<size_t>(comm_.world_size()) : 0);
+  ZEROSIM_RETURN_IF_ERROR(comm_.gather(local_bytes, gathered_bytes, 0));
+  std::vector<std::byte> global_bytes(kBinBytes);
+  if (is_root) {
+    ExactSquareSum merged;
+    for (int source = 0; source < comm_.world_size(); ++source) {
+      merged.merge(ExactSquareSum::deserialize(
+          std::span<const std::byte, kBinBytes>(gathered_bytes.data() + static_cast<size_t>(source) * kBinBytes, kBinBytes)));
+    }
+    merged.serialize(std::span<std::byte, kBinBytes>(global_bytes.data(), kBinBytes));
   }
+  ZEROSIM_RETURN_IF_ERROR(comm_.broadcast(global_bytes, 0));
+  const ExactSquareSum global_sum =
+      ExactSquareSum::deserialize(std::span<const std::byte, kBinBytes>(global_bytes.data(), kBinBytes));
   const double scaled_norm = std::sqrt(global_sum.to_double());
   const bool norm_finite = std::isfinite(scaled_norm);
   // DeepSpeed masks a non-finite norm to -1, which makes the clip factor 1 (§3.4).
@@ -230,16 +264,9 @@ Status RankEngine::optimizer_step(StepRecord& record) {
   const float grad_multiplier =
       compute_unscale_and_clip(norm_finite ? scaled_norm : -1.0, loss_scale, config.gradient_clipping).grad_multiplier;
 
-  AdamHyperparameters hyperparameters;
-  hyperparameters.learning_rate = static_cast<float>(record.learning_rate);
-  hyperparameters.beta1 = static_cast<float>(config.optimizer.beta1);
-  hyperparameters.beta2 = static_cast<float>(config.optimizer.beta2);
-  hyperparameters.epsilon = static_cast<float>(config.optimizer.epsilon);
-  hyperparameters.weight_decay = static_cast<float>(config.optimizer.weight_decay);
-  hyperparameters.adamw_mode = config.optimizer.adam_w_mode;
-  hyperparameters.bias_correction = config.optimizer.bias_correction;
   ++counters_.optimizer_steps;
-  const AdamStepScalars scalars = make_adam_step_scalars(hyperparameters, counters_.optimizer_steps);
+  const AdamStepScalars scalars =
+      make_adam_step_scalars(adam_hyperparameters_from(config, record.learning_rate), counters_.optimizer_steps);
   const size_t element_bytes = dtype_size_bytes(model_dtype_);
   for (const SubGroup& group : layout_.sub_groups) {
     const size_t offset = static_cast<size_t>(group.flat_offset);
@@ -274,52 +301,53 @@ Result<StepRecord> RankEngine::train_step() {
   return record;
 }
 
-Result<std::vector<float>> RankEngine::gather_flat(std::span<const float> partition, int64_t) {
-  std::vector<float> all(partition.size() * static_cast<size_t>(comm_.world_size()));
-  ZEROSIM_RETURN_IF_ERROR(comm_.all_gather(std::as_bytes(partition), std::as_writable_bytes(std::span<float>(all))));
+Result<std::vector<float>> RankEngine::gather_flat(std::span<const float> partition) {
+  std::vector<float> all(comm_.rank() == 0 ? partition.size() * static_cast<size_t>(comm_.world_size()) : 0);
+  ZEROSIM_RETURN_IF_ERROR(comm_.gather(std::as_bytes(partition), std::as_writable_bytes(std::span<float>(all)), 0));
   return all;
 }
 
 Result<FullTrainingState> RankEngine::gather_state() {
+  // Every rank takes part in the gathers; only rank 0 receives and assembles the state, so
+  // memory is W x partition on rank 0 only.
+  ZEROSIM_ASSIGN_OR_RETURN(std::vector<float> all_master, gather_flat(master_));
+  ZEROSIM_ASSIGN_OR_RETURN(std::vector<float> all_exp_avg, gather_flat(exp_avg_));
+  ZEROSIM_ASSIGN_OR_RETURN(std::vector<float> all_exp_avg_sq, gather_flat(exp_avg_sq_));
+  const int world_size = comm_.world_size();
+  std::vector<std::byte> all_params(comm_.rank() == 0 ? param_partition_.size() * static_cast<size_t>(world_size) : 0);
+  ZEROSIM_RETURN_IF_ERROR(comm_.gather(param_partition_, all_params, 0));
+  if (comm_.rank() != 0) return FullTrainingState{};
+
   FullTrainingState state;
   state.parameters = parameters_;
   state.model_dtype = model_dtype_;
   const size_t flat = static_cast<size_t>(layout_.flat_element_count);
-  const int world_size = comm_.world_size();
-
-  auto unflatten = [&](const std::vector<float>& all, std::vector<std::vector<float>>& out) {
+  // Copies each rank's owned slice of every parameter out of the concatenated flat buffers.
+  auto unflatten = [&](const std::byte* all, size_t element_bytes, std::vector<std::vector<std::byte>>& out) {
     out.resize(parameters_.size());
     for (size_t p = 0; p < parameters_.size(); ++p) {
       const ParameterPartition& partition = layout_.parameters[p];
-      out[p].resize(static_cast<size_t>(partition.element_count));
+      out[p].resize(static_cast<size_t>(partition.element_count) * element_bytes);
       for (int source = 0; source < world_size; ++source) {
-        const int64_t count = partition.owned_count(source);
-        std::copy_n(all.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(source) * flat + partition.flat_offset),
-                    count, out[p].begin() + partition.owned_begin(source));
+        const size_t from = (static_cast<size_t>(source) * flat + static_cast<size_t>(partition.flat_offset)) * element_bytes;
+        std::memcpy(out[p].data() + static_cast<size_t>(partition.owned_begin(source)) * element_bytes, all + from,
+                    static_cast<size_t>(partition.owned_count(source)) * element_bytes);
       }
     }
   };
-  ZEROSIM_ASSIGN_OR_RETURN(std::vector<float> all_master, gather_flat(master_, 0));
-  unflatten(all_master, state.master);
-  ZEROSIM_ASSIGN_OR_RETURN(std::vector<float> all_exp_avg, gather_flat(exp_avg_, 0));
-  unflatten(all_exp_avg, state.exp_avg);
-  ZEROSIM_ASSIGN_OR_RETURN(std::vector<float> all_exp_avg_sq, gather_flat(exp_avg_sq_, 0));
-  unflatten(all_exp_avg_sq, state.exp_avg_sq);
-
-  const size_t element_bytes = dtype_size_bytes(model_dtype_);
-  std::vector<std::byte> all_params(param_partition_.size() * static_cast<size_t>(world_size));
-  ZEROSIM_RETURN_IF_ERROR(comm_.all_gather(param_partition_, all_params));
-  state.params.resize(parameters_.size());
-  for (size_t p = 0; p < parameters_.size(); ++p) {
-    const ParameterPartition& partition = layout_.parameters[p];
-    state.params[p].resize(static_cast<size_t>(partition.element_count) * element_bytes);
-    for (int source = 0; source < world_size; ++source) {
-      const size_t from = (static_cast<size_t>(source) * flat + static_cast<size_t>(partition.flat_offset)) * element_bytes;
-      std::copy_n(all_params.begin() + static_cast<ptrdiff_t>(from),
-                  static_cast<size_t>(partition.owned_count(source)) * element_bytes,
-                  state.params[p].begin() + static_cast<ptrdiff_t>(static_cast<size_t>(partition.owned_begin(source)) * element_bytes));
+  auto unflatten_floats = [&](const std::vector<float>& all, std::vector<std::vector<float>>& out) {
+    std::vector<std::vector<std::byte>> bytes;
+    unflatten(reinterpret_cast<const std::byte*>(all.data()), sizeof(float), bytes);
+    out.resize(bytes.size());
+    for (size_t p = 0; p < bytes.size(); ++p) {
+      out[p].resize(bytes[p].size() / sizeof(float));
+      std::memcpy(out[p].data(), bytes[p].data(), bytes[p].size());
     }
-  }
+  };
+  unflatten_floats(all_master, state.master);
+  unflatten_floats(all_exp_avg, state.exp_avg);
+  unflatten_floats(all_exp_avg_sq, state.exp_avg_sq);
+  unflatten(all_params.data(), dtype_size_bytes(model_dtype_), state.params);
 
   state.counters = counters_;
   state.scheduler_last_batch_iteration = scheduler_->last_batch_iteration();
@@ -450,21 +478,27 @@ Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_co
     }
   };
 
-  auto rank_main = [&](int rank) {
+  auto run_rank = [&](int rank) -> Status {
     RankEngine engine(options, world.comm(rank), env);
-    Status status = engine.initialize();
-    for (int64_t step = 0; status.ok() && step < step_count; ++step) {
-      Result<StepRecord> record = engine.train_step();
-      if (!record.ok()) {
-        status = record.status();
-        break;
-      }
-      if (rank == 0) run.steps.push_back(*record);
+    ZEROSIM_RETURN_IF_ERROR(engine.initialize());
+    for (int64_t step = 0; step < step_count; ++step) {
+      ZEROSIM_ASSIGN_OR_RETURN(StepRecord record, engine.train_step());
+      if (rank == 0) run.steps.push_back(record);
     }
-    if (status.ok()) {
-      Result<FullTrainingState> state = engine.gather_state();
-      if (!state.ok()) status = state.status();
-      else if (rank == 0) run.final_state = std::move(state).value();
+    ZEROSIM_ASSIGN_OR_RETURN(FullTrainingState state, engine.gather_state());
+    if (rank == 0) run.final_state = std::move(state);
+    return Status();
+  };
+  // A rank never lets an exception escape its thread: an allocation failure becomes an error
+  // on that rank, and the world is aborted so that no other rank waits for it forever.
+  auto rank_main = [&](int rank) {
+    Status status;
+    try {
+      status = run_rank(rank);
+    } catch (const std::bad_alloc&) {
+      status = resource_exhausted("out of memory (model, batch or world size too large for this machine)");
+    } catch (const std::exception& error) {
+      status = internal_error(std::string("unexpected exception: ") + error.what());
     }
     if (!status.ok()) {
       record_error(Status(status.code(), "rank " + std::to_string(rank) + ": " + status.message()));
@@ -473,8 +507,18 @@ Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_co
   };
 
   std::vector<std::thread> threads;
-  for (int rank = 1; rank < options.world_size; ++rank) threads.emplace_back(rank_main, rank);
-  rank_main(0);
+  threads.reserve(static_cast<size_t>(options.world_size));
+  for (int rank = 1; rank < options.world_size; ++rank) {
+    try {
+      threads.emplace_back(rank_main, rank);
+    } catch (const std::system_error& error) {
+      record_error(resource_exhausted("cannot start the thread of rank " + std::to_string(rank) + " of " +
+                                      std::to_string(options.world_size) + ": " + error.what()));
+      world.abort();
+      break;
+    }
+  }
+  if (!world.aborted()) rank_main(0);
   for (std::thread& thread : threads) thread.join();
   if (!first_error.ok()) return first_error;
   run.digests = digest_training_state(run.final_state);

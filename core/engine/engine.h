@@ -49,7 +49,12 @@ struct TrainingOptions {
   std::optional<SimdPath> simd_path;
 };
 
-// Checks that the pieces fit: world size, batch arithmetic, model against data.
+// The optimizer's knobs from the config, with the learning rate of this step (cast to float
+// once, here, as DeepSpeed hands it to its kernel).
+AdamHyperparameters adam_hyperparameters_from(const ResolvedConfig& config, double learning_rate);
+
+// Checks that the pieces fit: world size, batch arithmetic, model against data, optimizer
+// hyperparameters and every learning rate of the schedule.
 Status validate_training_options(const TrainingOptions& options);
 
 struct StepRecord {
@@ -102,7 +107,7 @@ class RankEngine {
   Status initialize();
   // One optimizer step (gradient_accumulation_steps micro-steps). Collective.
   Result<StepRecord> train_step();
-  // Gathers the full state; every rank gets it. Collective.
+  // Gathers the full state on rank 0 (other ranks return an empty state). Collective.
   Result<FullTrainingState> gather_state();
 
   const PartitionLayout& layout() const { return layout_; }
@@ -118,7 +123,7 @@ class RankEngine {
   Status reduce_scatter_layer(int64_t layer_index, const std::vector<std::vector<float>>& full_gradients);
   Result<float> micro_step(int64_t micro_step_index);
   Status optimizer_step(StepRecord& record);
-  Result<std::vector<float>> gather_flat(std::span<const float> partition, int64_t parameter_index_unused);
+  Result<std::vector<float>> gather_flat(std::span<const float> partition);
 
   TrainingOptions options_;
   Comm& comm_;

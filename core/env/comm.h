@@ -2,7 +2,9 @@
 //
 // Every collective is called by all ranks in the same order (as with NCCL). A collective
 // that cannot complete because the world was aborted (a rank failed, or the simulator
-// crashed the world) returns kAborted on every rank instead of blocking forever.
+// crashed the world) returns kAborted on every rank instead of blocking forever. Once every
+// rank has entered a collective it completes (abort takes effect at the next one), so no
+// rank frees a buffer that another is still reading.
 //
 // Determinism: the only reduction that reaches training state is
 // reduce_scatter_accumulate, and it folds contributions in rank order (see below), never in
@@ -28,6 +30,10 @@ class Comm {
 
   // receive = concatenation over ranks 0..W-1 of every rank's `send` (all the same size).
   virtual Status all_gather(std::span<const std::byte> send, std::span<std::byte> receive) = 0;
+
+  // On root_rank: receive = concatenation over ranks of every rank's `send`. Other ranks
+  // pass an empty `receive`. Memory is W x send on the root only.
+  virtual Status gather(std::span<const std::byte> send, std::span<std::byte> receive, int root_rank) = 0;
 
   // The gradient collective. `send` holds W consecutive chunks of chunk_element_count
   // elements of `dtype`; chunk j is this rank's contribution to rank j's slice. On return,

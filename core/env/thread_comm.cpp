@@ -13,10 +13,13 @@ namespace zerosim {
 struct ThreadCommWorld::Shared {
   explicit Shared(int size) : world_size(size), send_slots(size), send_sizes(size) {}
 
-  // Returns false when the world was aborted.
-  bool wait_for_all() {
+  // Returns false when the world was aborted. An abortable wait (the first barrier of a
+  // collective) gives up on abort; the second barrier does not: once every rank has
+  // published, every rank is past the point of failure and only copying, so all of them
+  // must arrive before any rank may free the buffer that others are reading.
+  bool wait_for_all(bool abortable = true) {
     std::unique_lock lock(mutex);
-    if (aborted) return false;
+    if (abortable && aborted) return false;
     const uint64_t my_generation = generation;
     if (++arrived == world_size) {
       arrived = 0;
@@ -24,8 +27,8 @@ struct ThreadCommWorld::Shared {
       wake_all.notify_all();
       return true;
     }
-    wake_all.wait(lock, [&] { return generation != my_generation || aborted; });
-    return !aborted || generation != my_generation;
+    wake_all.wait(lock, [&] { return generation != my_generation || (abortable && aborted); });
+    return generation != my_generation;
   }
 
   void abort() {
@@ -68,8 +71,8 @@ class ThreadComm final : public Comm {
     const size_t element_bytes = dtype_size_bytes(dtype);
     ZEROSIM_CHECK(send.size() == chunk_element_count * element_bytes * world_size(), "reduce_scatter send size");
     ZEROSIM_CHECK(accumulator.size() == chunk_element_count, "reduce_scatter accumulator size");
+    widened_.resize(chunk_element_count);  // allocate before publishing: nothing may fail after
     ZEROSIM_RETURN_IF_ERROR(publish(send.data(), send.size()));
-    widened_.resize(chunk_element_count);
     for (int source = 0; source < world_size(); ++source) {
       ZEROSIM_CHECK(shared_.send_sizes[source] == send.size(), "reduce_scatter: ranks disagree on the size");
       const auto* chunk = static_cast<const std::byte*>(shared_.send_slots[source]) +
@@ -80,9 +83,24 @@ class ThreadComm final : public Comm {
     return finish();
   }
 
+  Status gather(std::span<const std::byte> send, std::span<std::byte> receive, int root_rank) override {
+    ZEROSIM_CHECK(root_rank >= 0 && root_rank < world_size(), "gather root rank out of range");
+    if (rank_ == root_rank) {
+      ZEROSIM_CHECK(receive.size() == send.size() * static_cast<size_t>(world_size()), "gather receive size");
+    }
+    ZEROSIM_RETURN_IF_ERROR(publish(send.data(), send.size()));
+    if (rank_ == root_rank) {
+      for (int source = 0; source < world_size(); ++source) {
+        ZEROSIM_CHECK(shared_.send_sizes[source] == send.size(), "gather: ranks disagree on the size");
+        if (!send.empty()) std::memcpy(receive.data() + source * send.size(), shared_.send_slots[source], send.size());
+      }
+    }
+    return finish();
+  }
+
   Status all_reduce_max(std::span<double> values) override {
+    result_.assign(values.begin(), values.end());  // allocate before publishing
     ZEROSIM_RETURN_IF_ERROR(publish(values.data(), values.size_bytes()));
-    result_.assign(values.begin(), values.end());
     for (int source = 0; source < world_size(); ++source) {
       ZEROSIM_CHECK(shared_.send_sizes[source] == values.size_bytes(), "all_reduce_max: ranks disagree on the size");
       const auto* other = static_cast<const double*>(shared_.send_slots[source]);
@@ -127,7 +145,8 @@ class ThreadComm final : public Comm {
   }
 
   Status finish() {
-    if (!shared_.wait_for_all()) return aborted_status("finish");
+    const bool completed = shared_.wait_for_all(/*abortable=*/false);
+    ZEROSIM_CHECK(completed, "the second barrier of a collective cannot be aborted");
     return Status();
   }
 

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "core/env/rng.h"
+#include "core/tensor/portable_math.h"
 
 namespace zerosim {
 
@@ -37,6 +38,9 @@ std::string model_spec_to_string(const ModelSpec& spec) {
 Result<ModelSpec> parse_model_spec(const std::string& text) {
   ModelSpec spec;
   spec.layer_widths.clear();
+  if (text.empty() || text.back() == ',') {
+    return invalid_argument("model: '" + text + "' has an empty width; give widths like 13,37,5");
+  }
   std::stringstream stream(text);
   std::string item;
   while (std::getline(stream, item, ',')) {
@@ -116,11 +120,11 @@ float softmax_cross_entropy(const MlpActivations& activations, std::span<const i
     for (int64_t c = 1; c < classes; ++c) maximum = z[c] > maximum ? z[c] : maximum;
     float exp_sum = 0.0f;
     for (int64_t c = 0; c < classes; ++c) {
-      exponentials[static_cast<size_t>(c)] = std::exp(z[c] - maximum);
+      exponentials[static_cast<size_t>(c)] = portable_expf(z[c] - maximum);
       exp_sum = exp_sum + exponentials[static_cast<size_t>(c)];
     }
     const int32_t label = labels[static_cast<size_t>(s)];
-    loss_sum = loss_sum + (std::log(exp_sum) - (z[label] - maximum));
+    loss_sum = loss_sum + (portable_logf(exp_sum) - (z[label] - maximum));
     float* dz = &logits_gradient[static_cast<size_t>(s * classes)];
     for (int64_t c = 0; c < classes; ++c) {
       const float probability = exponentials[static_cast<size_t>(c)] / exp_sum;

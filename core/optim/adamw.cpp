@@ -28,8 +28,10 @@ Status validate_adam_hyperparameters(const AdamHyperparameters& hyperparameters)
     return describe("betas[1]", hyperparameters.beta2, "a value in [0, 1)");
   if (!(hyperparameters.learning_rate >= 0.0f && std::isfinite(hyperparameters.learning_rate)))
     return describe("lr", hyperparameters.learning_rate, "a finite value >= 0");
-  if (!(hyperparameters.epsilon >= 0.0f && std::isfinite(hyperparameters.epsilon)))
-    return describe("eps", hyperparameters.epsilon, "a finite value >= 0");
+  // eps = 0 makes every element whose gradient and moments are zero (partition padding, a
+  // dead unit) compute 0/0 = NaN: refused rather than run into silently wrong weights.
+  if (!(hyperparameters.epsilon > 0.0f && std::isfinite(hyperparameters.epsilon)))
+    return describe("eps", hyperparameters.epsilon, "a finite value > 0 (0 turns zero gradients into NaN)");
   if (!(hyperparameters.weight_decay >= 0.0f && std::isfinite(hyperparameters.weight_decay)))
     return describe("weight_decay", hyperparameters.weight_decay, "a finite value >= 0");
   return Status::ok_status();
