@@ -253,15 +253,46 @@ TEST(Engine, RefusesHyperparametersThatWouldTurnIntoNaN) {
   EXPECT_NE(run.status().message().find("betas[1]"), std::string::npos) << run.status().message();
 }
 
+// Throws std::bad_alloc on one rank at one crash point, as an allocation deep in a step would.
+class ThrowingCrashPoints final : public CrashPointHook {
+ public:
+  ThrowingCrashPoints(std::string site, int rank) : site_(std::move(site)), rank_(rank) {}
+  void hit(std::string_view site, int rank) override {
+    if (site == site_ && rank == rank_) throw std::bad_alloc();
+  }
+
+ private:
+  std::string site_;
+  int rank_;
+};
+
 TEST(Engine, AnExceptionInARankBecomesAnErrorNotACrash) {
-  // A micro batch whose activations cannot be allocated: the rank reports it, the others are
-  // released from their collectives, and the run returns an error naming a rank.
+  // Rank 2 fails between its sub-group updates while the others go on to the next step's
+  // collectives: they must be released, and the run must return an error naming rank 2.
+  TrainingOptions options = make_options(ModelSpec{}, Precision::kFp32, 2, 1, 4, 10, 1);
+  RealEnv real_env;
+  ThrowingCrashPoints crash_points("optimizer.sub_group_stepped", 2);
+  Env env = real_env.env();
+  env.crash_points = &crash_points;
+  Result<TrainingRun> run = run_training(options, 3, env);
+  ASSERT_FALSE(run.ok());
+  EXPECT_EQ(run.status().code(), StatusCode::kResourceExhausted) << run.status().to_string();
+  EXPECT_NE(run.status().message().find("rank 2"), std::string::npos) << run.status().message();
+}
+
+TEST(Engine, RefusesARunThatCannotFitTheMemoryLimit) {
   TrainingOptions options = make_options(ModelSpec{}, Precision::kFp32, int64_t{1} << 40, 1, 2, 100, 1);
+  options.memory_limit_bytes = uint64_t{64} << 30;
   RealEnv real_env;
   Result<TrainingRun> run = run_training(options, 1, real_env.env());
   ASSERT_FALSE(run.ok());
   EXPECT_EQ(run.status().code(), StatusCode::kResourceExhausted) << run.status().to_string();
-  EXPECT_NE(run.status().message().find("rank "), std::string::npos);
+  EXPECT_NE(run.status().message().find("micro batch"), std::string::npos) << run.status().message();
+  // The default shape fits easily.
+  options = make_options(ModelSpec{}, Precision::kFp32, 4, 1, 2, 100, 1);
+  options.memory_limit_bytes = uint64_t{64} << 30;
+  EXPECT_TRUE(run_training(options, 1, real_env.env()).ok());
+  EXPECT_LT(estimate_rank_memory_bytes(options), uint64_t{4} << 20);
 }
 
 TEST(Engine, RefusesABatchThatDoesNotMatchTheWorldSize) {

@@ -1,5 +1,7 @@
 #include "tools/train_command.h"
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -187,6 +189,11 @@ int run_train_command(const TrainFlags& flags) {
   options.data.feature_count = model->layer_widths.front();
   options.data.class_count = model->layer_widths.back();
   options.data.seed = flags.seed;
+
+  // Refuse up front what cannot fit this machine's memory (the estimate is in the error).
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page_size = ::sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page_size > 0) options.memory_limit_bytes = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size);
 
   RealEnv real_env;
   Result<TrainingRun> run = run_training(options, flags.steps, real_env.env());

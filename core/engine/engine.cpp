@@ -26,6 +26,27 @@ AdamHyperparameters adam_hyperparameters_from(const ResolvedConfig& config, doub
   return hyperparameters;
 }
 
+uint64_t estimate_rank_memory_bytes(const TrainingOptions& options) {
+  // Saturating arithmetic in long double: the point is to refuse absurd sizes, not to overflow.
+  const long double world = options.world_size;
+  long double total_elements = 0, largest_layer = 0, activation_width = 0;
+  for (size_t l = 0; l + 1 < options.model.layer_widths.size(); ++l) {
+    const long double in = static_cast<long double>(options.model.layer_widths[l]);
+    const long double out = static_cast<long double>(options.model.layer_widths[l + 1]);
+    total_elements += in * out + out;
+    largest_layer = std::max(largest_layer, in * out + out);
+    activation_width += in + 2 * out;
+  }
+  const long double partition_elements = total_elements / world + static_cast<long double>(2 * options.model.layer_widths.size());
+  const long double flat_bytes = partition_elements * (4 * 4 + 4);               // master, m, v, grad + params
+  const long double gathered_layer_bytes = (largest_layer + world) * 4 * 3;       // receive + fp32 copies + grads
+  const long double exchange_bytes = (largest_layer + world) * 4 * 2;             // gradient send buffer
+  const long double activation_bytes =
+      static_cast<long double>(options.config.micro_batch_size) * (activation_width + 2) * 4 * 2;
+  const long double estimate = flat_bytes + gathered_layer_bytes + exchange_bytes + activation_bytes + (1 << 20);
+  return estimate >= 1.8e19L ? UINT64_MAX : static_cast<uint64_t>(estimate);
+}
+
 Status validate_training_options(const TrainingOptions& options) {
   ZEROSIM_RETURN_IF_ERROR(validate_model_spec(options.model));
   const ResolvedConfig& config = options.config;
@@ -63,6 +84,17 @@ Status validate_training_options(const TrainingOptions& options) {
                               std::to_string(value));
     }
   }
+  if (options.memory_limit_bytes > 0) {
+    const uint64_t per_rank = estimate_rank_memory_bytes(options);
+    const long double total = static_cast<long double>(per_rank) * options.world_size;
+    if (total > static_cast<long double>(options.memory_limit_bytes)) {
+      return resource_exhausted("the run needs about " + std::to_string(static_cast<double>(total) / 1073741824.0) +
+                                " GiB of host memory (" + std::to_string(per_rank) + " bytes per rank x " +
+                                std::to_string(options.world_size) + " ranks) but the limit is " +
+                                std::to_string(static_cast<double>(options.memory_limit_bytes) / 1073741824.0) +
+                                " GiB: reduce the model widths, the micro batch or the world size");
+    }
+  }
   if (options.simd_path && !simd_path_available(*options.simd_path)) {
     return failed_precondition(std::string("SIMD path ") + simd_path_name(*options.simd_path) +
                                " is not available on this CPU");
@@ -76,6 +108,8 @@ RankEngine::RankEngine(const TrainingOptions& options, Comm& comm, Env env)
 Status RankEngine::initialize() {
   ZEROSIM_RETURN_IF_ERROR(validate_training_options(options_));
   ZEROSIM_CHECK(comm_.world_size() == options_.world_size, "comm world size differs from the options");
+  ZEROSIM_CHECK(env_.disk != nullptr && env_.clock != nullptr && env_.crash_points != nullptr,
+                "the Env must provide every seam");
   const ResolvedConfig& config = options_.config;
   model_dtype_ = config.precision;
   communication_dtype_ = config.communication_dtype;
@@ -274,11 +308,13 @@ Status RankEngine::optimizer_step(StepRecord& record) {
     adam_update(simd_path_, scalars, grad_multiplier, master_.data() + offset, gradient_partition_.data() + offset,
                 exp_avg_.data() + offset, exp_avg_sq_.data() + offset, count);
     cast_from_fp32(model_dtype_, master_.data() + offset, param_partition_.data() + offset * element_bytes, count);
+    env_.crash_points->hit("optimizer.sub_group_stepped", comm_.rank());
   }
   return finish_step(false);
 }
 
 Result<StepRecord> RankEngine::train_step() {
+  env_.crash_points->hit("engine.step_begin", comm_.rank());
   StepRecord record;
   record.step = counters_.global_steps + 1;
   const int64_t accumulation = options_.config.gradient_accumulation_steps;
@@ -298,6 +334,7 @@ Result<StepRecord> RankEngine::train_step() {
   }
   record.loss = loss_sum / static_cast<float>(accumulation * world_size);
   ZEROSIM_RETURN_IF_ERROR(optimizer_step(record));
+  env_.crash_points->hit("engine.step_end", comm_.rank());
   return record;
 }
 

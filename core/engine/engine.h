@@ -1,5 +1,8 @@
 // The ZeRO-3 training engine of one rank, and a driver that runs W ranks on threads.
 //
+// Crash points (Env::crash_points), hit on every rank: "engine.step_begin",
+// "optimizer.sub_group_stepped" (after each sub-group's update), "engine.step_end".
+//
 // One optimizer step (DeepSpeed's order, deepspeed-semantics.md §1.5-1.7, §3):
 //   for each of the gradient_accumulation_steps micro-steps k, rank r takes global
 //   micro-batch m = k*W + r: per layer, all-gather the 16-bit partitions, forward, release;
@@ -47,7 +50,15 @@ struct TrainingOptions {
   int world_size = 1;
   // Force one SIMD path for the optimizer (tests); empty = the widest available.
   std::optional<SimdPath> simd_path;
+  // Host memory the W ranks together may use; 0 = no limit. The command line sets it from the
+  // machine's physical memory so that an impossible model, batch or world size is refused up
+  // front with the estimate, instead of being killed by the OOM killer mid-run.
+  uint64_t memory_limit_bytes = 0;
 };
+
+// An upper estimate of one rank's host memory for these options: its flat partitions, the
+// activations of one micro-batch, one gathered layer and the gradient exchange buffers.
+uint64_t estimate_rank_memory_bytes(const TrainingOptions& options);
 
 // The optimizer's knobs from the config, with the learning rate of this step (cast to float
 // once, here, as DeepSpeed hands it to its kernel).
