@@ -8,6 +8,8 @@
 #include <iostream>
 #include <sstream>
 
+#include <xxhash.h>
+
 #include "core/engine/engine.h"
 #include "tools/default_config.h"
 
@@ -174,10 +176,9 @@ int run_train_command(const TrainFlags& flags) {
     std::fprintf(stderr, "zerosim: note: zero_optimization.stage is %lld; zerosim partitions as stage 3 "
                  "(the results are the same bits)\n", static_cast<long long>(config->zero.stage));
   }
-  if (config->zero.offload_optimizer.device == OffloadDevice::kNvme ||
-      config->zero.offload_param.device == OffloadDevice::kNvme) {
-    std::fprintf(stderr, "zerosim: note: NVMe offload is configured; the swapper is not built yet ([swap] issue), "
-                 "so this run keeps the state in host memory (results are the same bits)\n");
+  if (config->zero.offload_param.device == OffloadDevice::kNvme) {
+    std::fprintf(stderr, "zerosim: note: offload_param.device is \"nvme\"; swapping the 16-bit parameters is not "
+                 "built yet, so they stay in host memory (results are the same bits)\n");
   }
 
   TrainingOptions options;
@@ -189,6 +190,19 @@ int run_train_command(const TrainFlags& flags) {
   options.data.feature_count = model->layer_widths.front();
   options.data.class_count = model->layer_widths.back();
   options.data.seed = flags.seed;
+  if (!flags.run_id.empty()) {
+    options.run_id = flags.run_id;
+  } else {
+    // Default: a digest of everything that determines the run, so a rerun of the same command
+    // finds the same directory and another run does not.
+    const std::string identity = options.config.resolved.dump() + "|" + flags.model_text + "|" +
+                                 std::to_string(flags.seed) + "|" + std::to_string(options.world_size) + "|" +
+                                 std::to_string(flags.dataset_size);
+    char buffer[32];
+    std::snprintf(buffer, sizeof buffer, "run-%016llx",
+                  static_cast<unsigned long long>(XXH3_64bits(identity.data(), identity.size())));
+    options.run_id = buffer;
+  }
 
   // Refuse up front what cannot fit this machine's memory (the estimate is in the error).
   const long pages = ::sysconf(_SC_PHYS_PAGES);
@@ -201,6 +215,7 @@ int run_train_command(const TrainFlags& flags) {
     std::fprintf(stderr, "zerosim: training failed: %s\n", run.status().to_string().c_str());
     return exit_code_for(run.status());
   }
+  for (const std::string& note : run->notes) std::fprintf(stderr, "zerosim: note: %s\n", note.c_str());
   if (flags.json) {
     nlohmann::json output;
     output["steps"] = nlohmann::json::array();

@@ -33,6 +33,7 @@ struct TrainFlags {
   uint64_t seed = 1234;
   std::string model_text = "13,37,29,5";
   int64_t dataset_size = 4096;
+  std::string run_id;  // empty: derived from the config, model, seed and world size
   bool json = false;
 };
 

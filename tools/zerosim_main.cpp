@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
   train->add_option("--model", train_flags.model_text, "MLP layer widths: input,hidden...,classes");
   train->add_option("--dataset-size", train_flags.dataset_size, "Samples in the synthetic dataset")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  train->add_option("--run-id", train_flags.run_id,
+                    "Name of this run's swap directory under nvme_path (default: a digest of the run's settings)");
   train->add_flag("--json", train_flags.json, "Print one JSON object: steps, state_digest, component_digests");
 
   CLI::App* config = app.add_subcommand("config", "Inspect DeepSpeed configs");

@@ -118,24 +118,60 @@ Status RankEngine::initialize() {
   layout_ = make_partition_layout(parameters_, comm_.world_size(), config.zero.sub_group_size);
 
   const size_t flat = static_cast<size_t>(layout_.flat_element_count);
-  master_.assign(flat, 0.0f);
-  exp_avg_.assign(flat, 0.0f);
-  exp_avg_sq_.assign(flat, 0.0f);
   gradient_partition_.assign(flat, 0.0f);
   param_partition_.assign(flat * dtype_size_bytes(model_dtype_), std::byte{0});
+  const OffloadConfig& offload = config.zero.offload_optimizer;
+  if (offload.device == OffloadDevice::kNvme) {
+    OptimizerSwapperOptions swap_options;
+    swap_options.nvme_path = offload.nvme_path;
+    swap_options.run_id = options_.run_id;
+    swap_options.rank = comm_.rank();
+    swap_options.world_size = comm_.world_size();
+    for (const SubGroup& group : layout_.sub_groups) swap_options.sub_group_element_counts.push_back(group.element_count);
+    swap_options.aio.block_size_bytes = config.aio.block_size;
+    swap_options.aio.queue_depth = config.aio.queue_depth;
+    swap_options.aio.intra_op_parallelism = config.aio.intra_op_parallelism;
+    swap_options.aio.single_submit = config.aio.single_submit;
+    swap_options.aio.overlap_events = config.aio.overlap_events;
+    swap_options.buffer_count = offload.buffer_count;
+    swap_options.pin_memory = offload.pin_memory;
+    swap_options.pipeline_read = offload.pipeline_read;
+    swap_options.pipeline_write = offload.pipeline_write;
+    ZEROSIM_ASSIGN_OR_RETURN(swapper_, OptimizerSwapper::create(*env_.disk, swap_options, &swap_engine_note_));
+  } else {
+    // "cpu" and no offload both keep the state in host memory: on CPU ranks they are the same.
+    master_.assign(flat, 0.0f);
+    exp_avg_.assign(flat, 0.0f);
+    exp_avg_sq_.assign(flat, 0.0f);
+  }
 
   // The fp32 master starts as the 16-bit parameter widened (DeepSpeed builds it from the
-  // 16-bit partition), so master and model weights agree from step 0.
+  // 16-bit partition), so master and model weights agree from step 0. Built one sub-group at
+  // a time, so that with NVMe offload no full-size master ever exists in memory.
   const int rank = comm_.rank();
-  for (size_t p = 0; p < layout_.parameters.size(); ++p) {
-    const ParameterPartition& partition = layout_.parameters[p];
-    const int64_t begin = partition.owned_begin(rank);
-    for (int64_t k = 0; k < partition.owned_count(rank); ++k) {
-      const float initial = mlp_initial_value(options_.model, options_.seed, static_cast<int64_t>(p), begin + k);
-      master_[static_cast<size_t>(partition.flat_offset + k)] = round_through(model_dtype_, initial);
+  const size_t element_bytes = dtype_size_bytes(model_dtype_);
+  std::vector<float> group_master;
+  for (size_t g = 0; g < layout_.sub_groups.size(); ++g) {
+    const SubGroup& group = layout_.sub_groups[g];
+    group_master.assign(static_cast<size_t>(group.element_count), 0.0f);
+    for (int64_t p = group.first_parameter; p < group.end_parameter; ++p) {
+      const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
+      const int64_t begin = partition.owned_begin(rank);
+      for (int64_t k = 0; k < partition.owned_count(rank); ++k) {
+        const float initial = mlp_initial_value(options_.model, options_.seed, p, begin + k);
+        group_master[static_cast<size_t>(partition.flat_offset - group.flat_offset + k)] =
+            round_through(model_dtype_, initial);
+      }
+    }
+    const size_t offset = static_cast<size_t>(group.flat_offset);
+    cast_from_fp32(model_dtype_, group_master.data(), param_partition_.data() + offset * element_bytes,
+                   group_master.size());
+    if (swapper_) {
+      ZEROSIM_RETURN_IF_ERROR(swapper_->write_initial(static_cast<int>(g), group_master));
+    } else {
+      std::copy(group_master.begin(), group_master.end(), master_.begin() + static_cast<ptrdiff_t>(offset));
     }
   }
-  cast_from_fp32(model_dtype_, master_.data(), param_partition_.data(), flat);
 
   ZEROSIM_ASSIGN_OR_RETURN(LearningRateScheduler scheduler,
                            LearningRateScheduler::create(config.scheduler, config.optimizer.learning_rate));
@@ -302,14 +338,35 @@ Status RankEngine::optimizer_step(StepRecord& record) {
   const AdamStepScalars scalars =
       make_adam_step_scalars(adam_hyperparameters_from(config, record.learning_rate), counters_.optimizer_steps);
   const size_t element_bytes = dtype_size_bytes(model_dtype_);
-  for (const SubGroup& group : layout_.sub_groups) {
+  const int64_t previous_step = counters_.optimizer_steps - 1;  // the state the swap files hold
+  const bool pipeline_read = options_.config.zero.offload_optimizer.pipeline_read;
+  for (size_t g = 0; g < layout_.sub_groups.size(); ++g) {
+    const SubGroup& group = layout_.sub_groups[g];
     const size_t offset = static_cast<size_t>(group.flat_offset);
     const size_t count = static_cast<size_t>(group.element_count);
-    adam_update(simd_path_, scalars, grad_multiplier, master_.data() + offset, gradient_partition_.data() + offset,
-                exp_avg_.data() + offset, exp_avg_sq_.data() + offset, count);
-    cast_from_fp32(model_dtype_, master_.data() + offset, param_partition_.data() + offset * element_bytes, count);
+    float* master = master_.data() + offset;
+    float* exp_avg = exp_avg_.data() + offset;
+    float* exp_avg_sq = exp_avg_sq_.data() + offset;
+    if (swapper_) {
+      ZEROSIM_ASSIGN_OR_RETURN(OptimizerSwapper::SubGroupState state,
+                               swapper_->acquire(static_cast<int>(g), previous_step));
+      // Read the next sub-group while this one computes.
+      if (pipeline_read && g + 1 < layout_.sub_groups.size()) {
+        ZEROSIM_RETURN_IF_ERROR(swapper_->prefetch(static_cast<int>(g + 1), previous_step));
+      }
+      master = state.master.data();
+      exp_avg = state.exp_avg.data();
+      exp_avg_sq = state.exp_avg_sq.data();
+    }
+    adam_update(simd_path_, scalars, grad_multiplier, master, gradient_partition_.data() + offset, exp_avg, exp_avg_sq,
+                count);
+    cast_from_fp32(model_dtype_, master, param_partition_.data() + offset * element_bytes, count);
+    if (swapper_) ZEROSIM_RETURN_IF_ERROR(swapper_->release(static_cast<int>(g), counters_.optimizer_steps));
     env_.crash_points->hit("optimizer.sub_group_stepped", comm_.rank());
   }
+  // Every write has completed when the step returns (DeepSpeed writes the last sub-group
+  // synchronously for the same reason).
+  if (swapper_) ZEROSIM_RETURN_IF_ERROR(swapper_->flush());
   return finish_step(false);
 }
 
@@ -345,11 +402,30 @@ Result<std::vector<float>> RankEngine::gather_flat(std::span<const float> partit
 }
 
 Result<FullTrainingState> RankEngine::gather_state() {
+  // With NVMe offload, read the swapped state into flat copies first (this is a diagnostic
+  // path: it needs the full partition in memory once).
+  std::vector<float> swapped_master, swapped_exp_avg, swapped_exp_avg_sq;
+  if (swapper_) {
+    const size_t flat = static_cast<size_t>(layout_.flat_element_count);
+    swapped_master.assign(flat, 0.0f);
+    swapped_exp_avg.assign(flat, 0.0f);
+    swapped_exp_avg_sq.assign(flat, 0.0f);
+    for (size_t g = 0; g < layout_.sub_groups.size(); ++g) {
+      const ptrdiff_t offset = static_cast<ptrdiff_t>(layout_.sub_groups[g].flat_offset);
+      ZEROSIM_ASSIGN_OR_RETURN(OptimizerSwapper::SubGroupState state,
+                               swapper_->acquire(static_cast<int>(g), counters_.optimizer_steps));
+      std::copy(state.master.begin(), state.master.end(), swapped_master.begin() + offset);
+      std::copy(state.exp_avg.begin(), state.exp_avg.end(), swapped_exp_avg.begin() + offset);
+      std::copy(state.exp_avg_sq.begin(), state.exp_avg_sq.end(), swapped_exp_avg_sq.begin() + offset);
+      ZEROSIM_RETURN_IF_ERROR(swapper_->release(static_cast<int>(g), std::nullopt));
+    }
+  }
   // Every rank takes part in the gathers; only rank 0 receives and assembles the state, so
   // memory is W x partition on rank 0 only.
-  ZEROSIM_ASSIGN_OR_RETURN(std::vector<float> all_master, gather_flat(master_));
-  ZEROSIM_ASSIGN_OR_RETURN(std::vector<float> all_exp_avg, gather_flat(exp_avg_));
-  ZEROSIM_ASSIGN_OR_RETURN(std::vector<float> all_exp_avg_sq, gather_flat(exp_avg_sq_));
+  ZEROSIM_ASSIGN_OR_RETURN(std::vector<float> all_master, gather_flat(swapper_ ? swapped_master : master_));
+  ZEROSIM_ASSIGN_OR_RETURN(std::vector<float> all_exp_avg, gather_flat(swapper_ ? swapped_exp_avg : exp_avg_));
+  ZEROSIM_ASSIGN_OR_RETURN(std::vector<float> all_exp_avg_sq,
+                           gather_flat(swapper_ ? swapped_exp_avg_sq : exp_avg_sq_));
   const int world_size = comm_.world_size();
   std::vector<std::byte> all_params(comm_.rank() == 0 ? param_partition_.size() * static_cast<size_t>(world_size) : 0);
   ZEROSIM_RETURN_IF_ERROR(comm_.gather(param_partition_, all_params, 0));
@@ -518,6 +594,7 @@ Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_co
   auto run_rank = [&](int rank) -> Status {
     RankEngine engine(options, world.comm(rank), env);
     ZEROSIM_RETURN_IF_ERROR(engine.initialize());
+    if (rank == 0 && !engine.swap_engine_note().empty()) run.notes.push_back(engine.swap_engine_note());
     for (int64_t step = 0; step < step_count; ++step) {
       ZEROSIM_ASSIGN_OR_RETURN(StepRecord record, engine.train_step());
       if (rank == 0) run.steps.push_back(record);

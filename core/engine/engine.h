@@ -38,6 +38,7 @@
 #include "core/optim/adamw.h"
 #include "core/optim/loss_scaler.h"
 #include "core/optim/lr_scheduler.h"
+#include "core/swap/optimizer_swapper.h"
 #include "core/zero/partition.h"
 
 namespace zerosim {
@@ -54,6 +55,8 @@ struct TrainingOptions {
   // machine's physical memory so that an impossible model, batch or world size is refused up
   // front with the estimate, instead of being killed by the OOM killer mid-run.
   uint64_t memory_limit_bytes = 0;
+  // Names this run's swap directory under nvme_path (<nvme_path>/zerosim/<run id>/).
+  std::string run_id = "run";
 };
 
 // An upper estimate of one rank's host memory for these options: its flat partitions, the
@@ -123,11 +126,14 @@ class RankEngine {
 
   const PartitionLayout& layout() const { return layout_; }
   const TrainingCounters& counters() const { return counters_; }
-  // This rank's flat partitions (padding included), for tests of the layout.
+  // This rank's flat partitions (padding included), for tests of the layout; the optimizer
+  // state ones are empty when it is swapped to NVMe.
   std::span<const std::byte> param_partition() const { return param_partition_; }
   std::span<const float> master_partition() const { return master_; }
   std::span<const float> exp_avg_partition() const { return exp_avg_; }
   std::span<const float> exp_avg_sq_partition() const { return exp_avg_sq_; }
+  // Set when the swapper fell back from O_DIRECT to the pread/pwrite engine: one line to log.
+  const std::string& swap_engine_note() const { return swap_engine_note_; }
 
  private:
   Status gather_layer(int64_t layer_index, std::vector<std::vector<float>>& full_parameters);
@@ -153,6 +159,8 @@ class RankEngine {
   std::vector<float> exp_avg_sq_;
   std::vector<float> gradient_partition_;  // fp32 accumulation over micro-steps
   TrainingCounters counters_;
+  std::unique_ptr<OptimizerSwapper> swapper_;  // offload_optimizer.device == nvme
+  std::string swap_engine_note_;
   std::optional<LearningRateScheduler> scheduler_;
   std::optional<LossScaler> loss_scaler_;
 
@@ -162,6 +170,7 @@ class RankEngine {
 };
 
 struct TrainingRun {
+  std::vector<std::string> notes;  // one-line notes for the log (e.g. the swap engine fallback)
   std::vector<StepRecord> steps;
   FullTrainingState final_state;
   ComponentDigests digests;
