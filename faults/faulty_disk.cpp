@@ -1,0 +1,298 @@
+#include "faults/faulty_disk.h"
+
+#include <fnmatch.h>
+
+#include <chrono>
+#include <thread>
+
+namespace zerosim {
+
+const char* fault_operation_name(FaultOperation operation) {
+  switch (operation) {
+    case FaultOperation::kOpen: return "open";
+    case FaultOperation::kRead: return "read";
+    case FaultOperation::kWrite: return "write";
+    case FaultOperation::kSync: return "sync";
+    case FaultOperation::kRename: return "rename";
+    case FaultOperation::kRemove: return "remove";
+    case FaultOperation::kCreateDirectory: return "create_directory";
+    case FaultOperation::kSyncDirectory: return "sync_directory";
+  }
+  return "unknown";
+}
+
+const char* fault_kind_name(FaultKind kind) {
+  switch (kind) {
+    case FaultKind::kIoError: return "io_error";
+    case FaultKind::kNoSpace: return "no_space";
+    case FaultKind::kShortWrite: return "short_write";
+    case FaultKind::kTornWrite: return "torn_write";
+    case FaultKind::kLatency: return "latency";
+    case FaultKind::kRefuseDirect: return "refuse_direct";
+  }
+  return "unknown";
+}
+
+Result<std::vector<FaultRule>> parse_fault_rules(const nlohmann::json& rules) {
+  if (!rules.is_array()) return invalid_argument("fault rules: expected a list of rules");
+  std::vector<FaultRule> parsed;
+  for (size_t i = 0; i < rules.size(); ++i) {
+    const nlohmann::json& rule = rules[i];
+    const std::string where = "fault rules[" + std::to_string(i) + "]";
+    if (!rule.is_object()) return invalid_argument(where + ": expected an object");
+    FaultRule out;
+    for (const auto& [key, value] : rule.items()) {
+      if (key == "path") {
+        if (!value.is_string()) return invalid_argument(where + ".path: expected a string");
+        out.path_pattern = value.get<std::string>();
+      } else if (key == "op" || key == "fault") {
+        if (!value.is_string()) return invalid_argument(where + "." + key + ": expected a string");
+        const std::string name = value.get<std::string>();
+        bool found = false;
+        if (key == "op") {
+          for (int op = 0; op <= static_cast<int>(FaultOperation::kSyncDirectory); ++op) {
+            if (name == fault_operation_name(static_cast<FaultOperation>(op))) {
+              out.operation = static_cast<FaultOperation>(op);
+              found = true;
+            }
+          }
+        } else {
+          for (int kind = 0; kind <= static_cast<int>(FaultKind::kRefuseDirect); ++kind) {
+            if (name == fault_kind_name(static_cast<FaultKind>(kind))) {
+              out.kind = static_cast<FaultKind>(kind);
+              found = true;
+            }
+          }
+        }
+        if (!found) return invalid_argument(where + "." + key + ": unknown value '" + name + "'");
+      } else if (key == "occurrence" || key == "bytes" || key == "latency_us") {
+        if (!value.is_number_integer() || value.get<int64_t>() < 0) {
+          return invalid_argument(where + "." + key + ": expected a non-negative integer");
+        }
+        if (key == "occurrence") out.occurrence = value.get<int64_t>();
+        else if (key == "bytes") out.bytes = value.get<uint64_t>();
+        else out.latency_us = value.get<uint64_t>();
+      } else {
+        return invalid_argument(where + "." + key + ": unknown key (path, op, occurrence, fault, bytes, latency_us)");
+      }
+    }
+    parsed.push_back(out);
+  }
+  return parsed;
+}
+
+Status fault_status(FaultKind kind, FaultOperation operation, const std::string& path, uint64_t offset_bytes,
+                    uint64_t length_bytes) {
+  const std::string what = std::string(fault_operation_name(operation)) + " " + path + " at offset " +
+                           std::to_string(offset_bytes) + " length " + std::to_string(length_bytes);
+  switch (kind) {
+    case FaultKind::kNoSpace: return resource_exhausted(what + ": No space left on device");
+    case FaultKind::kRefuseDirect: return invalid_argument("open " + path + " with O_DIRECT: Invalid argument");
+    default: return io_error(what + ": Input/output error");
+  }
+}
+
+namespace {
+
+class FaultyFile final : public File {
+ public:
+  FaultyFile(FaultyDisk& disk, std::unique_ptr<File> inner) : File(inner->path()), disk_(disk), inner_(std::move(inner)) {}
+
+  Status read_exact(uint64_t offset_bytes, std::span<std::byte> buffer) override {
+    const FaultyDisk::Decision decision = disk_.decide(FaultOperation::kRead, path());
+    if (decision.fires) {
+      if (decision.rule.kind == FaultKind::kLatency) disk_.delay_us(decision.rule.latency_us);
+      else return fault_status(decision.rule.kind, FaultOperation::kRead, path(), offset_bytes, buffer.size());
+    }
+    return inner_->read_exact(offset_bytes, buffer);
+  }
+
+  Status write_all(uint64_t offset_bytes, std::span<const std::byte> data) override {
+    const FaultyDisk::Decision decision = disk_.decide(FaultOperation::kWrite, path());
+    if (decision.fires) {
+      switch (decision.rule.kind) {
+        case FaultKind::kLatency: disk_.delay_us(decision.rule.latency_us); break;
+        case FaultKind::kShortWrite:
+        case FaultKind::kTornWrite: {
+          const uint64_t kept = std::min<uint64_t>(decision.rule.bytes, data.size());
+          ZEROSIM_RETURN_IF_ERROR(inner_->write_all(offset_bytes, data.first(kept)));
+          if (decision.rule.kind == FaultKind::kTornWrite) return Status();
+          return data_loss("short write of " + path() + " at offset " + std::to_string(offset_bytes) + ": " +
+                           std::to_string(kept) + " of " + std::to_string(data.size()) + " bytes");
+        }
+        default: return fault_status(decision.rule.kind, FaultOperation::kWrite, path(), offset_bytes, data.size());
+      }
+    }
+    return inner_->write_all(offset_bytes, data);
+  }
+
+  Result<uint64_t> size_bytes() override { return inner_->size_bytes(); }
+  Status truncate(uint64_t size_bytes) override { return inner_->truncate(size_bytes); }
+  Status sync() override {
+    const FaultyDisk::Decision decision = disk_.decide(FaultOperation::kSync, path());
+    if (decision.fires && decision.rule.kind != FaultKind::kLatency) {
+      return fault_status(decision.rule.kind, FaultOperation::kSync, path(), 0, 0);
+    }
+    if (decision.fires) disk_.delay_us(decision.rule.latency_us);
+    return inner_->sync();
+  }
+  Status close() override { return inner_->close(); }
+  int native_descriptor() const override { return inner_->native_descriptor(); }
+  bool direct_io() const override { return inner_->direct_io(); }
+  File& inner() { return *inner_; }
+
+ private:
+  FaultyDisk& disk_;
+  std::unique_ptr<File> inner_;
+};
+
+// Applies the rules to each transfer, then hands it to the inner disk's queue. Faults that
+// fail a transfer are reported by wait_all(), as the kernel would report them at completion.
+class FaultyAsyncQueue final : public AsyncIoQueue {
+ public:
+  FaultyAsyncQueue(FaultyDisk& disk, std::unique_ptr<AsyncIoQueue> inner) : disk_(disk), inner_(std::move(inner)) {}
+
+  Status submit(const IoRequest& request) override {
+    const FaultOperation operation =
+        request.direction == IoDirection::kRead ? FaultOperation::kRead : FaultOperation::kWrite;
+    const FaultyDisk::Decision decision = disk_.decide(operation, request.file->path());
+    if (!decision.fires) return inner_->submit(request);
+    const FaultRule& rule = decision.rule;
+    switch (rule.kind) {
+      case FaultKind::kLatency:
+        disk_.delay_us(rule.latency_us);
+        return inner_->submit(request);
+      case FaultKind::kShortWrite:
+      case FaultKind::kTornWrite: {
+        if (operation != FaultOperation::kWrite) return inner_->submit(request);
+        // Direct transfers move whole 4096-byte blocks: keep the fault's byte count aligned.
+        uint64_t kept = std::min<uint64_t>(rule.bytes, request.length_bytes);
+        if (request.file->direct_io()) kept = kept / 4096 * 4096;
+        if (kept > 0) {
+          IoRequest partial = request;
+          partial.length_bytes = kept;
+          ZEROSIM_RETURN_IF_ERROR(inner_->submit(partial));
+        }
+        if (rule.kind == FaultKind::kShortWrite && pending_error_.ok()) {
+          pending_error_ = data_loss("short write of " + request.file->path() + " at offset " +
+                                     std::to_string(request.offset_bytes) + ": " + std::to_string(kept) + " of " +
+                                     std::to_string(request.length_bytes) + " bytes");
+        }
+        return Status();
+      }
+      default:
+        if (pending_error_.ok()) {
+          pending_error_ = fault_status(rule.kind, operation, request.file->path(), request.offset_bytes,
+                                        request.length_bytes);
+        }
+        return Status();
+    }
+  }
+
+  Status wait_all() override {
+    Status inner_status = inner_->wait_all();
+    Status injected = pending_error_;
+    pending_error_ = Status();
+    if (!injected.ok()) return injected;
+    return inner_status;
+  }
+
+  const char* engine_name() const override { return inner_->engine_name(); }
+
+ private:
+  FaultyDisk& disk_;
+  std::unique_ptr<AsyncIoQueue> inner_;
+  Status pending_error_;
+};
+
+}  // namespace
+
+FaultyDisk::FaultyDisk(Disk& inner, std::vector<FaultRule> rules, std::function<void(uint64_t)> delay)
+    : inner_(inner), rules_(std::move(rules)), delay_(std::move(delay)), match_counts_(rules_.size(), 0),
+      fired_counts_(rules_.size(), 0) {
+  if (!delay_) delay_ = [](uint64_t latency_us) { std::this_thread::sleep_for(std::chrono::microseconds(latency_us)); };
+}
+
+FaultyDisk::~FaultyDisk() = default;
+
+std::vector<int64_t> FaultyDisk::fired_counts() const {
+  std::lock_guard lock(mutex_);
+  return fired_counts_;
+}
+
+FaultyDisk::Decision FaultyDisk::decide(FaultOperation operation, const std::string& path) {
+  std::lock_guard lock(mutex_);
+  Decision decision;
+  for (size_t i = 0; i < rules_.size(); ++i) {
+    const FaultRule& rule = rules_[i];
+    if (rule.operation != operation || ::fnmatch(rule.path_pattern.c_str(), path.c_str(), 0) != 0) continue;
+    const int64_t occurrence = ++match_counts_[i];
+    if (!decision.fires && (rule.occurrence == 0 || rule.occurrence == occurrence)) {
+      ++fired_counts_[i];
+      decision.fires = true;
+      decision.rule = rule;
+    }
+  }
+  return decision;
+}
+
+void FaultyDisk::delay_us(uint64_t latency_us) const { delay_(latency_us); }
+
+Result<std::unique_ptr<File>> FaultyDisk::open(const std::string& path, const FileOpenOptions& options) {
+  const Decision decision = decide(FaultOperation::kOpen, path);
+  if (decision.fires) {
+    if (decision.rule.kind == FaultKind::kLatency) {
+      delay_us(decision.rule.latency_us);
+    } else if (decision.rule.kind == FaultKind::kRefuseDirect) {
+      if (options.direct_io) return fault_status(FaultKind::kRefuseDirect, FaultOperation::kOpen, path, 0, 0);
+    } else {
+      return fault_status(decision.rule.kind, FaultOperation::kOpen, path, 0, 0);
+    }
+  }
+  ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<File> inner, inner_.open(path, options));
+  return std::unique_ptr<File>(new FaultyFile(*this, std::move(inner)));
+}
+
+#define ZEROSIM_FAULTY_PATH_OPERATION(operation, path)                                   \
+  do {                                                                                   \
+    const Decision decision = decide(operation, path);                                   \
+    if (decision.fires) {                                                                \
+      if (decision.rule.kind == FaultKind::kLatency) delay_us(decision.rule.latency_us); \
+      else return fault_status(decision.rule.kind, operation, path, 0, 0);               \
+    }                                                                                    \
+  } while (false)
+
+Status FaultyDisk::create_directories(const std::string& path) {
+  ZEROSIM_FAULTY_PATH_OPERATION(FaultOperation::kCreateDirectory, path);
+  return inner_.create_directories(path);
+}
+Status FaultyDisk::remove_file(const std::string& path) {
+  ZEROSIM_FAULTY_PATH_OPERATION(FaultOperation::kRemove, path);
+  return inner_.remove_file(path);
+}
+Status FaultyDisk::remove_tree(const std::string& path) {
+  ZEROSIM_FAULTY_PATH_OPERATION(FaultOperation::kRemove, path);
+  return inner_.remove_tree(path);
+}
+Status FaultyDisk::rename(const std::string& from, const std::string& to) {
+  ZEROSIM_FAULTY_PATH_OPERATION(FaultOperation::kRename, from);
+  return inner_.rename(from, to);
+}
+Status FaultyDisk::sync_directory(const std::string& path) {
+  ZEROSIM_FAULTY_PATH_OPERATION(FaultOperation::kSyncDirectory, path);
+  return inner_.sync_directory(path);
+}
+#undef ZEROSIM_FAULTY_PATH_OPERATION
+
+Result<bool> FaultyDisk::exists(const std::string& path) { return inner_.exists(path); }
+Result<std::vector<std::string>> FaultyDisk::list_directory(const std::string& path) {
+  return inner_.list_directory(path);
+}
+Result<uint64_t> FaultyDisk::available_bytes(const std::string& path) { return inner_.available_bytes(path); }
+
+Result<std::unique_ptr<AsyncIoQueue>> FaultyDisk::make_async_queue(const AsyncIoOptions& options, AsyncEngine engine) {
+  ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<AsyncIoQueue> inner, inner_.make_async_queue(options, engine));
+  return std::unique_ptr<AsyncIoQueue>(new FaultyAsyncQueue(*this, std::move(inner)));
+}
+
+}  // namespace zerosim

@@ -1,0 +1,90 @@
+// FaultyDisk: wraps any Disk and injects faults by path pattern, operation and occurrence.
+//
+// The vocabulary (shared with the simulator's fault plans): a rule names a path pattern
+// (fnmatch glob, e.g. "*/exp_avg.subgroup-*.swp"), an operation, the occurrence among the
+// operations that match it (1 = the first; 0 = every one), and the fault:
+//   io_error      the operation fails with EIO
+//   no_space      a write fails with ENOSPC
+//   short_write   only `bytes` of a write reach the file and the write reports it
+//   torn_write    only `bytes` reach the file but the write reports success (a lie the
+//                 reader must catch)
+//   latency       the operation is delayed by latency_us, then proceeds
+//   refuse_direct opening with O_DIRECT fails with EINVAL (as tmpfs used to)
+// Faults apply to synchronous File calls and to transfers through the async queue alike.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/env/disk.h"
+
+namespace zerosim {
+
+enum class FaultOperation { kOpen, kRead, kWrite, kSync, kRename, kRemove, kCreateDirectory, kSyncDirectory };
+enum class FaultKind { kIoError, kNoSpace, kShortWrite, kTornWrite, kLatency, kRefuseDirect };
+
+const char* fault_operation_name(FaultOperation operation);
+const char* fault_kind_name(FaultKind kind);
+
+struct FaultRule {
+  std::string path_pattern = "*";
+  FaultOperation operation = FaultOperation::kWrite;
+  int64_t occurrence = 1;  // 1-based among matching operations; 0 = every one
+  FaultKind kind = FaultKind::kIoError;
+  uint64_t bytes = 0;       // short_write / torn_write: bytes that reach the file
+  uint64_t latency_us = 0;  // latency
+};
+
+// Reads rules from JSON: [{"path": "...", "op": "write", "occurrence": 1, "fault": "io_error",
+// "bytes": 4096, "latency_us": 100}, ...]. Errors name the index and the key.
+Result<std::vector<FaultRule>> parse_fault_rules(const nlohmann::json& rules);
+
+class FaultyDisk final : public Disk {
+ public:
+  // `delay` implements latency (default: sleep); the simulator passes its virtual clock.
+  FaultyDisk(Disk& inner, std::vector<FaultRule> rules, std::function<void(uint64_t)> delay = {});
+  ~FaultyDisk() override;
+
+  // How many times each rule fired, in rule order.
+  std::vector<int64_t> fired_counts() const;
+
+  // The fault to apply to this operation on this path, if a rule fires (counts the match).
+  struct Decision {
+    bool fires = false;
+    FaultRule rule;
+  };
+  Decision decide(FaultOperation operation, const std::string& path);
+  void delay_us(uint64_t latency_us) const;
+
+  Result<std::unique_ptr<File>> open(const std::string& path, const FileOpenOptions& options) override;
+  Status create_directories(const std::string& path) override;
+  Status remove_file(const std::string& path) override;
+  Status remove_tree(const std::string& path) override;
+  Status rename(const std::string& from, const std::string& to) override;
+  Status sync_directory(const std::string& path) override;
+  Result<bool> exists(const std::string& path) override;
+  Result<std::vector<std::string>> list_directory(const std::string& path) override;
+  Result<uint64_t> available_bytes(const std::string& path) override;
+  uint64_t direct_io_alignment_bytes() const override { return inner_.direct_io_alignment_bytes(); }
+  Result<std::unique_ptr<AsyncIoQueue>> make_async_queue(const AsyncIoOptions& options, AsyncEngine engine) override;
+
+ private:
+  Disk& inner_;
+  std::vector<FaultRule> rules_;
+  std::function<void(uint64_t)> delay_;
+  mutable std::mutex mutex_;
+  std::vector<int64_t> match_counts_;
+  std::vector<int64_t> fired_counts_;
+};
+
+// The error a fault produces, naming the operation, path, offset and length.
+Status fault_status(FaultKind kind, FaultOperation operation, const std::string& path, uint64_t offset_bytes,
+                    uint64_t length_bytes);
+
+}  // namespace zerosim
