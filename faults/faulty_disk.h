@@ -71,6 +71,7 @@ class FaultyDisk final : public Disk {
   Result<bool> exists(const std::string& path) override;
   Result<std::vector<std::string>> list_directory(const std::string& path) override;
   Result<uint64_t> available_bytes(const std::string& path) override;
+  Result<std::unique_ptr<FileLock>> lock_file(const std::string& path) override { return inner_.lock_file(path); }
   uint64_t direct_io_alignment_bytes() const override { return inner_.direct_io_alignment_bytes(); }
   Result<std::unique_ptr<AsyncIoQueue>> make_async_queue(const AsyncIoOptions& options, AsyncEngine engine) override;
 

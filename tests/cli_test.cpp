@@ -5,6 +5,8 @@
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
+#include <stdlib.h>
 #include <fstream>
 #include <string>
 
@@ -40,7 +42,7 @@ nlohmann::json json_of(const CommandResult& result) {
 }
 
 TEST(Cli, TrainJsonHasTheContractFields) {
-  const CommandResult result = run_cli("train --steps 3 --json");
+  const CommandResult result = run_cli("train --steps 3 --json --run-id cli-json");
   ASSERT_EQ(result.exit_code, 0) << result.output;
   const nlohmann::json output = json_of(result);
   ASSERT_TRUE(output.is_object()) << result.output;
@@ -57,7 +59,7 @@ TEST(Cli, TrainJsonHasTheContractFields) {
 TEST(Cli, FixedTrainBatchSizeGivesTheSameStateAtAnyWorldSize) {
   std::string reference;
   for (int world_size : {1, 2, 3, 4, 8}) {
-    const CommandResult result = run_cli("train --steps 4 --json --set train_batch_size=24 --micro-batch-size 1 "
+    const CommandResult result = run_cli("train --steps 4 --json --set train_batch_size=24 --micro-batch-size 1 --run-id cli-world "
                                          "--world-size " +
                                          std::to_string(world_size) + " --set zero_optimization.sub_group_size=100");
     ASSERT_EQ(result.exit_code, 0) << result.output;
@@ -68,7 +70,7 @@ TEST(Cli, FixedTrainBatchSizeGivesTheSameStateAtAnyWorldSize) {
 }
 
 TEST(Cli, LossFallsOnTheDefaultRun) {
-  const CommandResult result = run_cli("train --json");
+  const CommandResult result = run_cli("train --json --run-id cli-loss");
   ASSERT_EQ(result.exit_code, 0) << result.output;
   const nlohmann::json steps = json_of(result)["steps"];
   ASSERT_EQ(steps.size(), 50u);
@@ -78,8 +80,22 @@ TEST(Cli, LossFallsOnTheDefaultRun) {
   EXPECT_LT(last, 0.7 * first) << "mean loss of steps 1-10 " << first << ", of steps 41-50 " << last;
 }
 
+TEST(Cli, SeedConfigWithNvmeOffloadGivesTheSameStateAsOffloadOff) {
+  char pattern[] = "/tmp/zerosim-cli-nvme-XXXXXX";
+  ASSERT_NE(::mkdtemp(pattern), nullptr);
+  const std::string seed = std::string("train --steps 6 --json --world-size 2 --config ") + ZEROSIM_TEST_DATA_DIR +
+                           "/ds_configs/seed_ds_config.json";
+  const CommandResult on_nvme = run_cli(seed + " --set zero_optimization.offload_optimizer.nvme_path=" + pattern);
+  const CommandResult offload_off = run_cli(seed + " --set zero_optimization.offload_optimizer.device=none");
+  std::filesystem::remove_all(pattern);
+  ASSERT_EQ(on_nvme.exit_code, 0) << on_nvme.output;
+  ASSERT_EQ(offload_off.exit_code, 0) << offload_off.output;
+  EXPECT_EQ(json_of(on_nvme)["state_digest"], json_of(offload_off)["state_digest"]);
+  EXPECT_EQ(json_of(on_nvme)["steps"], json_of(offload_off)["steps"]);
+}
+
 TEST(Cli, TableHasTheColumns) {
-  const CommandResult result = run_cli("train --steps 2");
+  const CommandResult result = run_cli("train --steps 2 --run-id cli-table");
   ASSERT_EQ(result.exit_code, 0) << result.output;
   for (const char* column : {"step", "loss", "lr", "loss_scale", "grad_norm", "skipped"}) {
     EXPECT_NE(result.output.find(column), std::string::npos) << column;

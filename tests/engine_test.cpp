@@ -8,6 +8,8 @@
 #include <cstring>
 
 #include "core/engine/engine.h"
+#include "faults/faulty_disk.h"
+#include "tests/test_directory.h"
 
 namespace zerosim {
 namespace {
@@ -105,6 +107,65 @@ RC_GTEST_PROP(EngineProperty, StateAfterKStepsIsBitIdenticalToWorldSizeOne, ()) 
     RC_ASSERT(single_run->steps[s].grad_norm == sharded_run->steps[s].grad_norm ||
               (std::isnan(single_run->steps[s].grad_norm) && std::isnan(sharded_run->steps[s].grad_norm)));
   }
+}
+
+// Offload invariance: the optimizer state in memory ("none" or "cpu") or swapped to NVMe
+// through libaio, with any pool, block size, queue depth and pipelining, gives the same bits.
+RC_GTEST_PROP(EngineProperty, OffloadDeviceDoesNotChangeABit, ()) {
+  ModelSpec model;
+  model.layer_widths = {*rc::gen::inRange<int64_t>(2, 40), *rc::gen::inRange<int64_t>(2, 60),
+                        *rc::gen::inRange<int64_t>(2, 9)};
+  const int world_size = *rc::gen::inRange(1, 5);
+  const Precision precision = *rc::gen::element(Precision::kFp32, Precision::kFp16, Precision::kBf16);
+  const int64_t sub_group_size = *rc::gen::element<int64_t>(1, 50, 300, 1000000000);
+  const uint64_t seed = *rc::gen::inRange<uint64_t>(1, 1000000);
+  TrainingOptions in_memory = make_options(model, precision, 2, 2, world_size, sub_group_size, seed);
+  TrainingOptions on_cpu = in_memory;
+  on_cpu.config.zero.offload_optimizer.device = OffloadDevice::kCpu;
+  TrainingOptions on_nvme = in_memory;
+  TestDirectory directory;
+  OffloadConfig& offload = on_nvme.config.zero.offload_optimizer;
+  offload.device = OffloadDevice::kNvme;
+  offload.nvme_path = directory.path();
+  offload.pipeline_read = *rc::gen::arbitrary<bool>();
+  offload.pipeline_write = *rc::gen::arbitrary<bool>();
+  offload.buffer_count = minimum_swap_buffer_count(offload.pipeline_read, offload.pipeline_write) +
+                         *rc::gen::inRange<int64_t>(0, 4);
+  on_nvme.config.aio.block_size = 4096 * *rc::gen::inRange<int64_t>(1, 8);
+  on_nvme.config.aio.queue_depth = *rc::gen::inRange<int64_t>(1, 9);
+  on_nvme.config.aio.intra_op_parallelism = *rc::gen::inRange<int64_t>(1, 3);
+  on_nvme.config.aio.single_submit = *rc::gen::arbitrary<bool>();
+  on_nvme.config.aio.overlap_events = *rc::gen::arbitrary<bool>();
+  RC_TAG(offload.pipeline_read, offload.pipeline_write);
+
+  RealEnv real_env;
+  Result<TrainingRun> memory_run = run_training(in_memory, 3, real_env.env());
+  Result<TrainingRun> cpu_run = run_training(on_cpu, 3, real_env.env());
+  Result<TrainingRun> nvme_run = run_training(on_nvme, 3, real_env.env());
+  RC_ASSERT(memory_run.ok());
+  RC_ASSERT(cpu_run.ok());
+  if (!nvme_run.ok()) RC_FAIL(nvme_run.status().to_string());
+  RC_ASSERT(first_difference(memory_run->digests, cpu_run->digests) == std::string());
+  RC_ASSERT(first_difference(memory_run->digests, nvme_run->digests) == std::string());
+}
+
+TEST(Engine, TheFallbackEngineWhereODirectIsRefusedGivesTheSameBits) {
+  TrainingOptions in_memory = make_options(ModelSpec{}, Precision::kFp16, 2, 2, 2, 200, 17);
+  TrainingOptions on_nvme = in_memory;
+  TestDirectory directory;
+  on_nvme.config.zero.offload_optimizer.device = OffloadDevice::kNvme;
+  on_nvme.config.zero.offload_optimizer.nvme_path = directory.path();
+  RealEnv real_env;
+  FaultyDisk refusing_direct(*real_env.env().disk, {{"*", FaultOperation::kOpen, 0, FaultKind::kRefuseDirect, 0, 0}});
+  Env env = real_env.env();
+  env.disk = &refusing_direct;
+  const TrainingRun reference = train_or_fail(in_memory, 4);
+  Result<TrainingRun> fallback = run_training(on_nvme, 4, env);
+  ASSERT_TRUE(fallback.ok()) << fallback.status().to_string();
+  ASSERT_EQ(fallback->notes.size(), 1u);
+  EXPECT_NE(fallback->notes[0].find("pread/pwrite"), std::string::npos) << fallback->notes[0];
+  EXPECT_EQ(first_difference(reference.digests, fallback->digests), "");
+  EXPECT_EQ(reference.digests.state, fallback->digests.state);
 }
 
 TEST(Engine, WorldSizesOneTwoThreeFourEightAgreeOnTheDefaultShape) {

@@ -63,6 +63,12 @@ class File {
   std::string path_;
 };
 
+// Held while alive: an exclusive advisory lock on a file (created if missing).
+class FileLock {
+ public:
+  virtual ~FileLock() = default;
+};
+
 class Disk {
  public:
   virtual ~Disk() = default;
@@ -79,6 +85,9 @@ class Disk {
   // Names (not paths) of the entries of a directory, sorted so callers see a canonical order.
   virtual Result<std::vector<std::string>> list_directory(const std::string& path) = 0;
   virtual Result<uint64_t> available_bytes(const std::string& path) = 0;
+  // Takes an exclusive lock on `path` without waiting; if another process (or another
+  // FileLock in this one) holds it, fails with kFailedPrecondition naming the path.
+  virtual Result<std::unique_ptr<FileLock>> lock_file(const std::string& path) = 0;
   // Alignment that direct I/O needs for buffers, offsets and lengths on this disk.
   virtual uint64_t direct_io_alignment_bytes() const { return 4096; }
   // An async queue for files of this disk. `engine` picks libaio (needs direct files for real

@@ -1,5 +1,6 @@
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -111,8 +112,31 @@ class PosixFile final : public File {
   bool direct_;
 };
 
+class PosixFileLock final : public FileLock {
+ public:
+  explicit PosixFileLock(int descriptor) : descriptor_(descriptor) {}
+  ~PosixFileLock() override { ::close(descriptor_); }  // closing releases the flock
+
+ private:
+  int descriptor_;
+};
+
 class PosixDisk final : public Disk {
  public:
+  Result<std::unique_ptr<FileLock>> lock_file(const std::string& path) override {
+    const int descriptor = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (descriptor < 0) return errno_status(errno, "open lock file " + path);
+    if (::flock(descriptor, LOCK_EX | LOCK_NB) != 0) {
+      const int error_number = errno;
+      ::close(descriptor);
+      if (error_number == EWOULDBLOCK) {
+        return failed_precondition(path + " is locked by another zerosim run using the same directory");
+      }
+      return errno_status(error_number, "lock " + path);
+    }
+    return std::unique_ptr<FileLock>(new PosixFileLock(descriptor));
+  }
+
   Result<std::unique_ptr<File>> open(const std::string& path, const FileOpenOptions& options) override {
     int flags = O_CLOEXEC;
     switch (options.mode) {

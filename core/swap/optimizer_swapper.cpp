@@ -49,6 +49,11 @@ OptimizerSwapper::~OptimizerSwapper() {
   // Buffers must outlive the transfers that use them.
   if (read_queue_) read_queue_->wait_all().ignore_error();
   if (write_queue_) write_queue_->wait_all().ignore_error();
+  for (auto& slot : slots_) slot->close_files().ignore_error();
+  // The swap files are scratch state (a checkpoint, not the swap directory, is what a resume
+  // reads), so a run that ends removes them; a crashed run leaves them, and their headers
+  // make sure they are never mistaken for another run's or another step's state.
+  if (!directory_.empty() && directory_lock_) disk_.remove_tree(directory_).ignore_error();
 }
 
 Result<std::unique_ptr<OptimizerSwapper>> OptimizerSwapper::create(Disk& disk, const OptimizerSwapperOptions& options,
@@ -72,6 +77,13 @@ Result<std::unique_ptr<OptimizerSwapper>> OptimizerSwapper::create(Disk& disk, c
 
   std::unique_ptr<OptimizerSwapper> swapper(new OptimizerSwapper(disk, options));
   ZEROSIM_RETURN_IF_ERROR(disk.create_directories(swapper->directory_));
+  Result<std::unique_ptr<FileLock>> lock = disk.lock_file(swapper->directory_ + "/.lock");
+  if (!lock.ok()) {
+    if (lock.status().code() != StatusCode::kFailedPrecondition) return lock.status();
+    return failed_precondition(lock.status().message() + " (run id " + options.run_id +
+                               "); give this run another --run-id or nvme_path");
+  }
+  swapper->directory_lock_ = std::move(lock).value();
 
   // Probe O_DIRECT once: tmpfs and some overlay file systems refuse it with EINVAL.
   const std::string probe_path = swapper->directory_ + "/.direct-io-probe";

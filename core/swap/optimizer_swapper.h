@@ -12,6 +12,10 @@
 // minimum buffer_count is 3, 6 with one of the two and 9 with both; fewer is an error that
 // names offload_optimizer.buffer_count and the minimum.
 //
+// The rank directory is removed when the swapper is destroyed (the files are scratch state).
+// The rank directory is locked (flock on <dir>/.lock) for the swapper's lifetime: a second
+// run with the same nvme_path and run id is refused instead of overwriting the first's state.
+//
 // Every file carries a header (run id, rank, world size, sub-group, tensor, count, dtype,
 // optimizer step, payload checksum) that is checked on every read: a stale, foreign, torn
 // or truncated file is an error naming it, never state the optimizer trains on.
@@ -84,6 +88,7 @@ class OptimizerSwapper {
   OptimizerSwapperOptions options_;
   std::string directory_;
   bool direct_io_ = true;
+  std::unique_ptr<FileLock> directory_lock_;  // one run per swap directory at a time
   std::unique_ptr<AsyncIoQueue> read_queue_, write_queue_;
   std::vector<std::unique_ptr<Slot>> slots_;
 };
