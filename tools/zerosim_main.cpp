@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "core/cuda/cuda_probe.h"
+#include "tools/bench_io_command.h"
 #include "tools/train_command.h"
 
 int main(int argc, char** argv) {
@@ -31,6 +32,18 @@ int main(int argc, char** argv) {
 
   CLI::App* devices = app.add_subcommand("devices", "Report the CUDA backend: compiled in or not, runtime, GPUs");
 
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks of zerosim's own engines (see bench/ for the scripts)");
+  bench->require_subcommand(1);
+  zerosim::BenchIoFlags io_flags;
+  CLI::App* bench_io = bench->add_subcommand("io", "Swap-engine write and read throughput (O_DIRECT), as JSON");
+  bench_io->add_option("--dir", io_flags.directory, "Directory on the disk to measure");
+  bench_io->add_option("--size-mib", io_flags.size_mib, "File size in MiB")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  bench_io->add_option("--block-size", io_flags.block_size_bytes, "aio.block_size in bytes");
+  bench_io->add_option("--queue-depth", io_flags.queue_depth, "aio.queue_depth");
+  bench_io->add_option("--parallelism", io_flags.parallelism, "aio.intra_op_parallelism");
+  bench_io->add_option("--repetitions", io_flags.repetitions, "Best of this many runs")->check(CLI::Range(1, 100));
+  bench_io->add_option("--engine", io_flags.engine, "libaio or pread")->check(CLI::IsMember({"libaio", "pread"}));
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -39,6 +52,7 @@ int main(int argc, char** argv) {
   }
   if (train->parsed()) return zerosim::run_train_command(train_flags);
   if (check->parsed()) return zerosim::run_config_check_command(check_flags);
+  if (bench_io->parsed()) return zerosim::run_bench_io_command(io_flags);
   if (devices->parsed()) {
     zerosim::Result<zerosim::CudaProbe> probe = zerosim::probe_cuda();
     if (!probe.ok()) {
