@@ -136,6 +136,9 @@ RC_GTEST_PROP(EngineProperty, OffloadDeviceDoesNotChangeABit, ()) {
   on_nvme.config.aio.intra_op_parallelism = *rc::gen::inRange<int64_t>(1, 3);
   on_nvme.config.aio.single_submit = *rc::gen::arbitrary<bool>();
   on_nvme.config.aio.overlap_events = *rc::gen::arbitrary<bool>();
+  // Mark both flags as given, so the engine obeys them instead of choosing its defaults.
+  on_nvme.config.input["zero_optimization"]["offload_optimizer"] = {{"pipeline_read", offload.pipeline_read},
+                                                                     {"pipeline_write", offload.pipeline_write}};
   RC_TAG(offload.pipeline_read, offload.pipeline_write);
 
   RealEnv real_env;

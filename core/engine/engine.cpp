@@ -135,8 +135,29 @@ Status RankEngine::initialize() {
     swap_options.aio.overlap_events = config.aio.overlap_events;
     swap_options.buffer_count = offload.buffer_count;
     swap_options.pin_memory = offload.pin_memory;
-    swap_options.pipeline_read = offload.pipeline_read;
-    swap_options.pipeline_write = offload.pipeline_write;
+    // Pipelining helps whenever there is more than one sub-group. A flag the config sets is
+    // obeyed (and too few buffers for it is an error); a flag it leaves out is switched on when
+    // buffer_count has room for it, read-ahead first.
+    const nlohmann::json* block = nullptr;
+    if (config.input.is_object() && config.input.contains("zero_optimization") &&
+        config.input["zero_optimization"].is_object() &&
+        config.input["zero_optimization"].contains("offload_optimizer") &&
+        config.input["zero_optimization"]["offload_optimizer"].is_object()) {
+      block = &config.input["zero_optimization"]["offload_optimizer"];
+    }
+    pipeline_read_ = offload.pipeline_read;
+    bool pipeline_write = offload.pipeline_write;
+    const bool several_sub_groups = layout_.sub_groups.size() > 1;
+    if ((block == nullptr || !block->contains("pipeline_read")) && several_sub_groups &&
+        offload.buffer_count >= minimum_swap_buffer_count(true, pipeline_write)) {
+      pipeline_read_ = true;
+    }
+    if ((block == nullptr || !block->contains("pipeline_write")) && several_sub_groups &&
+        offload.buffer_count >= minimum_swap_buffer_count(pipeline_read_, true)) {
+      pipeline_write = true;
+    }
+    swap_options.pipeline_read = pipeline_read_;
+    swap_options.pipeline_write = pipeline_write;
     ZEROSIM_ASSIGN_OR_RETURN(swapper_, OptimizerSwapper::create(*env_.disk, swap_options, &swap_engine_note_));
   } else {
     // "cpu" and no offload both keep the state in host memory: on CPU ranks they are the same.
@@ -339,7 +360,6 @@ Status RankEngine::optimizer_step(StepRecord& record) {
       make_adam_step_scalars(adam_hyperparameters_from(config, record.learning_rate), counters_.optimizer_steps);
   const size_t element_bytes = dtype_size_bytes(model_dtype_);
   const int64_t previous_step = counters_.optimizer_steps - 1;  // the state the swap files hold
-  const bool pipeline_read = options_.config.zero.offload_optimizer.pipeline_read;
   for (size_t g = 0; g < layout_.sub_groups.size(); ++g) {
     const SubGroup& group = layout_.sub_groups[g];
     const size_t offset = static_cast<size_t>(group.flat_offset);
@@ -351,7 +371,7 @@ Status RankEngine::optimizer_step(StepRecord& record) {
       ZEROSIM_ASSIGN_OR_RETURN(OptimizerSwapper::SubGroupState state,
                                swapper_->acquire(static_cast<int>(g), previous_step));
       // Read the next sub-group while this one computes.
-      if (pipeline_read && g + 1 < layout_.sub_groups.size()) {
+      if (pipeline_read_ && g + 1 < layout_.sub_groups.size()) {
         ZEROSIM_RETURN_IF_ERROR(swapper_->prefetch(static_cast<int>(g + 1), previous_step));
       }
       master = state.master.data();
@@ -390,7 +410,9 @@ Result<StepRecord> RankEngine::train_step() {
     for (int r = 0; r < world_size; ++r) loss_sum = loss_sum + all_losses[static_cast<size_t>(r * accumulation + k)];
   }
   record.loss = loss_sum / static_cast<float>(accumulation * world_size);
+  const uint64_t optimizer_start_ns = env_.clock->now_ns();
   ZEROSIM_RETURN_IF_ERROR(optimizer_step(record));
+  record.optimizer_ns = env_.clock->now_ns() - optimizer_start_ns;
   env_.crash_points->hit("engine.step_end", comm_.rank());
   return record;
 }

@@ -78,6 +78,9 @@ struct StepRecord {
   double loss_scale = 1.0;  // the scale this step's backward used
   double grad_norm = 0.0;   // unscaled global L2 norm; -1 when it was not finite (DeepSpeed's sentinel)
   bool skipped = false;     // fp16 overflow: no update
+  // Wall time of the optimizer phase (overflow check, norm, sub-group updates and swaps), from
+  // the Clock seam: for benchmarks only, never part of a digest or of the --json contract.
+  uint64_t optimizer_ns = 0;
 };
 
 struct TrainingCounters {
@@ -161,6 +164,7 @@ class RankEngine {
   TrainingCounters counters_;
   std::unique_ptr<OptimizerSwapper> swapper_;  // offload_optimizer.device == nvme
   std::string swap_engine_note_;
+  bool pipeline_read_ = false;  // effective, after the defaults (see initialize)
   std::optional<LearningRateScheduler> scheduler_;
   std::optional<LossScaler> loss_scaler_;
 

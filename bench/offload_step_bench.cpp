@@ -1,0 +1,132 @@
+// The optimizer step with its state on NVMe against max(I/O time, compute time) of the same
+// step (goal <= 1.15 with pipelining on):
+//   compute: the optimizer phase of the same run with the state in memory;
+//   I/O:     the swapper reading and writing every sub-group with the same pipelining and no
+//            arithmetic in between;
+//   offload: the optimizer phase with the state swapped through libaio.
+// Each is the median over the steps after the first. Flags: --dir D --hidden N --steps K
+// --sub-group-size N.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/engine/engine.h"
+
+namespace {
+
+using namespace zerosim;
+
+double median_ms(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values.empty() ? 0.0 : values[values.size() / 2];
+}
+
+TrainingOptions make_options(int64_t hidden, int64_t sub_group_size) {
+  TrainingOptions options;
+  options.model.layer_widths = {hidden, hidden, hidden, 8};
+  ResolvedConfig& config = options.config;
+  config.precision = config.communication_dtype = Precision::kBf16;
+  config.micro_batch_size = 1;
+  config.gradient_accumulation_steps = 1;
+  config.train_batch_size = 1;
+  config.optimizer.learning_rate = 1e-4;
+  config.optimizer.weight_decay = 0.01;
+  config.zero.sub_group_size = sub_group_size;
+  config.loss_scaler.dynamic = false;
+  options.data.feature_count = hidden;
+  options.data.class_count = 8;
+  return options;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string directory = "/tmp";
+  int64_t hidden = 2048;
+  int64_t steps = 6;
+  int64_t sub_group_size = 1 << 20;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--dir") directory = argv[i + 1];
+    else if (flag == "--hidden") hidden = std::atoll(argv[i + 1]);
+    else if (flag == "--steps") steps = std::atoll(argv[i + 1]);
+    else if (flag == "--sub-group-size") sub_group_size = std::atoll(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
+      return 2;
+    }
+  }
+  RealEnv real_env;
+  TrainingOptions in_memory = make_options(hidden, sub_group_size);
+  TrainingOptions on_nvme = in_memory;
+  on_nvme.config.zero.offload_optimizer.device = OffloadDevice::kNvme;
+  on_nvme.config.zero.offload_optimizer.nvme_path = directory;
+  on_nvme.config.zero.offload_optimizer.buffer_count = 9;
+  on_nvme.config.zero.offload_optimizer.pipeline_read = true;
+  on_nvme.config.zero.offload_optimizer.pipeline_write = true;
+  on_nvme.config.aio.block_size = 1 << 20;
+  on_nvme.config.aio.queue_depth = 8;
+  on_nvme.run_id = "offload-step-bench";
+
+  auto optimizer_times = [&](const TrainingOptions& options, const char* what) -> std::vector<double> {
+    Result<TrainingRun> run = run_training(options, steps, real_env.env());
+    if (!run.ok()) {
+      std::fprintf(stderr, "%s run failed: %s\n", what, run.status().to_string().c_str());
+      std::exit(1);
+    }
+    std::vector<double> times;
+    for (size_t s = 1; s < run->steps.size(); ++s) times.push_back(static_cast<double>(run->steps[s].optimizer_ns) * 1e-6);
+    return times;
+  };
+  const double compute_ms = median_ms(optimizer_times(in_memory, "in-memory"));
+  const double offload_ms = median_ms(optimizer_times(on_nvme, "nvme"));
+
+  // I/O alone: the same sub-groups through the same swapper, with the same pipelining.
+  const PartitionLayout layout =
+      make_partition_layout(mlp_parameters(in_memory.model), 1, in_memory.config.zero.sub_group_size);
+  OptimizerSwapperOptions swap_options;
+  swap_options.nvme_path = directory;
+  swap_options.run_id = "offload-step-bench-io";
+  for (const SubGroup& group : layout.sub_groups) swap_options.sub_group_element_counts.push_back(group.element_count);
+  swap_options.aio.block_size_bytes = 1 << 20;
+  swap_options.aio.queue_depth = 8;
+  swap_options.buffer_count = 9;
+  swap_options.pipeline_read = swap_options.pipeline_write = true;
+  Result<std::unique_ptr<OptimizerSwapper>> swapper = OptimizerSwapper::create(*real_env.env().disk, swap_options, nullptr);
+  if (!swapper.ok()) {
+    std::fprintf(stderr, "swapper: %s\n", swapper.status().to_string().c_str());
+    return 1;
+  }
+  std::unique_ptr<Clock> clock = make_steady_clock();
+  for (size_t g = 0; g < layout.sub_groups.size(); ++g) {
+    std::vector<float> zeros(static_cast<size_t>(layout.sub_groups[g].element_count), 0.0f);
+    if (!(*swapper)->write_initial(static_cast<int>(g), zeros).ok()) return 1;
+  }
+  std::vector<double> io_times;
+  for (int64_t step = 0; step < steps - 1; ++step) {
+    const uint64_t start = clock->now_ns();
+    for (size_t g = 0; g < layout.sub_groups.size(); ++g) {
+      if (!(*swapper)->acquire(static_cast<int>(g), step).ok()) return 1;
+      if (g + 1 < layout.sub_groups.size() && !(*swapper)->prefetch(static_cast<int>(g + 1), step).ok()) return 1;
+      if (!(*swapper)->release(static_cast<int>(g), step + 1).ok()) return 1;
+    }
+    if (!(*swapper)->flush().ok()) return 1;
+    io_times.push_back(static_cast<double>(clock->now_ns() - start) * 1e-6);
+  }
+  const double io_ms = median_ms(io_times);
+  const double bound_ms = std::max(io_ms, compute_ms);
+  int64_t elements = 0;
+  for (const SubGroup& group : layout.sub_groups) elements += group.element_count;
+  std::printf("offload_step_bench: %lld parameters in %zu sub-groups, optimizer state %.1f MiB on %s\n",
+              static_cast<long long>(elements), layout.sub_groups.size(), elements * 12.0 / 1048576.0,
+              directory.c_str());
+  std::printf("  compute (state in memory)   %8.2f ms\n", compute_ms);
+  std::printf("  I/O alone (read + write)    %8.2f ms  (%.0f MB/s each way)\n", io_ms,
+              elements * 12.0 * 2 / (io_ms * 1e-3) / 1e6 / 2);
+  std::printf("  offloaded step              %8.2f ms\n", offload_ms);
+  std::printf("  offloaded / max(I/O, compute) = %.3f (goal <= 1.15)\n", offload_ms / bound_ms);
+  return 0;
+}
