@@ -231,14 +231,17 @@ Status RankEngine::reduce_scatter_layer(int64_t layer_index, const std::vector<s
   const size_t element_bytes = dtype_size_bytes(communication_dtype_);
   const size_t chunk_elements = static_cast<size_t>(layer.element_count);
   const int world_size = comm_.world_size();
-  scatter_send_.assign(chunk_elements * element_bytes * static_cast<size_t>(world_size), std::byte{0});
-  std::vector<float> padded_slice;
+  // Every byte of the send buffer is written below (padding included), so it is only resized.
+  scatter_send_.resize(chunk_elements * element_bytes * static_cast<size_t>(world_size));
+  std::vector<float>& padded_slice = padded_slice_scratch_;
   for (int owner = 0; owner < world_size; ++owner) {
     for (int64_t p = layer.first_parameter; p < layer.end_parameter; ++p) {
       const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
       const std::vector<float>& full = full_gradients[static_cast<size_t>(p - layer.first_parameter)];
-      padded_slice.assign(static_cast<size_t>(partition.partition_size), 0.0f);
-      std::copy_n(full.begin() + partition.owned_begin(owner), partition.owned_count(owner), padded_slice.begin());
+      padded_slice.resize(static_cast<size_t>(partition.partition_size));
+      const int64_t owned = partition.owned_count(owner);
+      std::copy_n(full.begin() + partition.owned_begin(owner), owned, padded_slice.begin());
+      std::fill(padded_slice.begin() + owned, padded_slice.end(), 0.0f);
       std::byte* destination = scatter_send_.data() +
                                (static_cast<size_t>(owner) * chunk_elements +
                                 static_cast<size_t>(partition.flat_offset - layer.flat_offset)) *
@@ -270,12 +273,14 @@ Result<float> RankEngine::micro_step(int64_t micro_step_index) {
     labels[static_cast<size_t>(s)] = dataset_.label(sample);
   }
 
-  std::vector<std::vector<float>> layer_parameters;
+  // The gathered layer lives in one scratch buffer that the next layer's gather overwrites:
+  // at most one layer's full weights exist at a time, as ZeRO-3's release after use promises,
+  // without a fresh allocation (and page faults) per layer and micro-step.
+  std::vector<std::vector<float>>& layer_parameters = layer_parameters_scratch_;
   for (int64_t layer = 0; layer < layer_count; ++layer) {
     ZEROSIM_RETURN_IF_ERROR(gather_layer(layer, layer_parameters));
     mlp_layer_forward(options_.model, layer, layer_parameters[0], layer_parameters[1], activations_);
   }
-  layer_parameters.clear();  // release: ZeRO-3 holds a layer's full weights only while it runs
 
   // Gradient of loss_scale * mean loss over the global batch: each sample's term carries
   // loss_scale / train_batch_size, the same at every W.
@@ -284,15 +289,16 @@ Result<float> RankEngine::micro_step(int64_t micro_step_index) {
   std::vector<float> output_gradient, previous_gradient;
   const float loss = softmax_cross_entropy(activations_, labels, gradient_scale, output_gradient);
 
-  std::vector<std::vector<float>> gradients(2);
+  std::vector<std::vector<float>>& gradients = gradient_scratch_;
+  gradients.resize(2);
   for (int64_t layer = layer_count - 1; layer >= 0; --layer) {
     ZEROSIM_RETURN_IF_ERROR(gather_layer(layer, layer_parameters));
     const int64_t first = layout_.layers[static_cast<size_t>(layer)].first_parameter;
-    gradients[0].assign(static_cast<size_t>(parameters_[static_cast<size_t>(first)].element_count), 0.0f);
-    gradients[1].assign(static_cast<size_t>(parameters_[static_cast<size_t>(first + 1)].element_count), 0.0f);
+    // mlp_layer_backward zeroes them before accumulating.
+    gradients[0].resize(static_cast<size_t>(parameters_[static_cast<size_t>(first)].element_count));
+    gradients[1].resize(static_cast<size_t>(parameters_[static_cast<size_t>(first + 1)].element_count));
     mlp_layer_backward(options_.model, layer, layer_parameters[0], activations_, output_gradient, gradients[0],
                        gradients[1], previous_gradient);
-    layer_parameters.clear();
     ZEROSIM_RETURN_IF_ERROR(reduce_scatter_layer(layer, gradients));
     output_gradient.swap(previous_gradient);
   }
@@ -305,6 +311,11 @@ Status RankEngine::optimizer_step(StepRecord& record) {
   record.loss_scale = loss_scale;
   record.learning_rate = scheduler_->current_lr();
 
+  // Start reading the first sub-group now, so that the read overlaps the overflow check and
+  // the norm. If the step is skipped, the read is adopted by the next step (same state).
+  if (swapper_ && pipeline_read_ && !layout_.sub_groups.empty()) {
+    ZEROSIM_RETURN_IF_ERROR(swapper_->prefetch(0, counters_.optimizer_steps));
+  }
   bool overflow = false;
   if (loss_scaler_->checks_overflow()) {
     std::array<double, 1> flag = {has_non_finite(gradient_partition_.data(), gradient_partition_.size()) ? 1.0 : 0.0};

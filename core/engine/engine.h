@@ -171,6 +171,8 @@ class RankEngine {
   // Scratch reused across micro-steps.
   MlpActivations activations_;
   std::vector<std::byte> gather_send_, gather_receive_, scatter_send_;
+  std::vector<std::vector<float>> layer_parameters_scratch_, gradient_scratch_;
+  std::vector<float> padded_slice_scratch_;
 };
 
 struct TrainingRun {
