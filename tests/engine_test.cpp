@@ -109,8 +109,9 @@ RC_GTEST_PROP(EngineProperty, StateAfterKStepsIsBitIdenticalToWorldSizeOne, ()) 
   }
 }
 
-// Offload invariance: the optimizer state in memory ("none" or "cpu") or swapped to NVMe
-// through libaio, with any pool, block size, queue depth and pipelining, gives the same bits.
+// Offload invariance: the optimizer state and the 16-bit parameters in memory ("none" or
+// "cpu") or swapped to NVMe through libaio (optimizer, params or both), with any pool, block
+// size, queue depth and pipelining, give the same bits.
 RC_GTEST_PROP(EngineProperty, OffloadDeviceDoesNotChangeABit, ()) {
   ModelSpec model;
   model.layer_widths = {*rc::gen::inRange<int64_t>(2, 40), *rc::gen::inRange<int64_t>(2, 60),
@@ -124,8 +125,14 @@ RC_GTEST_PROP(EngineProperty, OffloadDeviceDoesNotChangeABit, ()) {
   on_cpu.config.zero.offload_optimizer.device = OffloadDevice::kCpu;
   TrainingOptions on_nvme = in_memory;
   TestDirectory directory;
+  const int what = *rc::gen::element(0, 1, 2);  // 0 optimizer, 1 params, 2 both
+  if (what >= 1) {
+    on_nvme.config.zero.offload_param.device = OffloadDevice::kNvme;
+    on_nvme.config.zero.offload_param.nvme_path = directory.path();
+  }
+  if (what == 1) on_cpu.config.zero.offload_param.device = OffloadDevice::kCpu;
   OffloadConfig& offload = on_nvme.config.zero.offload_optimizer;
-  offload.device = OffloadDevice::kNvme;
+  offload.device = what == 1 ? OffloadDevice::kNone : OffloadDevice::kNvme;
   offload.nvme_path = directory.path();
   offload.pipeline_read = *rc::gen::arbitrary<bool>();
   offload.pipeline_write = *rc::gen::arbitrary<bool>();
@@ -139,7 +146,7 @@ RC_GTEST_PROP(EngineProperty, OffloadDeviceDoesNotChangeABit, ()) {
   // Mark both flags as given, so the engine obeys them instead of choosing its defaults.
   on_nvme.config.input["zero_optimization"]["offload_optimizer"] = {{"pipeline_read", offload.pipeline_read},
                                                                      {"pipeline_write", offload.pipeline_write}};
-  RC_TAG(offload.pipeline_read, offload.pipeline_write);
+  RC_TAG(what == 0 ? "optimizer" : what == 1 ? "params" : "both", offload.pipeline_read, offload.pipeline_write);
 
   RealEnv real_env;
   Result<TrainingRun> memory_run = run_training(in_memory, 3, real_env.env());

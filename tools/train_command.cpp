@@ -176,10 +176,6 @@ int run_train_command(const TrainFlags& flags) {
     std::fprintf(stderr, "zerosim: note: zero_optimization.stage is %lld; zerosim partitions as stage 3 "
                  "(the results are the same bits)\n", static_cast<long long>(config->zero.stage));
   }
-  if (config->zero.offload_param.device == OffloadDevice::kNvme) {
-    std::fprintf(stderr, "zerosim: note: offload_param.device is \"nvme\"; swapping the 16-bit parameters is not "
-                 "built yet, so they stay in host memory (results are the same bits)\n");
-  }
 
   TrainingOptions options;
   options.config = std::move(config).value();

@@ -166,11 +166,34 @@ Status RankEngine::initialize() {
     exp_avg_sq_.assign(flat, 0.0f);
   }
 
+  const OffloadConfig& param_offload = config.zero.offload_param;
+  if (param_offload.device == OffloadDevice::kNvme) {
+    ParamSwapperOptions param_options;
+    param_options.nvme_path = param_offload.nvme_path;
+    param_options.run_id = options_.run_id;
+    param_options.rank = comm_.rank();
+    param_options.world_size = comm_.world_size();
+    for (const ParameterPartition& partition : layout_.parameters) {
+      param_options.partition_element_counts.push_back(partition.partition_size);
+    }
+    param_options.dtype = model_dtype_;
+    param_options.aio.block_size_bytes = config.aio.block_size;
+    param_options.aio.queue_depth = config.aio.queue_depth;
+    param_options.aio.intra_op_parallelism = config.aio.intra_op_parallelism;
+    param_options.aio.single_submit = config.aio.single_submit;
+    param_options.aio.overlap_events = config.aio.overlap_events;
+    param_options.pin_memory = param_offload.pin_memory;
+    std::string note;
+    ZEROSIM_ASSIGN_OR_RETURN(param_swapper_, ParamSwapper::create(*env_.disk, param_options, &note));
+    if (swap_engine_note_.empty()) swap_engine_note_ = note;
+    param_partition_.clear();
+    param_partition_.shrink_to_fit();
+  }
+
   // The fp32 master starts as the 16-bit parameter widened (DeepSpeed builds it from the
   // 16-bit partition), so master and model weights agree from step 0. Built one sub-group at
   // a time, so that with NVMe offload no full-size master ever exists in memory.
   const int rank = comm_.rank();
-  const size_t element_bytes = dtype_size_bytes(model_dtype_);
   std::vector<float> group_master;
   for (size_t g = 0; g < layout_.sub_groups.size(); ++g) {
     const SubGroup& group = layout_.sub_groups[g];
@@ -185,8 +208,7 @@ Status RankEngine::initialize() {
       }
     }
     const size_t offset = static_cast<size_t>(group.flat_offset);
-    cast_from_fp32(model_dtype_, group_master.data(), param_partition_.data() + offset * element_bytes,
-                   group_master.size());
+    ZEROSIM_RETURN_IF_ERROR(store_parameters(group, group_master.data(), 0));
     if (swapper_) {
       ZEROSIM_RETURN_IF_ERROR(swapper_->write_initial(static_cast<int>(g), group_master));
     } else {
@@ -203,11 +225,43 @@ Status RankEngine::initialize() {
   return Status();
 }
 
+Status RankEngine::store_parameters(const SubGroup& group, const float* master, int64_t step) {
+  const size_t element_bytes = dtype_size_bytes(model_dtype_);
+  const size_t offset = static_cast<size_t>(group.flat_offset);
+  if (!param_swapper_) {
+    cast_from_fp32(model_dtype_, master, param_partition_.data() + offset * element_bytes,
+                   static_cast<size_t>(group.element_count));
+    return Status();
+  }
+  for (int64_t p = group.first_parameter; p < group.end_parameter; ++p) {
+    const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
+    param_bytes_scratch_.resize(static_cast<size_t>(partition.partition_size) * element_bytes);
+    cast_from_fp32(model_dtype_, master + (partition.flat_offset - group.flat_offset), param_bytes_scratch_.data(),
+                   static_cast<size_t>(partition.partition_size));
+    ZEROSIM_RETURN_IF_ERROR(param_swapper_->write(static_cast<int>(p), step, param_bytes_scratch_));
+  }
+  return Status();
+}
+
 Status RankEngine::gather_layer(int64_t layer_index, std::vector<std::vector<float>>& full_parameters) {
   const LayerRange& layer = layout_.layers[static_cast<size_t>(layer_index)];
   const size_t element_bytes = dtype_size_bytes(model_dtype_);
   const size_t chunk_bytes = static_cast<size_t>(layer.element_count) * element_bytes;
-  const std::span<const std::byte> send(param_partition_.data() + layer.flat_offset * element_bytes, chunk_bytes);
+  std::span<const std::byte> send;
+  if (param_swapper_) {
+    // The layer's partitions come from their swap files, right before the gather needs them.
+    gather_send_.resize(chunk_bytes);
+    for (int64_t p = layer.first_parameter; p < layer.end_parameter; ++p) {
+      const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
+      ZEROSIM_RETURN_IF_ERROR(param_swapper_->read(
+          static_cast<int>(p), counters_.optimizer_steps,
+          std::span<std::byte>(gather_send_.data() + (partition.flat_offset - layer.flat_offset) * element_bytes,
+                               static_cast<size_t>(partition.partition_size) * element_bytes)));
+    }
+    send = gather_send_;
+  } else {
+    send = std::span<const std::byte>(param_partition_.data() + layer.flat_offset * element_bytes, chunk_bytes);
+  }
   gather_receive_.resize(chunk_bytes * static_cast<size_t>(comm_.world_size()));
   ZEROSIM_RETURN_IF_ERROR(comm_.all_gather(send, gather_receive_));
   full_parameters.resize(static_cast<size_t>(layer.end_parameter - layer.first_parameter));
@@ -369,7 +423,6 @@ Status RankEngine::optimizer_step(StepRecord& record) {
   ++counters_.optimizer_steps;
   const AdamStepScalars scalars =
       make_adam_step_scalars(adam_hyperparameters_from(config, record.learning_rate), counters_.optimizer_steps);
-  const size_t element_bytes = dtype_size_bytes(model_dtype_);
   const int64_t previous_step = counters_.optimizer_steps - 1;  // the state the swap files hold
   for (size_t g = 0; g < layout_.sub_groups.size(); ++g) {
     const SubGroup& group = layout_.sub_groups[g];
@@ -391,7 +444,7 @@ Status RankEngine::optimizer_step(StepRecord& record) {
     }
     adam_update(simd_path_, scalars, grad_multiplier, master, gradient_partition_.data() + offset, exp_avg, exp_avg_sq,
                 count);
-    cast_from_fp32(model_dtype_, master, param_partition_.data() + offset * element_bytes, count);
+    ZEROSIM_RETURN_IF_ERROR(store_parameters(group, master, counters_.optimizer_steps));
     if (swapper_) ZEROSIM_RETURN_IF_ERROR(swapper_->release(static_cast<int>(g), counters_.optimizer_steps));
     env_.crash_points->hit("optimizer.sub_group_stepped", comm_.rank());
   }
@@ -460,8 +513,21 @@ Result<FullTrainingState> RankEngine::gather_state() {
   ZEROSIM_ASSIGN_OR_RETURN(std::vector<float> all_exp_avg_sq,
                            gather_flat(swapper_ ? swapped_exp_avg_sq : exp_avg_sq_));
   const int world_size = comm_.world_size();
-  std::vector<std::byte> all_params(comm_.rank() == 0 ? param_partition_.size() * static_cast<size_t>(world_size) : 0);
-  ZEROSIM_RETURN_IF_ERROR(comm_.gather(param_partition_, all_params, 0));
+  std::vector<std::byte> swapped_params;
+  if (param_swapper_) {
+    const size_t element_bytes = dtype_size_bytes(model_dtype_);
+    swapped_params.resize(static_cast<size_t>(layout_.flat_element_count) * element_bytes);
+    for (size_t p = 0; p < layout_.parameters.size(); ++p) {
+      const ParameterPartition& partition = layout_.parameters[p];
+      ZEROSIM_RETURN_IF_ERROR(param_swapper_->read(
+          static_cast<int>(p), counters_.optimizer_steps,
+          std::span<std::byte>(swapped_params.data() + static_cast<size_t>(partition.flat_offset) * element_bytes,
+                               static_cast<size_t>(partition.partition_size) * element_bytes)));
+    }
+  }
+  const std::vector<std::byte>& local_params = param_swapper_ ? swapped_params : param_partition_;
+  std::vector<std::byte> all_params(comm_.rank() == 0 ? local_params.size() * static_cast<size_t>(world_size) : 0);
+  ZEROSIM_RETURN_IF_ERROR(comm_.gather(local_params, all_params, 0));
   if (comm_.rank() != 0) return FullTrainingState{};
 
   FullTrainingState state;

@@ -39,6 +39,7 @@
 #include "core/optim/loss_scaler.h"
 #include "core/optim/lr_scheduler.h"
 #include "core/swap/optimizer_swapper.h"
+#include "core/swap/param_swapper.h"
 #include "core/zero/partition.h"
 
 namespace zerosim {
@@ -129,8 +130,8 @@ class RankEngine {
 
   const PartitionLayout& layout() const { return layout_; }
   const TrainingCounters& counters() const { return counters_; }
-  // This rank's flat partitions (padding included), for tests of the layout; the optimizer
-  // state ones are empty when it is swapped to NVMe.
+  // This rank's flat partitions (padding included), for tests of the layout; each is empty
+  // when that state is swapped to NVMe.
   std::span<const std::byte> param_partition() const { return param_partition_; }
   std::span<const float> master_partition() const { return master_; }
   std::span<const float> exp_avg_partition() const { return exp_avg_; }
@@ -139,6 +140,9 @@ class RankEngine {
   const std::string& swap_engine_note() const { return swap_engine_note_; }
 
  private:
+  // Casts a sub-group's master to the model dtype and stores it: in param_partition_, or in the
+  // parameter swap files as the state of `step`.
+  Status store_parameters(const SubGroup& group, const float* master, int64_t step);
   Status gather_layer(int64_t layer_index, std::vector<std::vector<float>>& full_parameters);
   Status reduce_scatter_layer(int64_t layer_index, const std::vector<std::vector<float>>& full_gradients);
   Result<float> micro_step(int64_t micro_step_index);
@@ -163,6 +167,7 @@ class RankEngine {
   std::vector<float> gradient_partition_;  // fp32 accumulation over micro-steps
   TrainingCounters counters_;
   std::unique_ptr<OptimizerSwapper> swapper_;  // offload_optimizer.device == nvme
+  std::unique_ptr<ParamSwapper> param_swapper_;  // offload_param.device == nvme
   std::string swap_engine_note_;
   bool pipeline_read_ = false;  // effective, after the defaults (see initialize)
   std::optional<LearningRateScheduler> scheduler_;
@@ -173,6 +178,7 @@ class RankEngine {
   std::vector<std::byte> gather_send_, gather_receive_, scatter_send_;
   std::vector<std::vector<float>> layer_parameters_scratch_, gradient_scratch_;
   std::vector<float> padded_slice_scratch_;
+  std::vector<std::byte> param_bytes_scratch_;
 };
 
 struct TrainingRun {

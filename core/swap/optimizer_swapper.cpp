@@ -1,5 +1,7 @@
 #include "core/swap/optimizer_swapper.h"
 
+#include "core/swap/swap_directory.h"
+
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -76,39 +78,12 @@ Result<std::unique_ptr<OptimizerSwapper>> OptimizerSwapper::create(Disk& disk, c
   ZEROSIM_RETURN_IF_ERROR(validate_async_io_options(options.aio));
 
   std::unique_ptr<OptimizerSwapper> swapper(new OptimizerSwapper(disk, options));
-  ZEROSIM_RETURN_IF_ERROR(disk.create_directories(swapper->directory_));
-  Result<std::unique_ptr<FileLock>> lock = disk.lock_file(swapper->directory_ + "/.lock");
-  if (!lock.ok()) {
-    if (lock.status().code() != StatusCode::kFailedPrecondition) return lock.status();
-    return failed_precondition(lock.status().message() + " (run id " + options.run_id +
-                               "); give this run another --run-id or nvme_path");
-  }
-  swapper->directory_lock_ = std::move(lock).value();
-
-  // Probe O_DIRECT once: tmpfs and some overlay file systems refuse it with EINVAL.
-  const std::string probe_path = swapper->directory_ + "/.direct-io-probe";
-  FileOpenOptions probe_options;
-  probe_options.mode = OpenMode::kCreateTruncate;
-  probe_options.direct_io = true;
-  Result<std::unique_ptr<File>> probe = disk.open(probe_path, probe_options);
-  if (probe.ok()) {
-    ZEROSIM_RETURN_IF_ERROR((*probe)->close());
-  } else if (probe.status().code() == StatusCode::kInvalidArgument) {
-    swapper->direct_io_ = false;
-    if (engine_note != nullptr) {
-      *engine_note = "O_DIRECT is refused on " + swapper->directory_ +
-                     " (tmpfs or overlay?); swap I/O uses the pread/pwrite engine there";
-    }
-  } else {
-    return probe.status();
-  }
-  if (Result<bool> exists = disk.exists(probe_path); exists.ok() && *exists) {
-    ZEROSIM_RETURN_IF_ERROR(disk.remove_file(probe_path));
-  }
-
-  const Disk::AsyncEngine engine = swapper->direct_io_ ? Disk::AsyncEngine::kLibaio : Disk::AsyncEngine::kPreadPwrite;
-  ZEROSIM_ASSIGN_OR_RETURN(swapper->read_queue_, disk.make_async_queue(options.aio, engine));
-  ZEROSIM_ASSIGN_OR_RETURN(swapper->write_queue_, disk.make_async_queue(options.aio, engine));
+  ZEROSIM_ASSIGN_OR_RETURN(SwapDirectory directory,
+                           open_swap_directory(disk, swapper->directory_, options.run_id, engine_note));
+  swapper->direct_io_ = directory.direct_io;
+  swapper->directory_lock_ = std::move(directory.lock);
+  ZEROSIM_ASSIGN_OR_RETURN(swapper->read_queue_, disk.make_async_queue(options.aio, directory.engine()));
+  ZEROSIM_ASSIGN_OR_RETURN(swapper->write_queue_, disk.make_async_queue(options.aio, directory.engine()));
 
   int64_t largest = 0;
   for (int64_t count : options.sub_group_element_counts) largest = std::max(largest, count);
