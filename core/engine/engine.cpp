@@ -14,6 +14,17 @@
 
 namespace zerosim {
 
+// The swap engines take the top-level "aio" block as it is.
+static AsyncIoOptions async_io_options_from(const AioConfig& aio) {
+  AsyncIoOptions options;
+  options.block_size_bytes = aio.block_size;
+  options.queue_depth = aio.queue_depth;
+  options.intra_op_parallelism = aio.intra_op_parallelism;
+  options.single_submit = aio.single_submit;
+  options.overlap_events = aio.overlap_events;
+  return options;
+}
+
 AdamHyperparameters adam_hyperparameters_from(const ResolvedConfig& config, double learning_rate) {
   AdamHyperparameters hyperparameters;
   hyperparameters.learning_rate = static_cast<float>(learning_rate);
@@ -119,7 +130,6 @@ Status RankEngine::initialize() {
 
   const size_t flat = static_cast<size_t>(layout_.flat_element_count);
   gradient_partition_.assign(flat, 0.0f);
-  param_partition_.assign(flat * dtype_size_bytes(model_dtype_), std::byte{0});
   const OffloadConfig& offload = config.zero.offload_optimizer;
   if (offload.device == OffloadDevice::kNvme) {
     OptimizerSwapperOptions swap_options;
@@ -128,11 +138,7 @@ Status RankEngine::initialize() {
     swap_options.rank = comm_.rank();
     swap_options.world_size = comm_.world_size();
     for (const SubGroup& group : layout_.sub_groups) swap_options.sub_group_element_counts.push_back(group.element_count);
-    swap_options.aio.block_size_bytes = config.aio.block_size;
-    swap_options.aio.queue_depth = config.aio.queue_depth;
-    swap_options.aio.intra_op_parallelism = config.aio.intra_op_parallelism;
-    swap_options.aio.single_submit = config.aio.single_submit;
-    swap_options.aio.overlap_events = config.aio.overlap_events;
+    swap_options.aio = async_io_options_from(config.aio);
     swap_options.buffer_count = offload.buffer_count;
     swap_options.pin_memory = offload.pin_memory;
     // Pipelining helps whenever there is more than one sub-group. A flag the config sets is
@@ -177,17 +183,13 @@ Status RankEngine::initialize() {
       param_options.partition_element_counts.push_back(partition.partition_size);
     }
     param_options.dtype = model_dtype_;
-    param_options.aio.block_size_bytes = config.aio.block_size;
-    param_options.aio.queue_depth = config.aio.queue_depth;
-    param_options.aio.intra_op_parallelism = config.aio.intra_op_parallelism;
-    param_options.aio.single_submit = config.aio.single_submit;
-    param_options.aio.overlap_events = config.aio.overlap_events;
+    param_options.aio = async_io_options_from(config.aio);
     param_options.pin_memory = param_offload.pin_memory;
     std::string note;
     ZEROSIM_ASSIGN_OR_RETURN(param_swapper_, ParamSwapper::create(*env_.disk, param_options, &note));
     if (swap_engine_note_.empty()) swap_engine_note_ = note;
-    param_partition_.clear();
-    param_partition_.shrink_to_fit();
+  } else {
+    param_partition_.assign(flat * dtype_size_bytes(model_dtype_), std::byte{0});
   }
 
   // The fp32 master starts as the 16-bit parameter widened (DeepSpeed builds it from the
