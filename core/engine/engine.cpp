@@ -129,7 +129,6 @@ Status RankEngine::initialize() {
   layout_ = make_partition_layout(parameters_, comm_.world_size(), config.zero.sub_group_size);
 
   const size_t flat = static_cast<size_t>(layout_.flat_element_count);
-  gradient_partition_.assign(flat, 0.0f);
   const OffloadConfig& offload = config.zero.offload_optimizer;
   if (offload.device == OffloadDevice::kNvme) {
     OptimizerSwapperOptions swap_options;
@@ -165,7 +164,23 @@ Status RankEngine::initialize() {
     swap_options.pipeline_read = pipeline_read_;
     swap_options.pipeline_write = pipeline_write;
     ZEROSIM_ASSIGN_OR_RETURN(swapper_, OptimizerSwapper::create(*env_.disk, swap_options, &swap_engine_note_));
+    // As ZeRO-Infinity does, the fp32 gradient partitions go to NVMe with the optimizer state,
+    // so host memory does not grow with the model.
+    PartitionSwapperOptions gradient_options;
+    gradient_options.nvme_path = offload.nvme_path;
+    gradient_options.run_id = options_.run_id;
+    gradient_options.rank = comm_.rank();
+    gradient_options.world_size = comm_.world_size();
+    for (const ParameterPartition& partition : layout_.parameters) {
+      gradient_options.partition_element_counts.push_back(partition.partition_size);
+    }
+    gradient_options.dtype = DType::kFp32;
+    gradient_options.kind = SwapTensorKind::kGradients;
+    gradient_options.aio = swap_options.aio;
+    gradient_options.pin_memory = offload.pin_memory;
+    ZEROSIM_ASSIGN_OR_RETURN(gradient_swapper_, PartitionSwapper::create(*env_.disk, gradient_options, nullptr));
   } else {
+    gradient_partition_.assign(flat, 0.0f);
     // "cpu" and no offload both keep the state in host memory: on CPU ranks they are the same.
     master_.assign(flat, 0.0f);
     exp_avg_.assign(flat, 0.0f);
@@ -174,7 +189,7 @@ Status RankEngine::initialize() {
 
   const OffloadConfig& param_offload = config.zero.offload_param;
   if (param_offload.device == OffloadDevice::kNvme) {
-    ParamSwapperOptions param_options;
+    PartitionSwapperOptions param_options;
     param_options.nvme_path = param_offload.nvme_path;
     param_options.run_id = options_.run_id;
     param_options.rank = comm_.rank();
@@ -186,7 +201,7 @@ Status RankEngine::initialize() {
     param_options.aio = async_io_options_from(config.aio);
     param_options.pin_memory = param_offload.pin_memory;
     std::string note;
-    ZEROSIM_ASSIGN_OR_RETURN(param_swapper_, ParamSwapper::create(*env_.disk, param_options, &note));
+    ZEROSIM_ASSIGN_OR_RETURN(param_swapper_, PartitionSwapper::create(*env_.disk, param_options, &note));
     if (swap_engine_note_.empty()) swap_engine_note_ = note;
   } else {
     param_partition_.assign(flat * dtype_size_bytes(model_dtype_), std::byte{0});
@@ -282,7 +297,8 @@ Status RankEngine::gather_layer(int64_t layer_index, std::vector<std::vector<flo
   return Status();
 }
 
-Status RankEngine::reduce_scatter_layer(int64_t layer_index, const std::vector<std::vector<float>>& full_gradients) {
+Status RankEngine::reduce_scatter_layer(int64_t layer_index, int64_t micro_step_index,
+                                        const std::vector<std::vector<float>>& full_gradients) {
   const LayerRange& layer = layout_.layers[static_cast<size_t>(layer_index)];
   const size_t element_bytes = dtype_size_bytes(communication_dtype_);
   const size_t chunk_elements = static_cast<size_t>(layer.element_count);
@@ -305,9 +321,36 @@ Status RankEngine::reduce_scatter_layer(int64_t layer_index, const std::vector<s
       cast_from_fp32(communication_dtype_, padded_slice.data(), destination, padded_slice.size());
     }
   }
-  return comm_.reduce_scatter_accumulate(
-      scatter_send_, communication_dtype_, chunk_elements,
-      std::span<float>(gradient_partition_.data() + layer.flat_offset, chunk_elements));
+  if (!gradient_swapper_) {
+    return comm_.reduce_scatter_accumulate(
+        scatter_send_, communication_dtype_, chunk_elements,
+        std::span<float>(gradient_partition_.data() + layer.flat_offset, chunk_elements));
+  }
+  // Gradients on NVMe: the layer's accumulated partitions are read (zeros at micro-step 0),
+  // accumulated into and written back; at the last micro-step the overflow and norm bins are
+  // taken from the final values, so the optimizer step need not read them twice.
+  std::vector<float>& accumulator = gradient_layer_scratch_;
+  accumulator.resize(chunk_elements);
+  const int64_t accumulation = options_.config.gradient_accumulation_steps;
+  const int64_t version = counters_.global_steps * accumulation + micro_step_index;
+  auto partition_bytes = [&](int64_t p) {
+    const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
+    return std::span<std::byte>(reinterpret_cast<std::byte*>(accumulator.data() + (partition.flat_offset - layer.flat_offset)),
+                                static_cast<size_t>(partition.partition_size) * sizeof(float));
+  };
+  if (micro_step_index == 0) {
+    std::fill(accumulator.begin(), accumulator.end(), 0.0f);
+  } else {
+    for (int64_t p = layer.first_parameter; p < layer.end_parameter; ++p) {
+      ZEROSIM_RETURN_IF_ERROR(gradient_swapper_->read(static_cast<int>(p), version - 1, partition_bytes(p)));
+    }
+  }
+  ZEROSIM_RETURN_IF_ERROR(comm_.reduce_scatter_accumulate(scatter_send_, communication_dtype_, chunk_elements, accumulator));
+  for (int64_t p = layer.first_parameter; p < layer.end_parameter; ++p) {
+    ZEROSIM_RETURN_IF_ERROR(gradient_swapper_->write(static_cast<int>(p), version, partition_bytes(p)));
+  }
+  if (micro_step_index + 1 == accumulation) step_gradient_squares_.add_squares(accumulator);
+  return Status();
 }
 
 Result<float> RankEngine::micro_step(int64_t micro_step_index) {
@@ -355,7 +398,7 @@ Result<float> RankEngine::micro_step(int64_t micro_step_index) {
     gradients[1].resize(static_cast<size_t>(parameters_[static_cast<size_t>(first + 1)].element_count));
     mlp_layer_backward(options_.model, layer, layer_parameters[0], activations_, output_gradient, gradients[0],
                        gradients[1], previous_gradient);
-    ZEROSIM_RETURN_IF_ERROR(reduce_scatter_layer(layer, gradients));
+    ZEROSIM_RETURN_IF_ERROR(reduce_scatter_layer(layer, micro_step_index, gradients));
     output_gradient.swap(previous_gradient);
   }
   return loss;
@@ -374,7 +417,10 @@ Status RankEngine::optimizer_step(StepRecord& record) {
   }
   bool overflow = false;
   if (loss_scaler_->checks_overflow()) {
-    std::array<double, 1> flag = {has_non_finite(gradient_partition_.data(), gradient_partition_.size()) ? 1.0 : 0.0};
+    const bool local_non_finite = gradient_swapper_
+                                      ? step_gradient_squares_.saw_non_finite()
+                                      : has_non_finite(gradient_partition_.data(), gradient_partition_.size());
+    std::array<double, 1> flag = {local_non_finite ? 1.0 : 0.0};
     ZEROSIM_RETURN_IF_ERROR(comm_.all_reduce_max(flag));
     overflow = flag[0] != 0.0;
   }
@@ -395,8 +441,8 @@ Status RankEngine::optimizer_step(StepRecord& record) {
 
   // Global norm of the scaled gradient: exact per-rank bins, gathered on rank 0, merged there
   // and broadcast (W x 4 KiB on rank 0 only, 4 KiB elsewhere).
-  ExactSquareSum local_sum;
-  local_sum.add_squares(gradient_partition_);
+  ExactSquareSum local_sum = step_gradient_squares_;  // filled during the reduce-scatter when swapped
+  if (!gradient_swapper_) local_sum.add_squares(gradient_partition_);
   constexpr size_t kBinBytes = ExactSquareSum::kSerializedBytes;
   std::vector<std::byte> local_bytes(kBinBytes);
   local_sum.serialize(std::span<std::byte, kBinBytes>(local_bytes.data(), kBinBytes));
@@ -444,7 +490,22 @@ Status RankEngine::optimizer_step(StepRecord& record) {
       exp_avg = state.exp_avg.data();
       exp_avg_sq = state.exp_avg_sq.data();
     }
-    adam_update(simd_path_, scalars, grad_multiplier, master, gradient_partition_.data() + offset, exp_avg, exp_avg_sq,
+    const float* gradient = gradient_swapper_ ? nullptr : gradient_partition_.data() + offset;
+    if (gradient_swapper_) {
+      gradient_group_scratch_.resize(count);
+      const int64_t final_version =
+          counters_.global_steps * options_.config.gradient_accumulation_steps + options_.config.gradient_accumulation_steps - 1;
+      for (int64_t p = group.first_parameter; p < group.end_parameter; ++p) {
+        const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
+        ZEROSIM_RETURN_IF_ERROR(gradient_swapper_->read(
+            static_cast<int>(p), final_version,
+            std::span<std::byte>(reinterpret_cast<std::byte*>(gradient_group_scratch_.data() +
+                                                              (partition.flat_offset - group.flat_offset)),
+                                 static_cast<size_t>(partition.partition_size) * sizeof(float))));
+      }
+      gradient = gradient_group_scratch_.data();
+    }
+    adam_update(simd_path_, scalars, grad_multiplier, master, gradient, exp_avg, exp_avg_sq,
                 count);
     ZEROSIM_RETURN_IF_ERROR(store_parameters(group, master, counters_.optimizer_steps));
     if (swapper_) ZEROSIM_RETURN_IF_ERROR(swapper_->release(static_cast<int>(g), counters_.optimizer_steps));
@@ -458,6 +519,7 @@ Status RankEngine::optimizer_step(StepRecord& record) {
 
 Result<StepRecord> RankEngine::train_step() {
   env_.crash_points->hit("engine.step_begin", comm_.rank());
+  step_gradient_squares_ = ExactSquareSum{};
   StepRecord record;
   record.step = counters_.global_steps + 1;
   const int64_t accumulation = options_.config.gradient_accumulation_steps;

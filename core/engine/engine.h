@@ -39,7 +39,8 @@
 #include "core/optim/loss_scaler.h"
 #include "core/optim/lr_scheduler.h"
 #include "core/swap/optimizer_swapper.h"
-#include "core/swap/param_swapper.h"
+#include "core/swap/partition_swapper.h"
+#include "core/zero/exact_square_sum.h"
 #include "core/zero/partition.h"
 
 namespace zerosim {
@@ -144,7 +145,8 @@ class RankEngine {
   // parameter swap files as the state of `step`.
   Status store_parameters(const SubGroup& group, const float* master, int64_t step);
   Status gather_layer(int64_t layer_index, std::vector<std::vector<float>>& full_parameters);
-  Status reduce_scatter_layer(int64_t layer_index, const std::vector<std::vector<float>>& full_gradients);
+  Status reduce_scatter_layer(int64_t layer_index, int64_t micro_step_index,
+                              const std::vector<std::vector<float>>& full_gradients);
   Result<float> micro_step(int64_t micro_step_index);
   Status optimizer_step(StepRecord& record);
   Result<std::vector<float>> gather_flat(std::span<const float> partition);
@@ -167,7 +169,9 @@ class RankEngine {
   std::vector<float> gradient_partition_;  // fp32 accumulation over micro-steps
   TrainingCounters counters_;
   std::unique_ptr<OptimizerSwapper> swapper_;  // offload_optimizer.device == nvme
-  std::unique_ptr<ParamSwapper> param_swapper_;  // offload_param.device == nvme
+  std::unique_ptr<PartitionSwapper> param_swapper_;     // offload_param.device == nvme
+  std::unique_ptr<PartitionSwapper> gradient_swapper_;  // with offload_optimizer.device == nvme
+  ExactSquareSum step_gradient_squares_;  // bins of the final gradients, when they are swapped
   std::string swap_engine_note_;
   bool pipeline_read_ = false;  // effective, after the defaults (see initialize)
   std::optional<LearningRateScheduler> scheduler_;
@@ -179,6 +183,7 @@ class RankEngine {
   std::vector<std::vector<float>> layer_parameters_scratch_, gradient_scratch_;
   std::vector<float> padded_slice_scratch_;
   std::vector<std::byte> param_bytes_scratch_;
+  std::vector<float> gradient_layer_scratch_, gradient_group_scratch_;
 };
 
 struct TrainingRun {

@@ -40,6 +40,7 @@ const char* swap_tensor_kind_name(SwapTensorKind kind) {
     case SwapTensorKind::kExpAvg: return "exp_avg";
     case SwapTensorKind::kExpAvgSq: return "exp_avg_sq";
     case SwapTensorKind::kParams: return "params";
+    case SwapTensorKind::kGradients: return "gradients";
   }
   return "unknown";
 }

@@ -25,7 +25,7 @@
 
 namespace zerosim {
 
-enum class SwapTensorKind : uint32_t { kMaster = 1, kExpAvg = 2, kExpAvgSq = 3, kParams = 4 };
+enum class SwapTensorKind : uint32_t { kMaster = 1, kExpAvg = 2, kExpAvgSq = 3, kParams = 4, kGradients = 5 };
 const char* swap_tensor_kind_name(SwapTensorKind kind);
 
 struct SwapFileHeader {

@@ -4,15 +4,15 @@
 
 #include <filesystem>
 
-#include "core/swap/param_swapper.h"
+#include "core/swap/partition_swapper.h"
 #include "faults/faulty_disk.h"
 #include "tests/test_directory.h"
 
 namespace zerosim {
 namespace {
 
-ParamSwapperOptions param_options(const std::string& path) {
-  ParamSwapperOptions options;
+PartitionSwapperOptions param_options(const std::string& path) {
+  PartitionSwapperOptions options;
   options.nvme_path = path;
   options.run_id = "run-params";
   options.rank = 0;
@@ -29,11 +29,11 @@ std::vector<std::byte> pattern_bytes(size_t size, unsigned char seed) {
   return bytes;
 }
 
-TEST(ParamSwapper, PartitionsRoundTripAndTheDirectoryGoesAwayAfterwards) {
+TEST(PartitionSwapper, PartitionsRoundTripAndTheDirectoryGoesAwayAfterwards) {
   TestDirectory directory;
   std::unique_ptr<Disk> disk = make_posix_disk();
   {
-    auto swapper = ParamSwapper::create(*disk, param_options(directory.path()), nullptr);
+    auto swapper = PartitionSwapper::create(*disk, param_options(directory.path()), nullptr);
     ASSERT_TRUE(swapper.ok()) << swapper.status().to_string();
     const std::vector<std::byte> big = pattern_bytes(10000, 3), small = pattern_bytes(2, 9);
     ASSERT_TRUE((*swapper)->write(0, 4, big).ok());
@@ -53,12 +53,12 @@ TEST(ParamSwapper, PartitionsRoundTripAndTheDirectoryGoesAwayAfterwards) {
   EXPECT_FALSE(std::filesystem::exists(directory.path() + "/zerosim/run-params/rank-0-of-3/params"));
 }
 
-TEST(ParamSwapper, TornAndFailedTransfersAreNamedErrors) {
+TEST(PartitionSwapper, TornAndFailedTransfersAreNamedErrors) {
   TestDirectory directory;
   std::unique_ptr<Disk> real = make_posix_disk();
   FaultyDisk disk(*real, {{"*/params.param-0.swp", FaultOperation::kWrite, 2, FaultKind::kTornWrite, 4096, 0},
                           {"*/params.param-1.swp", FaultOperation::kRead, 1, FaultKind::kIoError, 0, 0}});
-  auto swapper = ParamSwapper::create(disk, param_options(directory.path()), nullptr);
+  auto swapper = PartitionSwapper::create(disk, param_options(directory.path()), nullptr);
   ASSERT_TRUE(swapper.ok());
   const std::vector<std::byte> first = pattern_bytes(10000, 1), second = pattern_bytes(10000, 2);
   ASSERT_TRUE((*swapper)->write(0, 1, first).ok());

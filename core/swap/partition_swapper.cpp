@@ -1,19 +1,21 @@
-#include "core/swap/param_swapper.h"
+#include "core/swap/partition_swapper.h"
 
 #include <algorithm>
 #include <cstring>
 
 namespace zerosim {
 
-Result<std::unique_ptr<ParamSwapper>> ParamSwapper::create(Disk& disk, const ParamSwapperOptions& options,
+Result<std::unique_ptr<PartitionSwapper>> PartitionSwapper::create(Disk& disk, const PartitionSwapperOptions& options,
                                                            std::string* engine_note) {
   if (options.nvme_path.empty()) {
-    return invalid_argument("zero_optimization.offload_param.nvme_path: required when device is \"nvme\"");
+    return invalid_argument(std::string("nvme_path for the ") + swap_tensor_kind_name(options.kind) +
+                            " swap files: required when the device is \"nvme\"");
   }
   ZEROSIM_RETURN_IF_ERROR(validate_async_io_options(options.aio));
-  std::unique_ptr<ParamSwapper> swapper(new ParamSwapper(disk, options));
+  std::unique_ptr<PartitionSwapper> swapper(new PartitionSwapper(disk, options));
   const std::string path =
-      swap_rank_directory(options.nvme_path, options.run_id, options.rank, options.world_size) + "/params";
+      swap_rank_directory(options.nvme_path, options.run_id, options.rank, options.world_size) + "/" +
+      swap_tensor_kind_name(options.kind);
   ZEROSIM_ASSIGN_OR_RETURN(swapper->directory_, open_swap_directory(disk, path, options.run_id, engine_note));
   ZEROSIM_ASSIGN_OR_RETURN(swapper->queue_, disk.make_async_queue(options.aio, swapper->directory_.engine()));
   int64_t largest = 0;
@@ -24,29 +26,29 @@ Result<std::unique_ptr<ParamSwapper>> ParamSwapper::create(Disk& disk, const Par
   return swapper;
 }
 
-ParamSwapper::~ParamSwapper() {
+PartitionSwapper::~PartitionSwapper() {
   if (queue_) queue_->wait_all().ignore_error();
   if (directory_.lock) disk_.remove_tree(directory_.path).ignore_error();
 }
 
-std::string ParamSwapper::path_of(int parameter) const {
-  return directory_.path + "/params.param-" + std::to_string(parameter) + ".swp";
+std::string PartitionSwapper::path_of(int parameter) const {
+  return directory_.path + "/" + swap_tensor_kind_name(options_.kind) + ".param-" + std::to_string(parameter) + ".swp";
 }
 
-SwapFileHeader ParamSwapper::expected_header(int parameter, int64_t step) const {
+SwapFileHeader PartitionSwapper::expected_header(int parameter, int64_t step) const {
   SwapFileHeader header;
   header.run_id = options_.run_id;
   header.rank = static_cast<uint32_t>(options_.rank);
   header.world_size = static_cast<uint32_t>(options_.world_size);
   header.sub_group = static_cast<uint32_t>(parameter);
-  header.kind = SwapTensorKind::kParams;
+  header.kind = options_.kind;
   header.element_count = static_cast<uint64_t>(options_.partition_element_counts[static_cast<size_t>(parameter)]);
   header.dtype = options_.dtype;
   header.optimizer_step = step;
   return header;
 }
 
-Status ParamSwapper::transfer(int parameter, IoDirection direction, OpenMode mode) {
+Status PartitionSwapper::transfer(int parameter, IoDirection direction, OpenMode mode) {
   FileOpenOptions open_options;
   open_options.mode = mode;
   open_options.direct_io = directory_.direct_io;
@@ -61,7 +63,7 @@ Status ParamSwapper::transfer(int parameter, IoDirection direction, OpenMode mod
   return closed;
 }
 
-Status ParamSwapper::write(int parameter, int64_t step, std::span<const std::byte> partition) {
+Status PartitionSwapper::write(int parameter, int64_t step, std::span<const std::byte> partition) {
   const uint64_t file_bytes = swap_file_size_bytes(
       static_cast<uint64_t>(options_.partition_element_counts[static_cast<size_t>(parameter)]), options_.dtype);
   ZEROSIM_CHECK(partition.size() ==
@@ -77,7 +79,7 @@ Status ParamSwapper::write(int parameter, int64_t step, std::span<const std::byt
   return transfer(parameter, IoDirection::kWrite, OpenMode::kCreateReadWrite);
 }
 
-Status ParamSwapper::read(int parameter, int64_t step, std::span<std::byte> partition) {
+Status PartitionSwapper::read(int parameter, int64_t step, std::span<std::byte> partition) {
   ZEROSIM_RETURN_IF_ERROR(transfer(parameter, IoDirection::kRead, OpenMode::kReadOnly));
   const std::string path = path_of(parameter);
   SwapFileHeader found;
