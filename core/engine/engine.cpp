@@ -49,7 +49,15 @@ uint64_t estimate_rank_memory_bytes(const TrainingOptions& options) {
     activation_width += in + 2 * out;
   }
   const long double partition_elements = total_elements / world + static_cast<long double>(2 * options.model.layer_widths.size());
-  const long double flat_bytes = partition_elements * (4 * 4 + 4);               // master, m, v, grad + params
+  // In memory: master, m, v and the gradient (16 B) unless they are swapped, and the 16-bit
+  // parameters (up to 4 B) unless they are; swapping adds staging buffers of sub-group size.
+  const bool optimizer_on_nvme = options.config.zero.offload_optimizer.device == OffloadDevice::kNvme;
+  const bool params_on_nvme = options.config.zero.offload_param.device == OffloadDevice::kNvme;
+  const long double sub_group = std::min<long double>(partition_elements,
+                                                      static_cast<long double>(options.config.zero.sub_group_size));
+  const long double flat_bytes =
+      (optimizer_on_nvme ? sub_group * 4 * 3 * 3 + largest_layer * 4 : partition_elements * 16) +
+      (params_on_nvme ? largest_layer * 4 : partition_elements * 4);
   const long double gathered_layer_bytes = (largest_layer + world) * 4 * 3;       // receive + fp32 copies + grads
   const long double exchange_bytes = (largest_layer + world) * 4 * 2;             // gradient send buffer
   const long double activation_bytes =
@@ -545,96 +553,6 @@ Result<StepRecord> RankEngine::train_step() {
   return record;
 }
 
-Result<std::vector<float>> RankEngine::gather_flat(std::span<const float> partition) {
-  std::vector<float> all(comm_.rank() == 0 ? partition.size() * static_cast<size_t>(comm_.world_size()) : 0);
-  ZEROSIM_RETURN_IF_ERROR(comm_.gather(std::as_bytes(partition), std::as_writable_bytes(std::span<float>(all)), 0));
-  return all;
-}
-
-Result<FullTrainingState> RankEngine::gather_state() {
-  // With NVMe offload, read the swapped state into flat copies first (this is a diagnostic
-  // path: it needs the full partition in memory once).
-  std::vector<float> swapped_master, swapped_exp_avg, swapped_exp_avg_sq;
-  if (swapper_) {
-    const size_t flat = static_cast<size_t>(layout_.flat_element_count);
-    swapped_master.assign(flat, 0.0f);
-    swapped_exp_avg.assign(flat, 0.0f);
-    swapped_exp_avg_sq.assign(flat, 0.0f);
-    for (size_t g = 0; g < layout_.sub_groups.size(); ++g) {
-      const ptrdiff_t offset = static_cast<ptrdiff_t>(layout_.sub_groups[g].flat_offset);
-      ZEROSIM_ASSIGN_OR_RETURN(OptimizerSwapper::SubGroupState state,
-                               swapper_->acquire(static_cast<int>(g), counters_.optimizer_steps));
-      std::copy(state.master.begin(), state.master.end(), swapped_master.begin() + offset);
-      std::copy(state.exp_avg.begin(), state.exp_avg.end(), swapped_exp_avg.begin() + offset);
-      std::copy(state.exp_avg_sq.begin(), state.exp_avg_sq.end(), swapped_exp_avg_sq.begin() + offset);
-      ZEROSIM_RETURN_IF_ERROR(swapper_->release(static_cast<int>(g), std::nullopt));
-    }
-  }
-  // Every rank takes part in the gathers; only rank 0 receives and assembles the state, so
-  // memory is W x partition on rank 0 only.
-  ZEROSIM_ASSIGN_OR_RETURN(std::vector<float> all_master, gather_flat(swapper_ ? swapped_master : master_));
-  ZEROSIM_ASSIGN_OR_RETURN(std::vector<float> all_exp_avg, gather_flat(swapper_ ? swapped_exp_avg : exp_avg_));
-  ZEROSIM_ASSIGN_OR_RETURN(std::vector<float> all_exp_avg_sq,
-                           gather_flat(swapper_ ? swapped_exp_avg_sq : exp_avg_sq_));
-  const int world_size = comm_.world_size();
-  std::vector<std::byte> swapped_params;
-  if (param_swapper_) {
-    const size_t element_bytes = dtype_size_bytes(model_dtype_);
-    swapped_params.resize(static_cast<size_t>(layout_.flat_element_count) * element_bytes);
-    for (size_t p = 0; p < layout_.parameters.size(); ++p) {
-      const ParameterPartition& partition = layout_.parameters[p];
-      ZEROSIM_RETURN_IF_ERROR(param_swapper_->read(
-          static_cast<int>(p), counters_.optimizer_steps,
-          std::span<std::byte>(swapped_params.data() + static_cast<size_t>(partition.flat_offset) * element_bytes,
-                               static_cast<size_t>(partition.partition_size) * element_bytes)));
-    }
-  }
-  const std::vector<std::byte>& local_params = param_swapper_ ? swapped_params : param_partition_;
-  std::vector<std::byte> all_params(comm_.rank() == 0 ? local_params.size() * static_cast<size_t>(world_size) : 0);
-  ZEROSIM_RETURN_IF_ERROR(comm_.gather(local_params, all_params, 0));
-  if (comm_.rank() != 0) return FullTrainingState{};
-
-  FullTrainingState state;
-  state.parameters = parameters_;
-  state.model_dtype = model_dtype_;
-  const size_t flat = static_cast<size_t>(layout_.flat_element_count);
-  // Copies each rank's owned slice of every parameter out of the concatenated flat buffers.
-  auto unflatten = [&](const std::byte* all, size_t element_bytes, std::vector<std::vector<std::byte>>& out) {
-    out.resize(parameters_.size());
-    for (size_t p = 0; p < parameters_.size(); ++p) {
-      const ParameterPartition& partition = layout_.parameters[p];
-      out[p].resize(static_cast<size_t>(partition.element_count) * element_bytes);
-      for (int source = 0; source < world_size; ++source) {
-        const size_t from = (static_cast<size_t>(source) * flat + static_cast<size_t>(partition.flat_offset)) * element_bytes;
-        std::memcpy(out[p].data() + static_cast<size_t>(partition.owned_begin(source)) * element_bytes, all + from,
-                    static_cast<size_t>(partition.owned_count(source)) * element_bytes);
-      }
-    }
-  };
-  auto unflatten_floats = [&](const std::vector<float>& all, std::vector<std::vector<float>>& out) {
-    std::vector<std::vector<std::byte>> bytes;
-    unflatten(reinterpret_cast<const std::byte*>(all.data()), sizeof(float), bytes);
-    out.resize(bytes.size());
-    for (size_t p = 0; p < bytes.size(); ++p) {
-      out[p].resize(bytes[p].size() / sizeof(float));
-      std::memcpy(out[p].data(), bytes[p].data(), bytes[p].size());
-    }
-  };
-  unflatten_floats(all_master, state.master);
-  unflatten_floats(all_exp_avg, state.exp_avg);
-  unflatten_floats(all_exp_avg_sq, state.exp_avg_sq);
-  unflatten(all_params.data(), dtype_size_bytes(model_dtype_), state.params);
-
-  state.counters = counters_;
-  state.scheduler_last_batch_iteration = scheduler_->last_batch_iteration();
-  state.scheduler_learning_rate = scheduler_->current_lr();
-  state.loss_scaler = loss_scaler_->state();
-  state.seed = options_.seed;
-  state.data_position = counters_.global_samples;
-  state.shuffle_stream = sampler_.shuffle_stream_state(counters_.global_samples);
-  return state;
-}
-
 namespace {
 
 class DigestBuilder {
@@ -653,6 +571,13 @@ class DigestBuilder {
   void i64(int64_t value) { u64(static_cast<uint64_t>(value)); }
   void f64(double value) { uint64_t bits; std::memcpy(&bits, &value, 8); u64(bits); }
   void text(const std::string& value) { u64(value.size()); bytes(value.data(), value.size()); }
+  // One tensor: its name, its element count and its little-endian bytes (x86 is little-endian,
+  // the canonical byte order of every digest and file).
+  void tensor(const std::string& name, uint64_t element_count, const void* data, size_t size_bytes) {
+    text(name);
+    u64(element_count);
+    bytes(data, size_bytes);
+  }
   std::string hex() const {
     const XXH128_hash_t hash = XXH3_128bits_digest(state_);
     char buffer[33];
@@ -665,34 +590,8 @@ class DigestBuilder {
   XXH3_state_t* state_;
 };
 
-std::string digest_tensors(const FullTrainingState& state, const std::vector<std::vector<float>>& tensors) {
-  DigestBuilder digest;
-  for (size_t p = 0; p < tensors.size(); ++p) {
-    digest.text(state.parameters[p].name);
-    digest.u64(tensors[p].size());
-    // x86 is little-endian, the canonical byte order of every digest and file.
-    digest.bytes(tensors[p].data(), tensors[p].size() * sizeof(float));
-  }
-  return digest.hex();
-}
-
-}  // namespace
-
-ComponentDigests digest_training_state(const FullTrainingState& state) {
-  ComponentDigests digests;
-  {
-    DigestBuilder digest;
-    digest.text(dtype_name(state.model_dtype));
-    for (size_t p = 0; p < state.params.size(); ++p) {
-      digest.text(state.parameters[p].name);
-      digest.u64(state.params[p].size());
-      digest.bytes(state.params[p].data(), state.params[p].size());
-    }
-    digests.params = digest.hex();
-  }
-  digests.master = digest_tensors(state, state.master);
-  digests.exp_avg = digest_tensors(state, state.exp_avg);
-  digests.exp_avg_sq = digest_tensors(state, state.exp_avg_sq);
+// The scalar components and the overall digest, once the tensor digests are known.
+void finish_digests(const FullTrainingState& state, ComponentDigests& digests) {
   {
     DigestBuilder digest;
     digest.i64(state.counters.global_steps);
@@ -735,7 +634,87 @@ ComponentDigests digest_training_state(const FullTrainingState& state) {
     overall.text(*component);
   }
   digests.state = overall.hex();
-  return digests;
+}
+
+}  // namespace
+
+Result<FullTrainingState> RankEngine::gather_state() {
+  // Streams the state to rank 0 one parameter at a time (one gather per tensor kind), where it
+  // is unpadded and fed to the digests: memory is one parameter's full tensors, whatever the
+  // model size, and swapped state is read sub-group by sub-group.
+  const bool is_root = comm_.rank() == 0;
+  const int world_size = comm_.world_size();
+  const size_t element_bytes = dtype_size_bytes(model_dtype_);
+  DigestBuilder params_digest, master_digest, exp_avg_digest, exp_avg_sq_digest;
+  params_digest.text(dtype_name(model_dtype_));
+  std::vector<std::byte> local, gathered, full;
+  auto gather_and_digest = [&](const ParameterPartition& partition, const std::string& name, const std::byte* data,
+                               size_t bytes_per_element, DigestBuilder& digest) -> Status {
+    const size_t partition_bytes = static_cast<size_t>(partition.partition_size) * bytes_per_element;
+    gathered.resize(is_root ? partition_bytes * static_cast<size_t>(world_size) : 0);
+    ZEROSIM_RETURN_IF_ERROR(comm_.gather(std::span<const std::byte>(data, partition_bytes), gathered, 0));
+    if (!is_root) return Status();
+    full.resize(static_cast<size_t>(partition.element_count) * bytes_per_element);
+    for (int source = 0; source < world_size; ++source) {
+      std::memcpy(full.data() + static_cast<size_t>(partition.owned_begin(source)) * bytes_per_element,
+                  gathered.data() + static_cast<size_t>(source) * partition_bytes,
+                  static_cast<size_t>(partition.owned_count(source)) * bytes_per_element);
+    }
+    digest.tensor(name, static_cast<uint64_t>(partition.element_count), full.data(), full.size());
+    return Status();
+  };
+  // Per-tensor digests must follow parameter order within each kind; sub-groups are runs of
+  // parameters in that order, so walking sub-groups then parameters keeps it.
+  for (size_t g = 0; g < layout_.sub_groups.size(); ++g) {
+    const SubGroup& group = layout_.sub_groups[g];
+    const float* master = master_.data() + group.flat_offset;
+    const float* exp_avg = exp_avg_.data() + group.flat_offset;
+    const float* exp_avg_sq = exp_avg_sq_.data() + group.flat_offset;
+    if (swapper_) {
+      ZEROSIM_ASSIGN_OR_RETURN(OptimizerSwapper::SubGroupState swapped,
+                               swapper_->acquire(static_cast<int>(g), counters_.optimizer_steps));
+      master = swapped.master.data();
+      exp_avg = swapped.exp_avg.data();
+      exp_avg_sq = swapped.exp_avg_sq.data();
+    }
+    for (int64_t p = group.first_parameter; p < group.end_parameter; ++p) {
+      const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
+      const std::string& name = parameters_[static_cast<size_t>(p)].name;
+      const size_t in_group = static_cast<size_t>(partition.flat_offset - group.flat_offset);
+      const std::byte* params = param_partition_.data() + static_cast<size_t>(partition.flat_offset) * element_bytes;
+      if (param_swapper_) {
+        local.resize(static_cast<size_t>(partition.partition_size) * element_bytes);
+        ZEROSIM_RETURN_IF_ERROR(param_swapper_->read(static_cast<int>(p), counters_.optimizer_steps, local));
+        params = local.data();
+      }
+      ZEROSIM_RETURN_IF_ERROR(gather_and_digest(partition, name, params, element_bytes, params_digest));
+      ZEROSIM_RETURN_IF_ERROR(gather_and_digest(partition, name, reinterpret_cast<const std::byte*>(master + in_group),
+                                                sizeof(float), master_digest));
+      ZEROSIM_RETURN_IF_ERROR(gather_and_digest(partition, name, reinterpret_cast<const std::byte*>(exp_avg + in_group),
+                                                sizeof(float), exp_avg_digest));
+      ZEROSIM_RETURN_IF_ERROR(gather_and_digest(
+          partition, name, reinterpret_cast<const std::byte*>(exp_avg_sq + in_group), sizeof(float), exp_avg_sq_digest));
+    }
+    if (swapper_) ZEROSIM_RETURN_IF_ERROR(swapper_->release(static_cast<int>(g), std::nullopt));
+  }
+  if (!is_root) return FullTrainingState{};
+
+  FullTrainingState state;
+  state.parameters = parameters_;
+  state.model_dtype = model_dtype_;
+  state.counters = counters_;
+  state.scheduler_last_batch_iteration = scheduler_->last_batch_iteration();
+  state.scheduler_learning_rate = scheduler_->current_lr();
+  state.loss_scaler = loss_scaler_->state();
+  state.seed = options_.seed;
+  state.data_position = counters_.global_samples;
+  state.shuffle_stream = sampler_.shuffle_stream_state(counters_.global_samples);
+  state.digests.params = params_digest.hex();
+  state.digests.master = master_digest.hex();
+  state.digests.exp_avg = exp_avg_digest.hex();
+  state.digests.exp_avg_sq = exp_avg_sq_digest.hex();
+  finish_digests(state, state.digests);
+  return state;
 }
 
 Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_count, Env env) {
@@ -798,7 +777,7 @@ Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_co
   if (!world.aborted()) rank_main(0);
   for (std::thread& thread : threads) thread.join();
   if (!first_error.ok()) return first_error;
-  run.digests = digest_training_state(run.final_state);
+  run.digests = run.final_state.digests;
   return run;
 }
 

@@ -92,15 +92,17 @@ struct TrainingCounters {
   int64_t optimizer_steps = 0;  // Adam's step count t (every sub-group steps together)
 };
 
-// The whole training state in canonical form: full tensors in parameter order, unpadded,
-// so it does not depend on W or on where the state lives.
+struct ComponentDigests {
+  std::string params, master, exp_avg, exp_avg_sq, counters, scheduler, loss_scaler, rng, data;
+  std::string state;  // over all of the above, in that order
+};
+
+// The training state at the end of a run, in canonical form: the scalar components, and
+// 128-bit XXH3 digests (32 hex digits) of every component over full tensors in parameter
+// order, unpadded, little-endian, so they depend neither on W nor on where the state lives.
 struct FullTrainingState {
   std::vector<ParameterInfo> parameters;
   DType model_dtype = DType::kFp32;
-  std::vector<std::vector<std::byte>> params;  // model dtype, little-endian
-  std::vector<std::vector<float>> master;
-  std::vector<std::vector<float>> exp_avg;
-  std::vector<std::vector<float>> exp_avg_sq;
   TrainingCounters counters;
   int64_t scheduler_last_batch_iteration = -1;
   double scheduler_learning_rate = 0.0;
@@ -108,15 +110,8 @@ struct FullTrainingState {
   RngState shuffle_stream;
   uint64_t seed = 0;
   int64_t data_position = 0;  // samples consumed
+  ComponentDigests digests;
 };
-
-struct ComponentDigests {
-  std::string params, master, exp_avg, exp_avg_sq, counters, scheduler, loss_scaler, rng, data;
-  std::string state;  // over all of the above, in that order
-};
-
-// 128-bit XXH3 digests, as 32 hex digits, over canonical little-endian serializations.
-ComponentDigests digest_training_state(const FullTrainingState& state);
 
 class RankEngine {
  public:
@@ -126,7 +121,8 @@ class RankEngine {
   Status initialize();
   // One optimizer step (gradient_accumulation_steps micro-steps). Collective.
   Result<StepRecord> train_step();
-  // Gathers the full state on rank 0 (other ranks return an empty state). Collective.
+  // Streams the state to rank 0 and digests it there (other ranks return an empty state).
+  // Collective; memory is one parameter's full tensors at a time.
   Result<FullTrainingState> gather_state();
 
   const PartitionLayout& layout() const { return layout_; }
@@ -149,7 +145,6 @@ class RankEngine {
                               const std::vector<std::vector<float>>& full_gradients);
   Result<float> micro_step(int64_t micro_step_index);
   Status optimizer_step(StepRecord& record);
-  Result<std::vector<float>> gather_flat(std::span<const float> partition);
 
   TrainingOptions options_;
   Comm& comm_;
