@@ -1,0 +1,55 @@
+#include "core/checkpoint/commit.h"
+
+#include <cstring>
+
+namespace zerosim {
+
+Status validate_checkpoint_tag(const std::string& tag) {
+  if (tag.empty() || tag.size() > 128) {
+    return invalid_argument("checkpoint tag '" + tag + "': expected 1 to 128 characters");
+  }
+  if (tag == "." || tag == "..") return invalid_argument("checkpoint tag '" + tag + "' is not a name");
+  for (char c : tag) {
+    const bool allowed = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                         c == '_' || c == '-';
+    if (!allowed) {
+      return invalid_argument("checkpoint tag '" + tag + "': character '" + std::string(1, c) +
+                              "' not allowed (use letters, digits, '.', '_' and '-')");
+    }
+  }
+  return Status();
+}
+
+Status write_file_atomically(Disk& disk, const std::string& directory, const std::string& name,
+                             std::span<const std::byte> content) {
+  const std::string final_path = directory + "/" + name;
+  const std::string temporary_path = final_path + ".tmp";
+  ZEROSIM_RETURN_IF_ERROR(write_whole_file(disk, temporary_path, content, /*sync=*/true));
+  ZEROSIM_RETURN_IF_ERROR(disk.rename(temporary_path, final_path));
+  return disk.sync_directory(directory);
+}
+
+Status publish_latest_tag(Disk& disk, const std::string& checkpoint_directory, const std::string& tag) {
+  ZEROSIM_RETURN_IF_ERROR(validate_checkpoint_tag(tag));
+  const std::string line = tag + "\n";
+  return write_file_atomically(disk, checkpoint_directory, "latest",
+                               std::as_bytes(std::span<const char>(line.data(), line.size())));
+}
+
+Result<std::string> read_latest_tag(Disk& disk, const std::string& checkpoint_directory) {
+  const std::string path = checkpoint_directory + "/latest";
+  ZEROSIM_ASSIGN_OR_RETURN(bool exists, disk.exists(path));
+  if (!exists) return not_found("no checkpoint: " + path + " does not exist");
+  ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<File> file, disk.open(path, FileOpenOptions{}));
+  ZEROSIM_ASSIGN_OR_RETURN(uint64_t size, file->size_bytes());
+  if (size > 256) return data_loss(path + ": " + std::to_string(size) + " bytes is too long for a tag");
+  std::string text(size, '\0');
+  ZEROSIM_RETURN_IF_ERROR(file->read_exact(0, std::as_writable_bytes(std::span<char>(text))));
+  ZEROSIM_RETURN_IF_ERROR(file->close());
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+  Status valid = validate_checkpoint_tag(text);
+  if (!valid.ok()) return data_loss(path + " does not hold a valid tag: " + valid.message());
+  return text;
+}
+
+}  // namespace zerosim
