@@ -174,19 +174,9 @@ Status RankEngine::initialize() {
     ZEROSIM_ASSIGN_OR_RETURN(swapper_, OptimizerSwapper::create(*env_.disk, swap_options, &swap_engine_note_));
     // As ZeRO-Infinity does, the fp32 gradient partitions go to NVMe with the optimizer state,
     // so host memory does not grow with the model.
-    PartitionSwapperOptions gradient_options;
-    gradient_options.nvme_path = offload.nvme_path;
-    gradient_options.run_id = options_.run_id;
-    gradient_options.rank = comm_.rank();
-    gradient_options.world_size = comm_.world_size();
-    for (const ParameterPartition& partition : layout_.parameters) {
-      gradient_options.partition_element_counts.push_back(partition.partition_size);
-    }
-    gradient_options.dtype = DType::kFp32;
-    gradient_options.kind = SwapTensorKind::kGradients;
-    gradient_options.aio = swap_options.aio;
-    gradient_options.pin_memory = offload.pin_memory;
-    ZEROSIM_ASSIGN_OR_RETURN(gradient_swapper_, PartitionSwapper::create(*env_.disk, gradient_options, nullptr));
+    ZEROSIM_ASSIGN_OR_RETURN(gradient_swapper_, make_partition_swapper(offload.nvme_path, DType::kFp32,
+                                                                       SwapTensorKind::kGradients, offload.pin_memory,
+                                                                       nullptr));
   } else {
     gradient_partition_.assign(flat, 0.0f);
     // "cpu" and no offload both keep the state in host memory: on CPU ranks they are the same.
@@ -197,19 +187,10 @@ Status RankEngine::initialize() {
 
   const OffloadConfig& param_offload = config.zero.offload_param;
   if (param_offload.device == OffloadDevice::kNvme) {
-    PartitionSwapperOptions param_options;
-    param_options.nvme_path = param_offload.nvme_path;
-    param_options.run_id = options_.run_id;
-    param_options.rank = comm_.rank();
-    param_options.world_size = comm_.world_size();
-    for (const ParameterPartition& partition : layout_.parameters) {
-      param_options.partition_element_counts.push_back(partition.partition_size);
-    }
-    param_options.dtype = model_dtype_;
-    param_options.aio = async_io_options_from(config.aio);
-    param_options.pin_memory = param_offload.pin_memory;
     std::string note;
-    ZEROSIM_ASSIGN_OR_RETURN(param_swapper_, PartitionSwapper::create(*env_.disk, param_options, &note));
+    ZEROSIM_ASSIGN_OR_RETURN(param_swapper_, make_partition_swapper(param_offload.nvme_path, model_dtype_,
+                                                                    SwapTensorKind::kParams, param_offload.pin_memory,
+                                                                    &note));
     if (swap_engine_note_.empty()) swap_engine_note_ = note;
   } else {
     param_partition_.assign(flat * dtype_size_bytes(model_dtype_), std::byte{0});
@@ -248,6 +229,24 @@ Status RankEngine::initialize() {
   loss_scaler_.emplace(std::move(loss_scaler));
   counters_ = TrainingCounters{};
   return Status();
+}
+
+Result<std::unique_ptr<PartitionSwapper>> RankEngine::make_partition_swapper(const std::string& nvme_path, DType dtype,
+                                                                            SwapTensorKind kind, bool pin_memory,
+                                                                            std::string* engine_note) {
+  PartitionSwapperOptions swap_options;
+  swap_options.nvme_path = nvme_path;
+  swap_options.run_id = options_.run_id;
+  swap_options.rank = comm_.rank();
+  swap_options.world_size = comm_.world_size();
+  for (const ParameterPartition& partition : layout_.parameters) {
+    swap_options.partition_element_counts.push_back(partition.partition_size);
+  }
+  swap_options.dtype = dtype;
+  swap_options.kind = kind;
+  swap_options.aio = async_io_options_from(options_.config.aio);
+  swap_options.pin_memory = pin_memory;
+  return PartitionSwapper::create(*env_.disk, swap_options, engine_note);
 }
 
 Status RankEngine::store_parameters(const SubGroup& group, const float* master, int64_t step) {

@@ -137,6 +137,10 @@ class RankEngine {
   const std::string& swap_engine_note() const { return swap_engine_note_; }
 
  private:
+  // A per-parameter swapper (parameters or gradients) for this rank's layout.
+  Result<std::unique_ptr<PartitionSwapper>> make_partition_swapper(const std::string& nvme_path, DType dtype,
+                                                                   SwapTensorKind kind, bool pin_memory,
+                                                                   std::string* engine_note);
   // Casts a sub-group's master to the model dtype and stores it: in param_partition_, or in the
   // parameter swap files as the state of `step`.
   Status store_parameters(const SubGroup& group, const float* master, int64_t step);
