@@ -44,7 +44,7 @@ struct OptimizerSwapper::Slot {
 
 OptimizerSwapper::OptimizerSwapper(Disk& disk, OptimizerSwapperOptions options)
     : disk_(disk), options_(std::move(options)) {
-  directory_ = swap_rank_directory(options_.nvme_path, options_.run_id, options_.rank, options_.world_size);
+  directory_.path = swap_rank_directory(options_.nvme_path, options_.run_id, options_.rank, options_.world_size);
 }
 
 OptimizerSwapper::~OptimizerSwapper() {
@@ -55,7 +55,7 @@ OptimizerSwapper::~OptimizerSwapper() {
   // The swap files are scratch state (a checkpoint, not the swap directory, is what a resume
   // reads), so a run that ends removes them; a crashed run leaves them, and their headers
   // make sure they are never mistaken for another run's or another step's state.
-  if (!directory_.empty() && directory_lock_) disk_.remove_tree(directory_).ignore_error();
+  if (directory_.lock) disk_.remove_tree(directory_.path).ignore_error();
 }
 
 Result<std::unique_ptr<OptimizerSwapper>> OptimizerSwapper::create(Disk& disk, const OptimizerSwapperOptions& options,
@@ -78,12 +78,11 @@ Result<std::unique_ptr<OptimizerSwapper>> OptimizerSwapper::create(Disk& disk, c
   ZEROSIM_RETURN_IF_ERROR(validate_async_io_options(options.aio));
 
   std::unique_ptr<OptimizerSwapper> swapper(new OptimizerSwapper(disk, options));
-  ZEROSIM_ASSIGN_OR_RETURN(SwapDirectory directory,
-                           open_swap_directory(disk, swapper->directory_, options.run_id, engine_note));
-  swapper->direct_io_ = directory.direct_io;
-  swapper->directory_lock_ = std::move(directory.lock);
-  ZEROSIM_ASSIGN_OR_RETURN(swapper->read_queue_, disk.make_async_queue(options.aio, directory.engine()));
-  ZEROSIM_ASSIGN_OR_RETURN(swapper->write_queue_, disk.make_async_queue(options.aio, directory.engine()));
+  ZEROSIM_ASSIGN_OR_RETURN(swapper->directory_,
+                           open_swap_directory(disk, swapper->directory_.path, options.run_id, engine_note));
+  const Disk::AsyncEngine engine = swapper->directory_.engine();
+  ZEROSIM_ASSIGN_OR_RETURN(swapper->read_queue_, disk.make_async_queue(options.aio, engine));
+  ZEROSIM_ASSIGN_OR_RETURN(swapper->write_queue_, disk.make_async_queue(options.aio, engine));
 
   int64_t largest = 0;
   for (int64_t count : options.sub_group_element_counts) largest = std::max(largest, count);
@@ -102,7 +101,7 @@ Result<std::unique_ptr<OptimizerSwapper>> OptimizerSwapper::create(Disk& disk, c
 const char* OptimizerSwapper::engine_name() const { return read_queue_->engine_name(); }
 
 std::string OptimizerSwapper::path_of(int sub_group, SwapTensorKind kind) const {
-  return directory_ + "/" + swap_file_name(kind, static_cast<uint32_t>(sub_group));
+  return directory_.path + "/" + swap_file_name(kind, static_cast<uint32_t>(sub_group));
 }
 
 SwapFileHeader OptimizerSwapper::expected_header(int sub_group, SwapTensorKind kind, int64_t step) const {
@@ -122,7 +121,7 @@ Status OptimizerSwapper::open_slot_files(Slot& slot, int sub_group, OpenMode mod
   for (size_t k = 0; k < kStateKinds.size(); ++k) {
     FileOpenOptions open_options;
     open_options.mode = mode;
-    open_options.direct_io = direct_io_;
+    open_options.direct_io = directory_.direct_io;
     ZEROSIM_ASSIGN_OR_RETURN(slot.files[k], disk_.open(path_of(sub_group, kStateKinds[k]), open_options));
   }
   return Status();

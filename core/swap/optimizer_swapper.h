@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "core/env/disk.h"
+#include "core/swap/swap_directory.h"
 #include "core/swap/swap_file.h"
 #include "core/tensor/aligned_buffer.h"
 
@@ -72,7 +73,7 @@ class OptimizerSwapper {
   Status flush();
 
   const char* engine_name() const;
-  const std::string& directory() const { return directory_; }
+  const std::string& directory() const { return directory_.path; }
 
  private:
   struct Slot;
@@ -86,9 +87,7 @@ class OptimizerSwapper {
 
   Disk& disk_;
   OptimizerSwapperOptions options_;
-  std::string directory_;
-  bool direct_io_ = true;
-  std::unique_ptr<FileLock> directory_lock_;  // one run per swap directory at a time
+  SwapDirectory directory_;  // path, O_DIRECT or not, and the lock (one run per directory)
   std::unique_ptr<AsyncIoQueue> read_queue_, write_queue_;
   std::vector<std::unique_ptr<Slot>> slots_;
 };
