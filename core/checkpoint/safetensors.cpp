@@ -24,12 +24,13 @@ const SafetensorsEntry* SafetensorsIndex::find(const std::string& name) const {
   return nullptr;
 }
 
-Status write_safetensors(Disk& disk, const std::string& path, const std::vector<SafetensorsTensor>& tensors,
-                         const std::map<std::string, std::string>& metadata, bool sync) {
+Result<std::vector<std::byte>> encode_safetensors_header(const std::string& path,
+                                                         const std::vector<SafetensorsTensorSpec>& tensors,
+                                                         const std::map<std::string, std::string>& metadata) {
   nlohmann::json header = nlohmann::json::object();
   uint64_t offset = 0;
   std::set<std::string> names;
-  for (const SafetensorsTensor& tensor : tensors) {
+  for (const SafetensorsTensorSpec& tensor : tensors) {
     if (tensor.name.empty() || tensor.name == "__metadata__" || !names.insert(tensor.name).second) {
       return invalid_argument("safetensors " + path + ": tensor name '" + tensor.name + "' is empty, reserved or repeated");
     }
@@ -38,25 +39,41 @@ Status write_safetensors(Disk& disk, const std::string& path, const std::vector<
       if (dimension < 0) return invalid_argument("safetensors " + path + ": tensor " + tensor.name + " has a negative dimension");
       elements *= static_cast<uint64_t>(dimension);
     }
+    const uint64_t size_bytes = elements * dtype_size_bytes(tensor.dtype);
+    header[tensor.name] = {{"dtype", safetensors_dtype_name(tensor.dtype)},
+                           {"shape", tensor.shape},
+                           {"data_offsets", {offset, offset + size_bytes}}};
+    offset += size_bytes;
+  }
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::string header_text = header.dump();
+  header_text.append((8 - header_text.size() % 8) % 8, ' ');
+  std::vector<std::byte> encoded(8 + header_text.size());
+  const uint64_t header_length = header_text.size();
+  for (int i = 0; i < 8; ++i) encoded[static_cast<size_t>(i)] = static_cast<std::byte>(header_length >> (8 * i));
+  std::memcpy(encoded.data() + 8, header_text.data(), header_text.size());
+  return encoded;
+}
+
+Status write_safetensors(Disk& disk, const std::string& path, const std::vector<SafetensorsTensor>& tensors,
+                         const std::map<std::string, std::string>& metadata, bool sync) {
+  std::vector<SafetensorsTensorSpec> specs;
+  uint64_t data_bytes = 0;
+  for (const SafetensorsTensor& tensor : tensors) {
+    uint64_t elements = 1;
+    for (int64_t dimension : tensor.shape) elements *= static_cast<uint64_t>(std::max<int64_t>(dimension, 0));
     if (elements * dtype_size_bytes(tensor.dtype) != tensor.data.size()) {
       return invalid_argument("safetensors " + path + ": tensor " + tensor.name + " has " +
                               std::to_string(tensor.data.size()) + " bytes for " + std::to_string(elements) +
                               " elements of " + safetensors_dtype_name(tensor.dtype));
     }
-    header[tensor.name] = {{"dtype", safetensors_dtype_name(tensor.dtype)},
-                           {"shape", tensor.shape},
-                           {"data_offsets", {offset, offset + tensor.data.size()}}};
-    offset += tensor.data.size();
+    specs.push_back({tensor.name, tensor.dtype, tensor.shape});
+    data_bytes += tensor.data.size();
   }
-  if (!metadata.empty()) header["__metadata__"] = metadata;
-  std::string header_text = header.dump();
-  header_text.append((8 - header_text.size() % 8) % 8, ' ');
-  std::vector<std::byte> content(8 + header_text.size() + offset);
-  const uint64_t header_length = header_text.size();
-  for (int i = 0; i < 8; ++i) content[static_cast<size_t>(i)] = static_cast<std::byte>(header_length >> (8 * i));
-  std::memcpy(content.data() + 8, header_text.data(), header_text.size());
-  // Data in the order of `tensors`, which is the order of the offsets above.
-  size_t at = 8 + header_text.size();
+  ZEROSIM_ASSIGN_OR_RETURN(std::vector<std::byte> content, encode_safetensors_header(path, specs, metadata));
+  // Data in the order of `tensors`, which is the order of the offsets in the header.
+  size_t at = content.size();
+  content.resize(content.size() + data_bytes);
   for (const SafetensorsTensor& tensor : tensors) {
     if (!tensor.data.empty()) std::memcpy(content.data() + at, tensor.data.data(), tensor.data.size());
     at += tensor.data.size();

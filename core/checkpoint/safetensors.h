@@ -31,6 +31,19 @@ struct SafetensorsTensor {
   std::span<const std::byte> data;  // little-endian elements
 };
 
+struct SafetensorsTensorSpec {
+  std::string name;
+  DType dtype = DType::kFp32;
+  std::vector<int64_t> shape;
+};
+
+// The 8-byte header length and the padded JSON header of a file whose data buffer holds these
+// tensors back to back in this order: what a streaming writer emits before the data. `path`
+// only names the file in errors.
+Result<std::vector<std::byte>> encode_safetensors_header(const std::string& path,
+                                                         const std::vector<SafetensorsTensorSpec>& tensors,
+                                                         const std::map<std::string, std::string>& metadata);
+
 // Writes the file (created or truncated) and, with `sync`, fsyncs it.
 Status write_safetensors(Disk& disk, const std::string& path, const std::vector<SafetensorsTensor>& tensors,
                          const std::map<std::string, std::string>& metadata, bool sync);

@@ -441,7 +441,7 @@ constexpr KeySpec kTopLevelKeys[] = {
     {"csv_monitor", Use::kInactive, Kind::kObject},
     {"comet", Use::kInactive, Kind::kObject},
     {"comms_logger", Use::kInactive, Kind::kObject},
-    {"checkpoint", Use::kInactive, Kind::kObject},
+    {"checkpoint", Use::kActive},
     {"data_types", Use::kInactive, Kind::kObject},
     {"compile", Use::kInactive, Kind::kObject},
     {"sparse_attention", Use::kInactive, Kind::kObject},
@@ -580,6 +580,17 @@ constexpr KeySpec kAioKeys[] = {
     {"overlap_events", Use::kActive},
     {"use_gds", Use::kRead},
     {"thread_count", Use::kLegacy},
+};
+
+// checkpoint (DeepSpeed reads the first four with dict lookups and ignores the rest; the last
+// two are zerosim's).
+constexpr KeySpec kCheckpointKeys[] = {
+    {"tag_validation", Use::kInactive, Kind::kString},
+    {"load_universal", Use::kInactive, Kind::kBool, "false"},
+    {"use_node_local_storage", Use::kInactive, Kind::kBool, "false"},
+    {"parallel_write", Use::kInactive, Kind::kObject},
+    {"async_save", Use::kActive},
+    {"keep_last", Use::kActive},
 };
 
 constexpr KeySpec kOptimizerBlockKeys[] = {
@@ -1506,6 +1517,18 @@ void read_zero(Context& context, const json& document, ResolvedConfig& out, json
   resolved_zero["stage3_gather_16bit_weights_on_model_save"] = zero.gather_16bit_weights_on_model_save;
 }
 
+void read_checkpoint(Context& context, const json& document, ResolvedConfig& out, json& resolved) {
+  CheckpointConfig& checkpoint = out.checkpoint;
+  const Block block = object_block(context, find_or_null(document, "checkpoint"), "checkpoint", false, true);
+  json& resolved_checkpoint = resolved["checkpoint"];
+  resolved_checkpoint = block.object != nullptr ? *block.object : json::object();
+  check_keys(context, block, kCheckpointKeys, Unknown::kIgnore, &resolved_checkpoint);
+  checkpoint.async_save = get_bool(context, block, "async_save", checkpoint.async_save);
+  checkpoint.keep_last = get_int(context, block, "keep_last", checkpoint.keep_last, Bound::kNonNegative);
+  resolved_checkpoint["async_save"] = checkpoint.async_save;
+  resolved_checkpoint["keep_last"] = checkpoint.keep_last;
+}
+
 void read_aio(Context& context, const json& document, ResolvedConfig& out, json& resolved) {
   AioConfig& aio = out.aio;
   const Block block = object_block(context, find_or_null(document, "aio"), "aio", false, true);
@@ -1877,6 +1900,7 @@ Result<ResolvedConfig> resolve_document(const json& document, const RunSettings&
   read_scheduler(context, document, out, resolved);
   read_zero(context, document, out, resolved);
   read_aio(context, document, out, resolved);
+  read_checkpoint(context, document, out, resolved);
 
   // DeepSpeedConfig._do_error_check.
   if (extras.fp16_master_weights && out.zero.stage == 0) {

@@ -129,6 +129,16 @@ struct ZeroConfig {
   OffloadConfig offload_param;
 };
 
+// The "checkpoint" block: DeepSpeed's keys (tag_validation, load_universal,
+// use_node_local_storage, parallel_write) are read and listed as inactive; two keys are
+// zerosim's own: async_save (snapshot at the step boundary, write in the background, as
+// PyTorch DCP's async_save) and keep_last (retention: the newest N committed tags are kept;
+// 0 keeps all, as DeepSpeed does).
+struct CheckpointConfig {
+  bool async_save = false;
+  int64_t keep_last = 0;
+};
+
 struct ResolvedConfig {
   int64_t train_batch_size = 0;
   int64_t micro_batch_size = 0;  // train_micro_batch_size_per_gpu
@@ -142,6 +152,7 @@ struct ResolvedConfig {
   LossScalerConfig loss_scaler;
   ZeroConfig zero;
   AioConfig aio;
+  CheckpointConfig checkpoint;
 
   // The verbatim input after --set overrides, and the same with every "auto" filled and every
   // default made explicit: what `zerosim config check` prints and a checkpoint records.

@@ -121,10 +121,20 @@ Status validate_training_options(const TrainingOptions& options) {
   return Status();
 }
 
-RankEngine::RankEngine(const TrainingOptions& options, Comm& comm, Env env)
-    : options_(options), comm_(comm), env_(env), dataset_(options.data), sampler_(options.data) {}
+RankEngine::RankEngine(const TrainingOptions& options, Comm& comm, Env env, Comm* checkpoint_comm)
+    : options_(options),
+      comm_(comm),
+      env_(env),
+      checkpoint_comm_(checkpoint_comm),
+      dataset_(options.data),
+      sampler_(options.data) {}
 
-Status RankEngine::initialize() {
+RankEngine::~RankEngine() {
+  // A background save must not outlive the engine whose swapper and comm it may use.
+  if (pending_save_.valid()) pending_save_.wait();
+}
+
+Status RankEngine::prepare_storage() {
   ZEROSIM_RETURN_IF_ERROR(validate_training_options(options_));
   ZEROSIM_CHECK(comm_.world_size() == options_.world_size, "comm world size differs from the options");
   ZEROSIM_CHECK(env_.disk != nullptr && env_.clock != nullptr && env_.crash_points != nullptr,
@@ -138,6 +148,9 @@ Status RankEngine::initialize() {
 
   const size_t flat = static_cast<size_t>(layout_.flat_element_count);
   const OffloadConfig& offload = config.zero.offload_optimizer;
+  swapper_.reset();
+  gradient_swapper_.reset();
+  param_swapper_.reset();
   if (offload.device == OffloadDevice::kNvme) {
     OptimizerSwapperOptions swap_options;
     swap_options.nvme_path = offload.nvme_path;
@@ -196,6 +209,17 @@ Status RankEngine::initialize() {
     param_partition_.assign(flat * dtype_size_bytes(model_dtype_), std::byte{0});
   }
 
+  ZEROSIM_ASSIGN_OR_RETURN(LearningRateScheduler scheduler,
+                           LearningRateScheduler::create(config.scheduler, config.optimizer.learning_rate));
+  scheduler_.emplace(std::move(scheduler));
+  ZEROSIM_ASSIGN_OR_RETURN(LossScaler loss_scaler, LossScaler::from_config(config.loss_scaler, model_dtype_));
+  loss_scaler_.emplace(std::move(loss_scaler));
+  counters_ = TrainingCounters{};
+  return Status();
+}
+
+Status RankEngine::initialize() {
+  ZEROSIM_RETURN_IF_ERROR(prepare_storage());
   // The fp32 master starts as the 16-bit parameter widened (DeepSpeed builds it from the
   // 16-bit partition), so master and model weights agree from step 0. Built one sub-group at
   // a time, so that with NVMe offload no full-size master ever exists in memory.
@@ -221,13 +245,6 @@ Status RankEngine::initialize() {
       std::copy(group_master.begin(), group_master.end(), master_.begin() + static_cast<ptrdiff_t>(offset));
     }
   }
-
-  ZEROSIM_ASSIGN_OR_RETURN(LearningRateScheduler scheduler,
-                           LearningRateScheduler::create(config.scheduler, config.optimizer.learning_rate));
-  scheduler_.emplace(std::move(scheduler));
-  ZEROSIM_ASSIGN_OR_RETURN(LossScaler loss_scaler, LossScaler::from_config(config.loss_scaler, model_dtype_));
-  loss_scaler_.emplace(std::move(loss_scaler));
-  counters_ = TrainingCounters{};
   return Status();
 }
 
@@ -526,6 +543,8 @@ Status RankEngine::optimizer_step(StepRecord& record) {
 
 Result<StepRecord> RankEngine::train_step() {
   env_.crash_points->hit("engine.step_begin", comm_.rank());
+  // Cleared only when the step completes: after a failed step the state is mid-step for good.
+  step_in_progress_ = true;
   step_gradient_squares_ = ExactSquareSum{};
   StepRecord record;
   record.step = counters_.global_steps + 1;
@@ -548,6 +567,7 @@ Result<StepRecord> RankEngine::train_step() {
   const uint64_t optimizer_start_ns = env_.clock->now_ns();
   ZEROSIM_RETURN_IF_ERROR(optimizer_step(record));
   record.optimizer_ns = env_.clock->now_ns() - optimizer_start_ns;
+  step_in_progress_ = false;
   env_.crash_points->hit("engine.step_end", comm_.rank());
   return record;
 }
@@ -716,10 +736,20 @@ Result<FullTrainingState> RankEngine::gather_state() {
   return state;
 }
 
-Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_count, Env env) {
+Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_count, Env env,
+                                 const CheckpointPlan& checkpoints) {
   ZEROSIM_RETURN_IF_ERROR(validate_training_options(options));
   if (step_count < 0) return invalid_argument("steps must be non-negative, got " + std::to_string(step_count));
+  if (checkpoints.save_every_steps < 0) {
+    return invalid_argument("save every: expected steps >= 0, got " + std::to_string(checkpoints.save_every_steps));
+  }
+  if (checkpoints.save_every_steps > 0 && checkpoints.save_directory.empty()) {
+    return invalid_argument("saving every " + std::to_string(checkpoints.save_every_steps) +
+                            " steps needs a save directory");
+  }
   ThreadCommWorld world(options.world_size);
+  // Async saves commit on their own communicator (see RankEngine).
+  ThreadCommWorld checkpoint_world(options.world_size);
   std::mutex result_mutex;
   Status first_error;
   TrainingRun run;
@@ -733,13 +763,37 @@ Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_co
   };
 
   auto run_rank = [&](int rank) -> Status {
-    RankEngine engine(options, world.comm(rank), env);
-    ZEROSIM_RETURN_IF_ERROR(engine.initialize());
-    if (rank == 0 && !engine.swap_engine_note().empty()) run.notes.push_back(engine.swap_engine_note());
-    for (int64_t step = 0; step < step_count; ++step) {
+    RankEngine engine(options, world.comm(rank), env, &checkpoint_world.comm(rank));
+    std::vector<std::string> notes;
+    if (checkpoints.resume_directory.empty()) {
+      ZEROSIM_RETURN_IF_ERROR(engine.initialize());
+    } else {
+      ZEROSIM_RETURN_IF_ERROR(
+          engine.initialize_from_checkpoint(checkpoints.resume_directory, checkpoints.resume_tag, &notes));
+      if (engine.counters().global_steps > step_count) {
+        return invalid_argument("the checkpoint is at step " + std::to_string(engine.counters().global_steps) +
+                                ", past the " + std::to_string(step_count) + " steps asked for");
+      }
+    }
+    if (rank == 0) {
+      run.notes.insert(run.notes.end(), notes.begin(), notes.end());
+      if (!engine.swap_engine_note().empty()) run.notes.push_back(engine.swap_engine_note());
+    }
+    int64_t last_saved_step = checkpoints.resume_directory.empty() ? -1 : engine.counters().global_steps;
+    while (engine.counters().global_steps < step_count) {
       ZEROSIM_ASSIGN_OR_RETURN(StepRecord record, engine.train_step());
       if (rank == 0) run.steps.push_back(record);
+      const int64_t step = engine.counters().global_steps;
+      if (checkpoints.save_every_steps > 0 && step % checkpoints.save_every_steps == 0) {
+        ZEROSIM_RETURN_IF_ERROR(engine.save_checkpoint(checkpoints.save_directory, checkpoint_tag_for_step(step)));
+        last_saved_step = step;
+      }
     }
+    if (!checkpoints.save_directory.empty() && last_saved_step != engine.counters().global_steps) {
+      const int64_t step = engine.counters().global_steps;
+      ZEROSIM_RETURN_IF_ERROR(engine.save_checkpoint(checkpoints.save_directory, checkpoint_tag_for_step(step)));
+    }
+    ZEROSIM_RETURN_IF_ERROR(engine.wait_for_save());
     ZEROSIM_ASSIGN_OR_RETURN(FullTrainingState state, engine.gather_state());
     if (rank == 0) run.final_state = std::move(state);
     return Status();
@@ -758,6 +812,7 @@ Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_co
     if (!status.ok()) {
       record_error(Status(status.code(), "rank " + std::to_string(rank) + ": " + status.message()));
       world.abort();
+      checkpoint_world.abort();
     }
   };
 
@@ -770,6 +825,7 @@ Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_co
       record_error(resource_exhausted("cannot start the thread of rank " + std::to_string(rank) + " of " +
                                       std::to_string(options.world_size) + ": " + error.what()));
       world.abort();
+      checkpoint_world.abort();
       break;
     }
   }

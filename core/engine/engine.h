@@ -25,6 +25,7 @@
 
 #include <array>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -115,10 +116,34 @@ struct FullTrainingState {
 
 class RankEngine {
  public:
-  RankEngine(const TrainingOptions& options, Comm& comm, Env env);
+  // `checkpoint_comm` is a second communicator over the same ranks, used only by the
+  // background half of an async save (as PyTorch DCP's async_save uses its own process group),
+  // so that its collectives never interleave with training's. Needed for async saves only.
+  RankEngine(const TrainingOptions& options, Comm& comm, Env env, Comm* checkpoint_comm = nullptr);
+  ~RankEngine();
+  RankEngine(const RankEngine&) = delete;
+  RankEngine& operator=(const RankEngine&) = delete;
 
   // Builds the layout and the initial state (parameters from the seed). Collective-free.
   Status initialize();
+  // Instead of initialize(): builds the layout of this run (any world size) and loads the
+  // state of `<checkpoint_directory>/<tag>` ("latest" follows the pointer, falling back to the
+  // newest complete tag with a warning). Swap files are written afresh from the checkpoint,
+  // so an empty, deleted or stale swap directory does not matter. Notes (config changes,
+  // fallbacks) are appended to `notes`. Collective-free.
+  Status initialize_from_checkpoint(const std::string& checkpoint_directory, const std::string& tag,
+                                    std::vector<std::string>* notes);
+  // Saves the state to `<checkpoint_directory>/<tag>` and points `latest` at it, under the
+  // commit protocol of checkpoint/manifest.h. Collective. Only between steps: saving in the
+  // middle of gradient accumulation is refused (kFailedPrecondition), because the partial
+  // gradient accumulation is not part of a checkpoint. With checkpoint.async_save the state is
+  // snapshotted to host memory here and written in the background; this call returns once the
+  // snapshot is taken, and the next save (or wait_for_save) waits for the write.
+  // Crash points: "ckpt.shard_written", "ckpt.manifest_written", "ckpt.latest_published".
+  Status save_checkpoint(const std::string& checkpoint_directory, const std::string& tag);
+  // Waits for an async save in flight and returns its result (OK when none). Collective
+  // when a save is in flight.
+  Status wait_for_save();
   // One optimizer step (gradient_accumulation_steps micro-steps). Collective.
   Result<StepRecord> train_step();
   // Streams the state to rank 0 and digests it there (other ranks return an empty state).
@@ -137,6 +162,18 @@ class RankEngine {
   const std::string& swap_engine_note() const { return swap_engine_note_; }
 
  private:
+  // The layout and the storage of every state (in memory or swap files), state not yet set.
+  Status prepare_storage();
+  struct ShardPlan;
+  class ShardSink;
+  // Streams this rank's shard (header, then every fragment, sub-group by sub-group) to `sink`.
+  Status write_shard(const std::string& path, ShardSink& sink);
+  // Gathers the shard records to rank 0, which writes the manifest and publishes `latest`;
+  // every rank returns rank 0's verdict. Runs on `comm` (the training or the checkpoint one).
+  Status commit_checkpoint(Comm& comm, const std::string& checkpoint_directory, const std::string& tag,
+                           const std::string& manifest_text_without_shards, uint64_t shard_size_bytes,
+                           const std::string& shard_checksum);
+  std::string manifest_json_without_shards(const std::string& tag) const;
   // A per-parameter swapper (parameters or gradients) for this rank's layout.
   Result<std::unique_ptr<PartitionSwapper>> make_partition_swapper(const std::string& nvme_path, DType dtype,
                                                                    SwapTensorKind kind, bool pin_memory,
@@ -153,6 +190,9 @@ class RankEngine {
   TrainingOptions options_;
   Comm& comm_;
   Env env_;
+  Comm* checkpoint_comm_ = nullptr;
+  bool step_in_progress_ = false;
+  std::future<Status> pending_save_;  // the background half of an async save
   DType model_dtype_ = DType::kFp32;
   DType communication_dtype_ = DType::kFp32;
   std::vector<ParameterInfo> parameters_;
@@ -192,8 +232,20 @@ struct TrainingRun {
   ComponentDigests digests;
 };
 
-// Runs W ranks on threads for `step_count` steps from a fresh start. On a rank's error the
-// world is aborted and the first real error (not a consequent kAborted) is returned.
-Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_count, Env env);
+// Checkpointing around a run: resume from a directory, save every S steps and at the end.
+struct CheckpointPlan {
+  std::string resume_directory;  // empty: a fresh start
+  std::string resume_tag = "latest";
+  std::string save_directory;  // empty: no saves
+  int64_t save_every_steps = 0;  // 0: only at the end of the run (when save_directory is set)
+};
+
+// Runs W ranks on threads until the global step count reaches `step_count` (from a fresh start,
+// or from the checkpoint's step when resuming). On a rank's error the world is aborted and the
+// first real error (not a consequent kAborted) is returned.
+Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_count, Env env,
+                                 const CheckpointPlan& checkpoints = {});
+// The tag a save at `global_step` gets: "global_step<N>", as DeepSpeed names them.
+std::string checkpoint_tag_for_step(int64_t global_step);
 
 }  // namespace zerosim

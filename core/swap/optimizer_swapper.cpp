@@ -142,18 +142,28 @@ Result<OptimizerSwapper::Slot*> OptimizerSwapper::free_slot() {
 }
 
 Status OptimizerSwapper::write_initial(int sub_group, std::span<const float> master) {
+  return write_state(sub_group, 0, master, {}, {});
+}
+
+Status OptimizerSwapper::write_state(int sub_group, int64_t step, std::span<const float> master,
+                                     std::span<const float> exp_avg, std::span<const float> exp_avg_sq) {
   const int64_t count = options_.sub_group_element_counts[static_cast<size_t>(sub_group)];
-  ZEROSIM_CHECK(static_cast<int64_t>(master.size()) == count, "write_initial: master size differs from the sub-group");
+  ZEROSIM_CHECK(static_cast<int64_t>(master.size()) == count, "write_state: master size differs from the sub-group");
+  ZEROSIM_CHECK(exp_avg.empty() || static_cast<int64_t>(exp_avg.size()) == count, "write_state: exp_avg size");
+  ZEROSIM_CHECK(exp_avg_sq.empty() || static_cast<int64_t>(exp_avg_sq.size()) == count, "write_state: exp_avg_sq size");
   ZEROSIM_ASSIGN_OR_RETURN(Slot * slot, free_slot());
   for (size_t k = 0; k < kStateKinds.size(); ++k) {
     std::span<float> payload = slot->payload(k, count);
-    if (kStateKinds[k] == SwapTensorKind::kMaster) std::copy(master.begin(), master.end(), payload.begin());
-    else std::fill(payload.begin(), payload.end(), 0.0f);
+    const std::span<const float> source = kStateKinds[k] == SwapTensorKind::kMaster   ? master
+                                          : kStateKinds[k] == SwapTensorKind::kExpAvg ? exp_avg
+                                                                                      : exp_avg_sq;
+    if (source.empty()) std::fill(payload.begin(), payload.end(), 0.0f);
+    else std::copy(source.begin(), source.end(), payload.begin());
   }
   ZEROSIM_RETURN_IF_ERROR(open_slot_files(*slot, sub_group, OpenMode::kCreateTruncate));
   slot->sub_group = sub_group;
   slot->state = Slot::State::kHeld;
-  ZEROSIM_RETURN_IF_ERROR(release(sub_group, 0));
+  ZEROSIM_RETURN_IF_ERROR(release(sub_group, step));
   return flush();
 }
 

@@ -62,6 +62,10 @@ class OptimizerSwapper {
 
   // Writes a sub-group's initial state (the given master, zero moments) as optimizer step 0.
   Status write_initial(int sub_group, std::span<const float> master);
+  // Writes a sub-group's whole state as optimizer step `step` (files created or truncated):
+  // how a resume writes the swap files afresh from a checkpoint. Empty moments mean zeros.
+  Status write_state(int sub_group, int64_t step, std::span<const float> master, std::span<const float> exp_avg,
+                     std::span<const float> exp_avg_sq);
   // Starts reading a sub-group that holds the state of `expected_step` (pipeline_read).
   Status prefetch(int sub_group, int64_t expected_step);
   // The sub-group's state in pool buffers: waits for its prefetch, or reads it now.

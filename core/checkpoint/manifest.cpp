@@ -1,0 +1,534 @@
+#include "core/checkpoint/manifest.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+#include "core/checkpoint/commit.h"
+
+namespace zerosim {
+
+using nlohmann::json;
+
+const char* checkpoint_state_name(CheckpointState state) {
+  switch (state) {
+    case CheckpointState::kParam: return "param";
+    case CheckpointState::kMaster: return "master";
+    case CheckpointState::kExpAvg: return "exp_avg";
+    case CheckpointState::kExpAvgSq: return "exp_avg_sq";
+  }
+  return "?";
+}
+
+std::string checkpoint_tensor_name(const std::string& parameter, CheckpointState state) {
+  return parameter + "/" + checkpoint_state_name(state);
+}
+
+std::string shard_file_name(int rank, int world_size) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "rank-%05d-of-%05d.safetensors", rank, world_size);
+  return buffer;
+}
+
+Fragment owned_fragment(int64_t element_count, int rank, int world_size) {
+  const int64_t partition_size = (element_count + world_size - 1) / world_size;
+  const int64_t begin = std::min<int64_t>(element_count, partition_size * rank);
+  const int64_t end = std::min<int64_t>(element_count, begin + partition_size);
+  return Fragment{begin, end - begin};
+}
+
+static std::string hash_hex(XXH128_hash_t hash) {
+  char buffer[33];
+  std::snprintf(buffer, sizeof buffer, "%016llx%016llx", static_cast<unsigned long long>(hash.high64),
+                static_cast<unsigned long long>(hash.low64));
+  return buffer;
+}
+
+std::string xxh3_128_hex(std::string_view text) { return hash_hex(XXH3_128bits(text.data(), text.size())); }
+
+Result<std::string> file_checksum(Disk& disk, const std::string& path, uint64_t* size_bytes) {
+  ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<File> file, disk.open(path, FileOpenOptions{}));
+  ZEROSIM_ASSIGN_OR_RETURN(uint64_t size, file->size_bytes());
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_128bits_reset(state);
+  std::vector<std::byte> chunk(std::min<uint64_t>(size, 8u << 20));
+  Status status;
+  for (uint64_t offset = 0; offset < size && status.ok(); offset += chunk.size()) {
+    const size_t length = static_cast<size_t>(std::min<uint64_t>(chunk.size(), size - offset));
+    status = file->read_exact(offset, std::span<std::byte>(chunk.data(), length));
+    if (status.ok()) XXH3_128bits_update(state, chunk.data(), length);
+  }
+  const std::string hex = hash_hex(XXH3_128bits_digest(state));
+  XXH3_freeState(state);
+  ZEROSIM_RETURN_IF_ERROR(status);
+  ZEROSIM_RETURN_IF_ERROR(file->close());
+  if (size_bytes != nullptr) *size_bytes = size;
+  return hex;
+}
+
+Status validate_manifest_file_name(const std::string& name, const std::string& manifest_path, const std::string& key) {
+  Status valid = validate_checkpoint_tag(name);  // the same rule: a plain name that cannot leave its directory
+  if (!valid.ok()) {
+    return data_loss(manifest_path + ": " + key + " '" + name +
+                     "' is not a plain file name inside the checkpoint (no '/', no '..', nothing absolute)");
+  }
+  return Status();
+}
+
+json manifest_to_json(const CheckpointManifest& manifest) {
+  json parameters = json::array();
+  for (const ParameterInfo& parameter : manifest.parameters) {
+    parameters.push_back({{"name", parameter.name}, {"shape", parameter.shape}, {"element_count", parameter.element_count},
+                          {"layer_index", parameter.layer_index}});
+  }
+  json shards = json::array();
+  for (const ShardRecord& shard : manifest.shards) {
+    shards.push_back({{"rank", shard.rank}, {"file", shard.file}, {"size_bytes", shard.size_bytes},
+                      {"xxh3_128", shard.xxh3_128}});
+  }
+  return json{
+      {"format", kCheckpointFormatName},
+      {"format_version", manifest.format_version},
+      {"zerosim_version", manifest.zerosim_version},
+      {"tag", manifest.tag},
+      {"config", manifest.config},
+      {"config_hash", manifest.config_hash},
+      {"model", {{"layer_widths", manifest.model.layer_widths}}},
+      {"data",
+       {{"sample_count", manifest.data.sample_count}, {"feature_count", manifest.data.feature_count},
+        {"class_count", manifest.data.class_count}, {"seed", manifest.data.seed}}},
+      {"seed", manifest.seed},
+      {"precision", precision_name(manifest.precision)},
+      {"optimizer", {{"type", manifest.optimizer_type}, {"adam_w_mode", manifest.adam_w_mode}}},
+      {"train_batch_size", manifest.train_batch_size},
+      {"micro_batch_size", manifest.micro_batch_size},
+      {"layout", {{"world_size", manifest.world_size}, {"sub_group_size", manifest.sub_group_size},
+                  {"parameters", parameters}}},
+      {"counters",
+       {{"global_steps", manifest.global_steps}, {"skipped_steps", manifest.skipped_steps},
+        {"global_samples", manifest.global_samples}, {"optimizer_steps", manifest.optimizer_steps}}},
+      {"scheduler", {{"last_batch_iteration", manifest.scheduler_last_batch_iteration},
+                     {"learning_rate", manifest.scheduler_learning_rate}}},
+      {"loss_scaler",
+       {{"current_scale", manifest.loss_scaler.current_scale},
+        {"current_iteration", manifest.loss_scaler.current_iteration},
+        {"last_overflow_iteration", manifest.loss_scaler.last_overflow_iteration},
+        {"current_hysteresis", manifest.loss_scaler.current_hysteresis}}},
+      {"rng", {{"shuffle_stream", {{"seed", manifest.shuffle_stream.seed},
+                                   {"stream_id", manifest.shuffle_stream.stream_id},
+                                   {"counter", manifest.shuffle_stream.counter}}}}},
+      {"data_position", manifest.data_position},
+      {"shards", shards},
+  };
+}
+
+namespace {
+
+// Typed access to a manifest with errors that name the file and the dotted key.
+class ManifestReader {
+ public:
+  explicit ManifestReader(const std::string& path) : path_(path) {}
+
+  Status error(const std::string& key, const std::string& what) const {
+    return data_loss(path_ + ": " + key + ": " + what);
+  }
+  Result<const json*> field(const json& object, const std::string& parent, const std::string& key) const {
+    const std::string dotted = parent.empty() ? key : parent + "." + key;
+    if (!object.is_object() || !object.contains(key)) return error(dotted, "missing");
+    return &object.at(key);
+  }
+  Result<const json*> object(const json& parent_object, const std::string& parent, const std::string& key) const {
+    ZEROSIM_ASSIGN_OR_RETURN(const json* value, field(parent_object, parent, key));
+    if (!value->is_object()) return error(dotted(parent, key), "expected an object, found " + value->dump());
+    return value;
+  }
+  Result<int64_t> integer(const json& object, const std::string& parent, const std::string& key, int64_t minimum) const {
+    ZEROSIM_ASSIGN_OR_RETURN(const json* value, field(object, parent, key));
+    if (!value->is_number_integer()) return error(dotted(parent, key), "expected an integer, found " + value->dump());
+    if (value->is_number_unsigned() && value->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+      return error(dotted(parent, key), "out of range: " + value->dump());
+    }
+    const int64_t number = value->get<int64_t>();
+    if (number < minimum) {
+      return error(dotted(parent, key), "expected >= " + std::to_string(minimum) + ", found " + std::to_string(number));
+    }
+    return number;
+  }
+  Result<uint64_t> unsigned_integer(const json& object, const std::string& parent, const std::string& key) const {
+    ZEROSIM_ASSIGN_OR_RETURN(const json* value, field(object, parent, key));
+    if (!value->is_number_unsigned()) return error(dotted(parent, key), "expected an unsigned integer, found " + value->dump());
+    return value->get<uint64_t>();
+  }
+  Result<double> number(const json& object, const std::string& parent, const std::string& key) const {
+    ZEROSIM_ASSIGN_OR_RETURN(const json* value, field(object, parent, key));
+    if (!value->is_number()) return error(dotted(parent, key), "expected a number, found " + value->dump());
+    return value->get<double>();
+  }
+  Result<std::string> text(const json& object, const std::string& parent, const std::string& key) const {
+    ZEROSIM_ASSIGN_OR_RETURN(const json* value, field(object, parent, key));
+    if (!value->is_string()) return error(dotted(parent, key), "expected a string, found " + value->dump());
+    return value->get<std::string>();
+  }
+  Result<bool> boolean(const json& object, const std::string& parent, const std::string& key) const {
+    ZEROSIM_ASSIGN_OR_RETURN(const json* value, field(object, parent, key));
+    if (!value->is_boolean()) return error(dotted(parent, key), "expected true or false, found " + value->dump());
+    return value->get<bool>();
+  }
+  Result<std::vector<int64_t>> integers(const json& object, const std::string& parent, const std::string& key) const {
+    ZEROSIM_ASSIGN_OR_RETURN(const json* value, field(object, parent, key));
+    if (!value->is_array()) return error(dotted(parent, key), "expected a list, found " + value->dump());
+    std::vector<int64_t> out;
+    for (const json& item : *value) {
+      if (!item.is_number_unsigned() || item.get<uint64_t>() > (uint64_t{1} << 40)) {
+        return error(dotted(parent, key), "expected non-negative integers below 2^40, found " + item.dump());
+      }
+      out.push_back(item.get<int64_t>());
+    }
+    return out;
+  }
+
+ private:
+  static std::string dotted(const std::string& parent, const std::string& key) {
+    return parent.empty() ? key : parent + "." + key;
+  }
+  std::string path_;
+};
+
+Result<Precision> parse_precision(const std::string& text, const ManifestReader& reader) {
+  for (Precision precision : {Precision::kFp32, Precision::kFp16, Precision::kBf16}) {
+    if (text == precision_name(precision)) return precision;
+  }
+  return reader.error("precision", "unknown precision '" + text + "'");
+}
+
+}  // namespace
+
+Result<CheckpointManifest> manifest_from_json(const json& document, const std::string& path) {
+  const ManifestReader reader(path);
+  if (!document.is_object()) return reader.error("(document)", "expected a JSON object");
+  CheckpointManifest manifest;
+  ZEROSIM_ASSIGN_OR_RETURN(std::string format, reader.text(document, "", "format"));
+  if (format != kCheckpointFormatName) {
+    return reader.error("format", std::string("expected '") + kCheckpointFormatName + "', found '" + format + "'");
+  }
+  ZEROSIM_ASSIGN_OR_RETURN(manifest.format_version, reader.integer(document, "", "format_version", 0));
+  if (manifest.format_version != kCheckpointFormatVersion) {
+    return unimplemented(path + ": format_version: this zerosim reads version " +
+                         std::to_string(kCheckpointFormatVersion) + ", found " +
+                         std::to_string(manifest.format_version));
+  }
+  ZEROSIM_ASSIGN_OR_RETURN(manifest.zerosim_version, reader.text(document, "", "zerosim_version"));
+  ZEROSIM_ASSIGN_OR_RETURN(manifest.tag, reader.text(document, "", "tag"));
+  ZEROSIM_ASSIGN_OR_RETURN(const json* config, reader.object(document, "", "config"));
+  manifest.config = *config;
+  ZEROSIM_ASSIGN_OR_RETURN(manifest.config_hash, reader.text(document, "", "config_hash"));
+  if (manifest.config_hash != xxh3_128_hex(manifest.config.dump())) {
+    return reader.error("config_hash", "expected " + xxh3_128_hex(manifest.config.dump()) + " (the hash of config), found " +
+                                           manifest.config_hash);
+  }
+
+  ZEROSIM_ASSIGN_OR_RETURN(const json* model, reader.object(document, "", "model"));
+  ZEROSIM_ASSIGN_OR_RETURN(manifest.model.layer_widths, reader.integers(*model, "model", "layer_widths"));
+  Status model_valid = validate_model_spec(manifest.model);
+  if (!model_valid.ok()) return reader.error("model.layer_widths", model_valid.message());
+  ZEROSIM_ASSIGN_OR_RETURN(const json* data, reader.object(document, "", "data"));
+  ZEROSIM_ASSIGN_OR_RETURN(manifest.data.sample_count, reader.integer(*data, "data", "sample_count", 1));
+  ZEROSIM_ASSIGN_OR_RETURN(manifest.data.feature_count, reader.integer(*data, "data", "feature_count", 1));
+  ZEROSIM_ASSIGN_OR_RETURN(manifest.data.class_count, reader.integer(*data, "data", "class_count", 1));
+  ZEROSIM_ASSIGN_OR_RETURN(manifest.data.seed, reader.unsigned_integer(*data, "data", "seed"));
+  ZEROSIM_ASSIGN_OR_RETURN(manifest.seed, reader.unsigned_integer(document, "", "seed"));
+  ZEROSIM_ASSIGN_OR_RETURN(std::string precision, reader.text(document, "", "precision"));
+  ZEROSIM_ASSIGN_OR_RETURN(manifest.precision, parse_precision(precision, reader));
+  ZEROSIM_ASSIGN_OR_RETURN(const json* optimizer, reader.object(document, "", "optimizer"));
+  ZEROSIM_ASSIGN_OR_RETURN(manifest.optimizer_type, reader.text(*optimizer, "optimizer", "type"));
+  ZEROSIM_ASSIGN_OR_RETURN(manifest.adam_w_mode, reader.boolean(*optimizer, "optimizer", "adam_w_mode"));
+  ZEROSIM_ASSIGN_OR_RETURN(manifest.train_batch_size, reader.integer(document, "", "train_batch_size", 1));
+  ZEROSIM_ASSIGN_OR_RETURN(manifest.micro_batch_size, reader.integer(document, "", "micro_batch_size", 1));
+
+  ZEROSIM_ASSIGN_OR_RETURN(const json* layout, reader.object(document, "", "layout"));
+  ZEROSIM_ASSIGN_OR_RETURN(int64_t world_size, reader.integer(*layout, "layout", "world_size", 1));
+  if (world_size > 4096) return reader.error("layout.world_size", "expected <= 4096, found " + std::to_string(world_size));
+  manifest.world_size = static_cast<int>(world_size);
+  ZEROSIM_ASSIGN_OR_RETURN(manifest.sub_group_size, reader.integer(*layout, "layout", "sub_group_size", 1));
+  ZEROSIM_ASSIGN_OR_RETURN(const json* parameters, reader.field(*layout, "layout", "parameters"));
+  // The parameters must be exactly those of the model the manifest names, in order.
+  const std::vector<ParameterInfo> expected_parameters = mlp_parameters(manifest.model);
+  if (!parameters->is_array() || parameters->size() != expected_parameters.size()) {
+    return reader.error("layout.parameters", "expected a list of " + std::to_string(expected_parameters.size()) +
+                                                 " parameters (the model's), found " +
+                                                 std::to_string(parameters->is_array() ? parameters->size() : 0));
+  }
+  for (size_t i = 0; i < expected_parameters.size(); ++i) {
+    const std::string parent = "layout.parameters[" + std::to_string(i) + "]";
+    ParameterInfo parameter;
+    ZEROSIM_ASSIGN_OR_RETURN(parameter.name, reader.text((*parameters)[i], parent, "name"));
+    ZEROSIM_ASSIGN_OR_RETURN(parameter.shape, reader.integers((*parameters)[i], parent, "shape"));
+    ZEROSIM_ASSIGN_OR_RETURN(parameter.element_count, reader.integer((*parameters)[i], parent, "element_count", 1));
+    ZEROSIM_ASSIGN_OR_RETURN(parameter.layer_index, reader.integer((*parameters)[i], parent, "layer_index", 0));
+    const ParameterInfo& expected = expected_parameters[i];
+    if (parameter.name != expected.name || parameter.shape != expected.shape ||
+        parameter.element_count != expected.element_count || parameter.layer_index != expected.layer_index) {
+      return reader.error(parent, "does not match the model " + model_spec_to_string(manifest.model) + " (expected " +
+                                      expected.name + " of " + std::to_string(expected.element_count) + " elements)");
+    }
+    manifest.parameters.push_back(std::move(parameter));
+  }
+
+  ZEROSIM_ASSIGN_OR_RETURN(const json* counters, reader.object(document, "", "counters"));
+  ZEROSIM_ASSIGN_OR_RETURN(manifest.global_steps, reader.integer(*counters, "counters", "global_steps", 0));
+  ZEROSIM_ASSIGN_OR_RETURN(manifest.skipped_steps, reader.integer(*counters, "counters", "skipped_steps", 0));
+  ZEROSIM_ASSIGN_OR_RETURN(manifest.global_samples, reader.integer(*counters, "counters", "global_samples", 0));
+  ZEROSIM_ASSIGN_OR_RETURN(manifest.optimizer_steps, reader.integer(*counters, "counters", "optimizer_steps", 0));
+  if (manifest.skipped_steps > manifest.global_steps ||
+      manifest.optimizer_steps != manifest.global_steps - manifest.skipped_steps) {
+    return reader.error("counters", "inconsistent: optimizer_steps " + std::to_string(manifest.optimizer_steps) +
+                                        " != global_steps " + std::to_string(manifest.global_steps) +
+                                        " - skipped_steps " + std::to_string(manifest.skipped_steps));
+  }
+  ZEROSIM_ASSIGN_OR_RETURN(const json* scheduler, reader.object(document, "", "scheduler"));
+  ZEROSIM_ASSIGN_OR_RETURN(manifest.scheduler_last_batch_iteration,
+                           reader.integer(*scheduler, "scheduler", "last_batch_iteration", -1));
+  ZEROSIM_ASSIGN_OR_RETURN(manifest.scheduler_learning_rate, reader.number(*scheduler, "scheduler", "learning_rate"));
+  ZEROSIM_ASSIGN_OR_RETURN(const json* scaler, reader.object(document, "", "loss_scaler"));
+  ZEROSIM_ASSIGN_OR_RETURN(manifest.loss_scaler.current_scale, reader.number(*scaler, "loss_scaler", "current_scale"));
+  ZEROSIM_ASSIGN_OR_RETURN(manifest.loss_scaler.current_iteration,
+                           reader.integer(*scaler, "loss_scaler", "current_iteration", 0));
+  ZEROSIM_ASSIGN_OR_RETURN(manifest.loss_scaler.last_overflow_iteration,
+                           reader.integer(*scaler, "loss_scaler", "last_overflow_iteration", -1));
+  ZEROSIM_ASSIGN_OR_RETURN(manifest.loss_scaler.current_hysteresis,
+                           reader.integer(*scaler, "loss_scaler", "current_hysteresis", 0));
+  ZEROSIM_ASSIGN_OR_RETURN(const json* rng, reader.object(document, "", "rng"));
+  ZEROSIM_ASSIGN_OR_RETURN(const json* stream, reader.object(*rng, "rng", "shuffle_stream"));
+  ZEROSIM_ASSIGN_OR_RETURN(manifest.shuffle_stream.seed, reader.unsigned_integer(*stream, "rng.shuffle_stream", "seed"));
+  ZEROSIM_ASSIGN_OR_RETURN(manifest.shuffle_stream.stream_id,
+                           reader.unsigned_integer(*stream, "rng.shuffle_stream", "stream_id"));
+  ZEROSIM_ASSIGN_OR_RETURN(manifest.shuffle_stream.counter,
+                           reader.unsigned_integer(*stream, "rng.shuffle_stream", "counter"));
+  ZEROSIM_ASSIGN_OR_RETURN(manifest.data_position, reader.integer(document, "", "data_position", 0));
+  if (manifest.data_position != manifest.global_samples) {
+    return reader.error("data_position", "expected counters.global_samples " + std::to_string(manifest.global_samples) +
+                                             ", found " + std::to_string(manifest.data_position));
+  }
+
+  ZEROSIM_ASSIGN_OR_RETURN(const json* shards, reader.field(document, "", "shards"));
+  if (!shards->is_array() || shards->size() != static_cast<size_t>(manifest.world_size)) {
+    return reader.error("shards", "expected a list of " + std::to_string(manifest.world_size) +
+                                      " shards (one per rank), found " +
+                                      std::to_string(shards->is_array() ? shards->size() : 0));
+  }
+  for (size_t i = 0; i < shards->size(); ++i) {
+    const std::string parent = "shards[" + std::to_string(i) + "]";
+    ShardRecord shard;
+    ZEROSIM_ASSIGN_OR_RETURN(int64_t rank, reader.integer((*shards)[i], parent, "rank", 0));
+    if (rank != static_cast<int64_t>(i)) {
+      return reader.error(parent + ".rank", "expected " + std::to_string(i) + ", found " + std::to_string(rank));
+    }
+    shard.rank = static_cast<int>(rank);
+    ZEROSIM_ASSIGN_OR_RETURN(shard.file, reader.text((*shards)[i], parent, "file"));
+    ZEROSIM_RETURN_IF_ERROR(validate_manifest_file_name(shard.file, path, parent + ".file"));
+    if (shard.file == kManifestFileName) return reader.error(parent + ".file", "names the manifest itself");
+    ZEROSIM_ASSIGN_OR_RETURN(shard.size_bytes, reader.unsigned_integer((*shards)[i], parent, "size_bytes"));
+    ZEROSIM_ASSIGN_OR_RETURN(shard.xxh3_128, reader.text((*shards)[i], parent, "xxh3_128"));
+    if (shard.xxh3_128.size() != 32 ||
+        shard.xxh3_128.find_first_not_of("0123456789abcdef") != std::string::npos) {
+      return reader.error(parent + ".xxh3_128", "expected 32 lowercase hex digits, found '" + shard.xxh3_128 + "'");
+    }
+    for (const ShardRecord& other : manifest.shards) {
+      if (other.file == shard.file) return reader.error(parent + ".file", "'" + shard.file + "' is listed twice");
+    }
+    manifest.shards.push_back(std::move(shard));
+  }
+  return manifest;
+}
+
+Result<CheckpointManifest> read_manifest(Disk& disk, const std::string& tag_directory) {
+  const std::string path = tag_directory + "/" + kManifestFileName;
+  ZEROSIM_ASSIGN_OR_RETURN(bool exists, disk.exists(path));
+  if (!exists) return not_found(path + " does not exist (the save never committed, or this is not a checkpoint)");
+  ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<File> file, disk.open(path, FileOpenOptions{}));
+  ZEROSIM_ASSIGN_OR_RETURN(uint64_t size, file->size_bytes());
+  if (size > (64u << 20)) return data_loss(path + ": " + std::to_string(size) + " bytes is larger than any manifest");
+  std::string text(size, '\0');
+  ZEROSIM_RETURN_IF_ERROR(file->read_exact(0, std::as_writable_bytes(std::span<char>(text))));
+  ZEROSIM_RETURN_IF_ERROR(file->close());
+  json document = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (document.is_discarded()) return data_loss(path + ": not valid JSON (torn or corrupted manifest)");
+  return manifest_from_json(document, path);
+}
+
+Status check_tag_complete(Disk& disk, const std::string& checkpoint_directory, const std::string& tag) {
+  ZEROSIM_RETURN_IF_ERROR(validate_checkpoint_tag(tag));
+  const std::string tag_directory = checkpoint_directory + "/" + tag;
+  ZEROSIM_ASSIGN_OR_RETURN(CheckpointManifest manifest, read_manifest(disk, tag_directory));
+  if (manifest.tag != tag) {
+    return data_loss(tag_directory + "/" + kManifestFileName + ": tag: expected '" + tag + "' (its directory), found '" +
+                     manifest.tag + "'");
+  }
+  for (const ShardRecord& shard : manifest.shards) {
+    const std::string path = tag_directory + "/" + shard.file;
+    ZEROSIM_ASSIGN_OR_RETURN(bool exists, disk.exists(path));
+    if (!exists) return data_loss("missing shard " + path + " (rank " + std::to_string(shard.rank) + " of the manifest)");
+    ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<File> file, disk.open(path, FileOpenOptions{}));
+    ZEROSIM_ASSIGN_OR_RETURN(uint64_t size, file->size_bytes());
+    ZEROSIM_RETURN_IF_ERROR(file->close());
+    if (size != shard.size_bytes) {
+      return data_loss("shard " + path + ": expected " + std::to_string(shard.size_bytes) +
+                       " bytes (manifest), found " + std::to_string(size) + (size < shard.size_bytes ? " (truncated)" : ""));
+    }
+  }
+  return Status();
+}
+
+Result<std::vector<std::string>> list_complete_tags(Disk& disk, const std::string& checkpoint_directory) {
+  ZEROSIM_ASSIGN_OR_RETURN(std::vector<std::string> names, disk.list_directory(checkpoint_directory));
+  std::vector<std::pair<int64_t, std::string>> complete;
+  for (const std::string& name : names) {
+    if (name == "latest" || !validate_checkpoint_tag(name).ok()) continue;
+    ZEROSIM_ASSIGN_OR_RETURN(bool has_manifest, disk.exists(checkpoint_directory + "/" + name + "/" + kManifestFileName));
+    if (!has_manifest || !check_tag_complete(disk, checkpoint_directory, name).ok()) continue;
+    ZEROSIM_ASSIGN_OR_RETURN(CheckpointManifest manifest, read_manifest(disk, checkpoint_directory + "/" + name));
+    complete.emplace_back(manifest.global_steps, name);
+  }
+  std::sort(complete.begin(), complete.end());
+  std::vector<std::string> tags;
+  for (auto& [step, name] : complete) tags.push_back(std::move(name));
+  return tags;
+}
+
+Result<std::string> resolve_checkpoint_tag(Disk& disk, const std::string& checkpoint_directory,
+                                           const std::string& requested, std::string* warning) {
+  ZEROSIM_ASSIGN_OR_RETURN(bool directory_exists, disk.exists(checkpoint_directory));
+  if (!directory_exists) return not_found("checkpoint directory " + checkpoint_directory + " does not exist");
+  if (requested != "latest") {
+    ZEROSIM_RETURN_IF_ERROR(check_tag_complete(disk, checkpoint_directory, requested));
+    return requested;
+  }
+  Result<std::string> pointed = read_latest_tag(disk, checkpoint_directory);
+  std::string reason;
+  if (pointed.ok()) {
+    Status complete = check_tag_complete(disk, checkpoint_directory, pointed.value());
+    if (complete.ok()) return pointed.value();
+    reason = checkpoint_directory + "/latest names '" + pointed.value() + "', which is not a complete checkpoint (" +
+             complete.message() + ")";
+  } else {
+    reason = pointed.status().message();
+  }
+  ZEROSIM_ASSIGN_OR_RETURN(std::vector<std::string> tags, list_complete_tags(disk, checkpoint_directory));
+  if (tags.empty()) return not_found("no complete checkpoint in " + checkpoint_directory + ": " + reason);
+  if (warning != nullptr) *warning = "warning: " + reason + "; loading the newest complete tag '" + tags.back() + "'";
+  return tags.back();
+}
+
+Status apply_retention(Disk& disk, const std::string& checkpoint_directory, int64_t keep_last,
+                       std::vector<std::string>* removed) {
+  if (keep_last <= 0) return Status();
+  ZEROSIM_ASSIGN_OR_RETURN(std::vector<std::string> tags, list_complete_tags(disk, checkpoint_directory));
+  Result<std::string> latest = read_latest_tag(disk, checkpoint_directory);
+  const std::string protected_tag = latest.ok() ? latest.value() : std::string();
+  int64_t excess = static_cast<int64_t>(tags.size()) - keep_last;
+  for (const std::string& tag : tags) {
+    if (excess <= 0) break;
+    if (tag == protected_tag) continue;
+    ZEROSIM_RETURN_IF_ERROR(disk.remove_tree(checkpoint_directory + "/" + tag));
+    if (removed != nullptr) removed->push_back(tag);
+    --excess;
+  }
+  return disk.sync_directory(checkpoint_directory);
+}
+
+namespace {
+
+void flatten(const json& value, const std::string& prefix, std::map<std::string, json>& out) {
+  if (value.is_object() && !value.empty()) {
+    for (const auto& [key, item] : value.items()) flatten(item, prefix.empty() ? key : prefix + "." + key, out);
+  } else {
+    out[prefix] = value;
+  }
+}
+
+// Keys whose value changes where state lives or what is logged, never a number of the run.
+bool is_layout_only_key(const std::string& key) {
+  static const char* const kPrefixes[] = {
+      "steps_per_print", "wall_clock_breakdown", "checkpoint", "aio", "tensorboard", "wandb", "csv_monitor", "comet",
+      "comms_logger", "flops_profiler", "timers", "dump_state", "memory_breakdown",
+      "zero_optimization.offload_optimizer", "zero_optimization.offload_param", "zero_optimization.sub_group_size",
+      "zero_optimization.reduce_bucket_size", "zero_optimization.allgather_bucket_size",
+      "zero_optimization.stage3_", "zero_optimization.overlap_comm", "zero_optimization.contiguous_gradients",
+      "zero_optimization.gather_16bit_weights_on_model_save", "zero_optimization.stage3_gather_16bit_weights_on_model_save",
+      // With train_batch_size and the micro batch unchanged, the accumulation only follows the
+      // world size: the same micro-batches are folded in the same global order.
+      "gradient_accumulation_steps"};
+  for (const char* prefix : kPrefixes) {
+    if (key.rfind(prefix, 0) == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+Result<ResumeCompatibility> check_resume_compatibility(const CheckpointManifest& manifest, const ResumeTarget& target,
+                                                       const std::string& manifest_path) {
+  const ResolvedConfig& config = *target.config;
+  auto breaking = [&](const std::string& key, const std::string& saved, const std::string& now) {
+    return failed_precondition("cannot resume from " + manifest_path + ": " + key + " differs (checkpoint " + saved +
+                               ", this run " + now + "); this change breaks resume");
+  };
+  if (manifest.model.layer_widths != target.model->layer_widths) {
+    return breaking("model shape", model_spec_to_string(manifest.model), model_spec_to_string(*target.model));
+  }
+  if (manifest.precision != config.precision) {
+    return breaking("parameter dtype (fp16/bf16.enabled)", precision_name(manifest.precision),
+                    precision_name(config.precision));
+  }
+  if (manifest.optimizer_type != config.optimizer.type || manifest.adam_w_mode != config.optimizer.adam_w_mode) {
+    auto describe = [](const std::string& type, bool adam_w_mode) {
+      return type + (adam_w_mode ? " (decoupled weight decay)" : " (L2 weight decay)");
+    };
+    return breaking("optimizer type", describe(manifest.optimizer_type, manifest.adam_w_mode),
+                    describe(config.optimizer.type, config.optimizer.adam_w_mode));
+  }
+  const DatasetSpec& data = *target.data;
+  if (manifest.data.sample_count != data.sample_count || manifest.data.feature_count != data.feature_count ||
+      manifest.data.class_count != data.class_count || manifest.data.seed != data.seed) {
+    auto describe = [](const DatasetSpec& spec) {
+      return std::to_string(spec.sample_count) + " samples, " + std::to_string(spec.feature_count) + " features, " +
+             std::to_string(spec.class_count) + " classes, seed " + std::to_string(spec.seed);
+    };
+    return breaking("dataset (the data position would mean other samples)", describe(manifest.data), describe(data));
+  }
+
+  ResumeCompatibility result;
+  if (manifest.seed != target.seed) {
+    result.notes.push_back("note: seed differs (checkpoint " + std::to_string(manifest.seed) + ", this run " +
+                           std::to_string(target.seed) + "); it only initialises parameters, which come from the "
+                           "checkpoint: no effect");
+  }
+  std::map<std::string, json> saved, now;
+  flatten(manifest.config, "", saved);
+  flatten(config.resolved, "", now);
+  std::vector<std::string> keys;
+  for (const auto& [key, value] : saved) keys.push_back(key);
+  for (const auto& [key, value] : now) {
+    if (!saved.count(key)) keys.push_back(key);
+  }
+  std::sort(keys.begin(), keys.end());
+  for (const std::string& key : keys) {
+    const auto saved_value = saved.find(key);
+    const auto now_value = now.find(key);
+    const std::string saved_text = saved_value == saved.end() ? "absent" : saved_value->second.dump();
+    const std::string now_text = now_value == now.end() ? "absent" : now_value->second.dump();
+    if (saved_text == now_text) continue;
+    if (is_layout_only_key(key)) {
+      result.notes.push_back("note: " + key + " changed from " + saved_text + " to " + now_text +
+                             " (safe: it does not change the numbers of the run)");
+    } else {
+      result.notes.push_back("warning: " + key + " changed from " + saved_text + " to " + now_text +
+                             "; resume is allowed, but the continued run will differ from the uninterrupted one");
+    }
+  }
+  return result;
+}
+
+}  // namespace zerosim

@@ -1,0 +1,151 @@
+// The checkpoint format: <checkpoint dir>/<tag>/manifest.json beside one safetensors shard per
+// rank, and <checkpoint dir>/latest naming the newest committed tag (commit.h).
+//
+// A shard holds, for every parameter fragment that its rank owns, four 1-D tensors named
+// "<parameter>/<state>": param (the model dtype), master, exp_avg and exp_avg_sq (fp32). A
+// fragment is the flat, row-major element range [global_offset, global_offset + count) of the
+// parameter (ZeRO-3 partitioning, padding not stored); the shard's __metadata__ maps every
+// tensor name to a JSON text {"parameter", "state", "global_offset", "global_shape"}, so any
+// world size can reassemble the full tensors. A rank that owns no element of a parameter (W
+// larger than the parameter) has no tensor for it.
+//
+// The manifest holds everything else that influences a future step (DESIGN.md, "What a
+// checkpoint must hold") and the byte size and XXH3-128 checksum of every shard. A tag is
+// complete when its manifest parses, passes validation and every shard it lists exists with
+// its size; the checksums are checked when the shards are read. The manifest is written last,
+// so a tag without one is a save that never committed.
+//
+// Validation trusts nothing in the file: the format name and version, every count, every
+// path (a plain file name inside the tag directory: no '/', no "..", nothing absolute) and the
+// layout's consistency are checked, and every error names the file and the key.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/config/ds_config.h"
+#include "core/data/dataset.h"
+#include "core/env/disk.h"
+#include "core/env/rng.h"
+#include "core/model/mlp.h"
+#include "core/optim/loss_scaler.h"
+#include "core/tensor/dtype.h"
+
+namespace zerosim {
+
+inline constexpr const char* kCheckpointFormatName = "zerosim-checkpoint";
+inline constexpr int64_t kCheckpointFormatVersion = 1;
+inline constexpr const char* kManifestFileName = "manifest.json";
+
+// The four per-parameter states a shard holds, in shard order.
+enum class CheckpointState { kParam, kMaster, kExpAvg, kExpAvgSq };
+inline constexpr CheckpointState kCheckpointStates[] = {CheckpointState::kParam, CheckpointState::kMaster,
+                                                        CheckpointState::kExpAvg, CheckpointState::kExpAvgSq};
+const char* checkpoint_state_name(CheckpointState state);  // "param", "master", "exp_avg", "exp_avg_sq"
+// "<parameter>/<state>".
+std::string checkpoint_tensor_name(const std::string& parameter, CheckpointState state);
+// "rank-00002-of-00004.safetensors".
+std::string shard_file_name(int rank, int world_size);
+
+struct ShardRecord {
+  int rank = 0;
+  std::string file;  // a plain name inside the tag directory
+  uint64_t size_bytes = 0;
+  std::string xxh3_128;  // 32 hex digits over the whole file
+};
+
+struct CheckpointManifest {
+  int64_t format_version = kCheckpointFormatVersion;
+  std::string zerosim_version;
+  std::string tag;
+  nlohmann::json config;  // the resolved config of the run that saved
+  std::string config_hash;  // XXH3-128 of config.dump()
+  // What the loader compares against the resuming run (see check_resume_compatibility).
+  ModelSpec model;
+  DatasetSpec data;
+  uint64_t seed = 0;  // the parameter initialisation seed
+  Precision precision = Precision::kFp32;
+  std::string optimizer_type;
+  bool adam_w_mode = true;
+  int64_t train_batch_size = 0;
+  int64_t micro_batch_size = 0;
+  // Layout of the run that saved.
+  int world_size = 1;
+  int64_t sub_group_size = 0;
+  std::vector<ParameterInfo> parameters;
+  // Counters, scheduler, loss scaler, RNG streams and data position.
+  int64_t global_steps = 0;
+  int64_t skipped_steps = 0;
+  int64_t global_samples = 0;
+  int64_t optimizer_steps = 0;
+  int64_t scheduler_last_batch_iteration = -1;
+  double scheduler_learning_rate = 0.0;
+  LossScalerState loss_scaler;
+  RngState shuffle_stream;
+  int64_t data_position = 0;
+  std::vector<ShardRecord> shards;  // one per rank, in rank order
+};
+
+nlohmann::json manifest_to_json(const CheckpointManifest& manifest);
+// Parses and validates; `path` names the file in errors (kDataLoss for a malformed manifest,
+// kUnimplemented for a format version this build does not read).
+Result<CheckpointManifest> manifest_from_json(const nlohmann::json& document, const std::string& path);
+Result<CheckpointManifest> read_manifest(Disk& disk, const std::string& tag_directory);
+
+// A file name taken from a manifest: a plain name, no '/', not "." or "..", not absolute.
+Status validate_manifest_file_name(const std::string& name, const std::string& manifest_path,
+                                   const std::string& key);
+
+// The fragment of a parameter of `element_count` elements that `rank` of `world_size` owns.
+struct Fragment {
+  int64_t global_offset = 0;
+  int64_t count = 0;
+};
+Fragment owned_fragment(int64_t element_count, int rank, int world_size);
+
+// Hashes a file as the manifest does (XXH3-128, 32 hex digits), reading it in chunks.
+Result<std::string> file_checksum(Disk& disk, const std::string& path, uint64_t* size_bytes);
+
+// Whether `<checkpoint_directory>/<tag>` is complete (see above); the reason when it is not.
+Status check_tag_complete(Disk& disk, const std::string& checkpoint_directory, const std::string& tag);
+
+// The complete tags of a checkpoint directory, oldest first (by global step, then name).
+Result<std::vector<std::string>> list_complete_tags(Disk& disk, const std::string& checkpoint_directory);
+
+// The tag to load for `requested` ("latest" or a tag name). An explicit tag must be complete.
+// "latest" follows the pointer; when it is missing, torn or names an incomplete tag, the newest
+// complete tag is taken and `warning` says so; no complete tag at all is kNotFound.
+Result<std::string> resolve_checkpoint_tag(Disk& disk, const std::string& checkpoint_directory,
+                                           const std::string& requested, std::string* warning);
+
+// Retention: removes the oldest complete tags so that `keep_last` remain (0 keeps all), never
+// the one `latest` names. Incomplete tags are left alone (a save may be writing one).
+Status apply_retention(Disk& disk, const std::string& checkpoint_directory, int64_t keep_last,
+                       std::vector<std::string>* removed);
+
+// What resuming `manifest` under another run's settings means. A change that breaks resume
+// (model shape, parameter dtype, optimizer type, dataset or seed) is an error naming the key
+// with the checkpoint's and the run's values. Other differences of the resolved config are
+// notes: layout-only keys (offload, aio, sub_group_size, buckets, logging, checkpoint) are
+// safe; keys that change the numerics of later steps (lr, betas, clipping, ...) are allowed,
+// as DeepSpeed allows them, with a note that the continued run will differ.
+struct ResumeCompatibility {
+  std::vector<std::string> notes;
+};
+struct ResumeTarget {
+  const ResolvedConfig* config = nullptr;
+  const ModelSpec* model = nullptr;
+  const DatasetSpec* data = nullptr;
+  uint64_t seed = 0;
+};
+Result<ResumeCompatibility> check_resume_compatibility(const CheckpointManifest& manifest,
+                                                       const ResumeTarget& target, const std::string& manifest_path);
+
+// XXH3-128 of a string as 32 hex digits.
+std::string xxh3_128_hex(std::string_view text);
+
+}  // namespace zerosim

@@ -1,0 +1,102 @@
+#include "core/checkpoint/shard_reader.h"
+
+#include <algorithm>
+
+namespace zerosim {
+
+CheckpointShardReader::CheckpointShardReader(Disk& disk, std::string tag_directory, const CheckpointManifest& manifest)
+    : disk_(disk), tag_directory_(std::move(tag_directory)), manifest_(manifest) {
+  shards_.resize(manifest_.shards.size());
+}
+
+DType CheckpointShardReader::state_dtype(CheckpointState state) const {
+  return state == CheckpointState::kParam ? manifest_.precision : DType::kFp32;
+}
+
+Status CheckpointShardReader::verify_shard(int rank) { return shard(rank).status(); }
+
+Result<CheckpointShardReader::OpenShard*> CheckpointShardReader::shard(int rank) {
+  ZEROSIM_CHECK(rank >= 0 && static_cast<size_t>(rank) < shards_.size(), "shard rank out of range");
+  std::optional<OpenShard>& slot = shards_[static_cast<size_t>(rank)];
+  if (slot) return &*slot;
+  const ShardRecord& record = manifest_.shards[static_cast<size_t>(rank)];
+  const std::string path = tag_directory_ + "/" + record.file;
+  ZEROSIM_ASSIGN_OR_RETURN(bool exists, disk_.exists(path));
+  if (!exists) return data_loss("missing shard " + path + " (rank " + std::to_string(rank) + " of the manifest)");
+  uint64_t size = 0;
+  ZEROSIM_ASSIGN_OR_RETURN(std::string checksum, file_checksum(disk_, path, &size));
+  if (size != record.size_bytes) {
+    return data_loss("shard " + path + ": expected " + std::to_string(record.size_bytes) + " bytes (manifest), found " +
+                     std::to_string(size) + (size < record.size_bytes ? " (truncated)" : ""));
+  }
+  if (checksum != record.xxh3_128) {
+    return data_loss("shard " + path + ": checksum mismatch: expected xxh3_128 " + record.xxh3_128 +
+                     " (manifest), found " + checksum);
+  }
+  ZEROSIM_ASSIGN_OR_RETURN(SafetensorsIndex index, read_safetensors_index(disk_, path));
+  // Exactly the tensors this rank owns, as the layout says.
+  size_t expected_count = 0;
+  for (const ParameterInfo& parameter : manifest_.parameters) {
+    const Fragment fragment = owned_fragment(parameter.element_count, rank, manifest_.world_size);
+    if (fragment.count == 0) continue;
+    for (CheckpointState state : kCheckpointStates) {
+      const std::string name = checkpoint_tensor_name(parameter.name, state);
+      ++expected_count;
+      const SafetensorsEntry* entry = index.find(name);
+      if (entry == nullptr) return data_loss("shard " + path + ": tensor " + name + " is missing");
+      if (entry->dtype != state_dtype(state) || entry->shape != std::vector<int64_t>{fragment.count}) {
+        return data_loss("shard " + path + ": tensor " + name + ": expected " +
+                         safetensors_dtype_name(state_dtype(state)) + " [" + std::to_string(fragment.count) +
+                         "], found " + safetensors_dtype_name(entry->dtype) + " of " +
+                         std::to_string(entry->shape.empty() ? 0 : entry->shape[0]) + " elements");
+      }
+      const auto metadata = index.metadata.find(name);
+      nlohmann::json fragment_metadata =
+          metadata == index.metadata.end() ? nlohmann::json()
+                                           : nlohmann::json::parse(metadata->second, nullptr, /*allow_exceptions=*/false);
+      if (!fragment_metadata.is_object() || fragment_metadata.value("global_offset", int64_t{-1}) != fragment.global_offset ||
+          fragment_metadata.value("global_shape", nlohmann::json()) != nlohmann::json(parameter.shape)) {
+        return data_loss("shard " + path + ": __metadata__." + name + ": expected global_offset " +
+                         std::to_string(fragment.global_offset) + " and global_shape " +
+                         nlohmann::json(parameter.shape).dump() + ", found " +
+                         (metadata == index.metadata.end() ? std::string("nothing") : metadata->second));
+      }
+    }
+  }
+  if (index.entries.size() != expected_count) {
+    return data_loss("shard " + path + ": expected " + std::to_string(expected_count) + " tensors, found " +
+                     std::to_string(index.entries.size()));
+  }
+  ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<File> file, disk_.open(path, FileOpenOptions{}));
+  slot.emplace(OpenShard{std::move(file), std::move(index)});
+  return &*slot;
+}
+
+Status CheckpointShardReader::read(int64_t parameter, CheckpointState state, int64_t begin, int64_t count,
+                                   std::span<std::byte> destination) {
+  ZEROSIM_CHECK(parameter >= 0 && static_cast<size_t>(parameter) < manifest_.parameters.size(), "parameter index");
+  const ParameterInfo& info = manifest_.parameters[static_cast<size_t>(parameter)];
+  ZEROSIM_CHECK(begin >= 0 && count >= 0 && begin + count <= info.element_count, "range outside the parameter");
+  const size_t element_bytes = dtype_size_bytes(state_dtype(state));
+  ZEROSIM_CHECK(destination.size() == static_cast<size_t>(count) * element_bytes, "destination size");
+  const std::string name = checkpoint_tensor_name(info.name, state);
+  const int64_t partition_size = (info.element_count + manifest_.world_size - 1) / manifest_.world_size;
+  int64_t position = begin;
+  while (position < begin + count) {
+    const int source = static_cast<int>(position / partition_size);
+    const Fragment fragment = owned_fragment(info.element_count, source, manifest_.world_size);
+    const int64_t end = std::min(begin + count, fragment.global_offset + fragment.count);
+    ZEROSIM_ASSIGN_OR_RETURN(OpenShard * open, shard(source));
+    const SafetensorsEntry* entry = open->index.find(name);
+    ZEROSIM_CHECK(entry != nullptr, "verified shard lacks a tensor");
+    const uint64_t offset = open->index.data_start_bytes + entry->begin_bytes +
+                            static_cast<uint64_t>(position - fragment.global_offset) * element_bytes;
+    ZEROSIM_RETURN_IF_ERROR(open->file->read_exact(
+        offset, destination.subspan(static_cast<size_t>(position - begin) * element_bytes,
+                                    static_cast<size_t>(end - position) * element_bytes)));
+    position = end;
+  }
+  return Status();
+}
+
+}  // namespace zerosim

@@ -1,0 +1,47 @@
+// Reads parameter fragments back out of a checkpoint's shards, at any world size.
+//
+// A shard is opened on first use and verified before any of its bytes is trusted: its size
+// and XXH3-128 checksum against the manifest, its safetensors header (safetensors.h), and that
+// it holds exactly the tensors the manifest's layout says its rank owns, each with the right
+// dtype, shape and metadata (global offset and shape). So a rank that resumes reads and checks
+// only the shards its own partition overlaps.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/checkpoint/manifest.h"
+#include "core/checkpoint/safetensors.h"
+#include "core/env/disk.h"
+
+namespace zerosim {
+
+class CheckpointShardReader {
+ public:
+  CheckpointShardReader(Disk& disk, std::string tag_directory, const CheckpointManifest& manifest);
+
+  // Reads elements [begin, begin + count) of the parameter's state (the model dtype for
+  // kParam, fp32 otherwise) into `destination`, from whichever shards hold them.
+  Status read(int64_t parameter, CheckpointState state, int64_t begin, int64_t count, std::span<std::byte> destination);
+  // Opens and verifies one shard (see above).
+  Status verify_shard(int rank);
+  // The dtype a state is stored in.
+  DType state_dtype(CheckpointState state) const;
+
+ private:
+  struct OpenShard {
+    std::unique_ptr<File> file;
+    SafetensorsIndex index;
+  };
+  Result<OpenShard*> shard(int rank);
+
+  Disk& disk_;
+  std::string tag_directory_;
+  const CheckpointManifest& manifest_;
+  std::vector<std::optional<OpenShard>> shards_;
+};
+
+}  // namespace zerosim

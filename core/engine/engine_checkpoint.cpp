@@ -1,0 +1,416 @@
+// RankEngine's checkpoints: save (synchronous or async) and resume at any world size. The
+// format and the commit protocol are described in core/checkpoint/manifest.h.
+#include <xxhash.h>
+
+#include <cstring>
+
+#include "core/checkpoint/commit.h"
+#include "core/checkpoint/manifest.h"
+#include "core/checkpoint/safetensors.h"
+#include "core/checkpoint/shard_reader.h"
+#include "core/engine/engine.h"
+
+namespace zerosim {
+
+std::string checkpoint_tag_for_step(int64_t global_step) { return "global_step" + std::to_string(global_step); }
+
+// Where a shard's bytes go: a file (through a staging buffer, so that small fragments do not
+// become small writes) or host memory (the snapshot of an async save). Either way the bytes
+// are hashed as they pass, so the checksum costs no second read.
+class RankEngine::ShardSink {
+ public:
+  explicit ShardSink(File* file) : file_(file) { staging_.reserve(kStagingBytes); init(); }
+  explicit ShardSink(std::vector<std::byte>* memory) : memory_(memory) { init(); }
+  ~ShardSink() { XXH3_freeState(hash_); }
+  ShardSink(const ShardSink&) = delete;
+  ShardSink& operator=(const ShardSink&) = delete;
+
+  Status append(std::span<const std::byte> bytes) {
+    XXH3_128bits_update(hash_, bytes.data(), bytes.size());
+    size_bytes_ += bytes.size();
+    if (memory_ != nullptr) {
+      memory_->insert(memory_->end(), bytes.begin(), bytes.end());
+      return Status();
+    }
+    if (staging_.size() + bytes.size() > kStagingBytes) ZEROSIM_RETURN_IF_ERROR(flush());
+    if (bytes.size() >= kStagingBytes) {
+      ZEROSIM_RETURN_IF_ERROR(file_->write_all(written_bytes_, bytes));
+      written_bytes_ += bytes.size();
+      return Status();
+    }
+    staging_.insert(staging_.end(), bytes.begin(), bytes.end());
+    return Status();
+  }
+  Status flush() {
+    if (file_ == nullptr || staging_.empty()) return Status();
+    ZEROSIM_RETURN_IF_ERROR(file_->write_all(written_bytes_, staging_));
+    written_bytes_ += staging_.size();
+    staging_.clear();
+    return Status();
+  }
+  uint64_t size_bytes() const { return size_bytes_; }
+  std::string checksum() const {
+    const XXH128_hash_t hash = XXH3_128bits_digest(hash_);
+    char buffer[33];
+    std::snprintf(buffer, sizeof buffer, "%016llx%016llx", static_cast<unsigned long long>(hash.high64),
+                  static_cast<unsigned long long>(hash.low64));
+    return buffer;
+  }
+
+ private:
+  static constexpr size_t kStagingBytes = 8u << 20;
+  void init() {
+    hash_ = XXH3_createState();
+    XXH3_128bits_reset(hash_);
+  }
+  File* file_ = nullptr;
+  std::vector<std::byte>* memory_ = nullptr;
+  std::vector<std::byte> staging_;
+  uint64_t written_bytes_ = 0;
+  uint64_t size_bytes_ = 0;
+  XXH3_state_t* hash_ = nullptr;
+};
+
+namespace {
+
+// Every rank learns rank 0's verdict, so that all return the same status and none waits for
+// a collective that rank 0 will never join.
+Status share_verdict(Comm& comm, const Status& root_status, const std::string& what) {
+  std::array<std::byte, 4> code{};
+  if (comm.rank() == 0) {
+    const uint32_t value = static_cast<uint32_t>(root_status.code());
+    std::memcpy(code.data(), &value, 4);
+  }
+  ZEROSIM_RETURN_IF_ERROR(comm.broadcast(code, 0));
+  if (comm.rank() == 0) return root_status;
+  uint32_t value = 0;
+  std::memcpy(&value, code.data(), 4);
+  if (value == 0) return Status();
+  return Status(static_cast<StatusCode>(value), "rank 0 failed to " + what + " (its error says why)");
+}
+
+// Every rank learns whether any rank failed (each keeps its own error).
+Status share_verdict_all(Comm& comm, const Status& local_status, const std::string& what) {
+  std::array<double, 1> failed = {local_status.ok() ? 0.0 : 1.0};
+  ZEROSIM_RETURN_IF_ERROR(comm.all_reduce_max(failed));
+  if (!local_status.ok()) return local_status;
+  if (failed[0] != 0.0) return aborted("another rank failed to " + what + " (its error says why)");
+  return Status();
+}
+
+}  // namespace
+
+std::string RankEngine::manifest_json_without_shards(const std::string& tag) const {
+  CheckpointManifest manifest;
+  manifest.zerosim_version = ZEROSIM_VERSION;
+  manifest.tag = tag;
+  manifest.config = options_.config.resolved;
+  manifest.config_hash = xxh3_128_hex(manifest.config.dump());
+  manifest.model = options_.model;
+  manifest.data = options_.data;
+  manifest.seed = options_.seed;
+  manifest.precision = model_dtype_;
+  manifest.optimizer_type = options_.config.optimizer.type;
+  manifest.adam_w_mode = options_.config.optimizer.adam_w_mode;
+  manifest.train_batch_size = options_.config.train_batch_size;
+  manifest.micro_batch_size = options_.config.micro_batch_size;
+  manifest.world_size = comm_.world_size();
+  manifest.sub_group_size = layout_.sub_group_size;
+  manifest.parameters = parameters_;
+  manifest.global_steps = counters_.global_steps;
+  manifest.skipped_steps = counters_.skipped_steps;
+  manifest.global_samples = counters_.global_samples;
+  manifest.optimizer_steps = counters_.optimizer_steps;
+  manifest.scheduler_last_batch_iteration = scheduler_->last_batch_iteration();
+  manifest.scheduler_learning_rate = scheduler_->current_lr();
+  manifest.loss_scaler = loss_scaler_->state();
+  manifest.shuffle_stream = sampler_.shuffle_stream_state(counters_.global_samples);
+  manifest.data_position = counters_.global_samples;
+  return manifest_to_json(manifest).dump();
+}
+
+Status RankEngine::write_shard(const std::string& path, ShardSink& sink) {
+  const int rank = comm_.rank();
+  const int world_size = comm_.world_size();
+  const size_t element_bytes = dtype_size_bytes(model_dtype_);
+  std::vector<SafetensorsTensorSpec> specs;
+  std::map<std::string, std::string> metadata = {{"format", "zerosim-shard"},
+                                                 {"format_version", std::to_string(kCheckpointFormatVersion)},
+                                                 {"rank", std::to_string(rank)},
+                                                 {"world_size", std::to_string(world_size)}};
+  // Data order: sub-group by sub-group (so swapped state is read once, one sub-group at a
+  // time), parameter by parameter, the four states of each.
+  for (const SubGroup& group : layout_.sub_groups) {
+    for (int64_t p = group.first_parameter; p < group.end_parameter; ++p) {
+      const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
+      const ParameterInfo& parameter = parameters_[static_cast<size_t>(p)];
+      const int64_t count = partition.owned_count(rank);
+      if (count == 0) continue;
+      for (CheckpointState state : kCheckpointStates) {
+        const std::string name = checkpoint_tensor_name(parameter.name, state);
+        specs.push_back({name, state == CheckpointState::kParam ? model_dtype_ : DType::kFp32, {count}});
+        metadata[name] = nlohmann::json{{"parameter", parameter.name},
+                                        {"state", checkpoint_state_name(state)},
+                                        {"global_offset", partition.owned_begin(rank)},
+                                        {"global_shape", parameter.shape}}
+                             .dump();
+      }
+    }
+  }
+  ZEROSIM_ASSIGN_OR_RETURN(std::vector<std::byte> header, encode_safetensors_header(path, specs, metadata));
+  ZEROSIM_RETURN_IF_ERROR(sink.append(header));
+
+  std::vector<std::byte> swapped_params;
+  for (size_t g = 0; g < layout_.sub_groups.size(); ++g) {
+    const SubGroup& group = layout_.sub_groups[g];
+    const float* master = master_.data() + group.flat_offset;
+    const float* exp_avg = exp_avg_.data() + group.flat_offset;
+    const float* exp_avg_sq = exp_avg_sq_.data() + group.flat_offset;
+    if (swapper_) {
+      ZEROSIM_ASSIGN_OR_RETURN(OptimizerSwapper::SubGroupState swapped,
+                               swapper_->acquire(static_cast<int>(g), counters_.optimizer_steps));
+      master = swapped.master.data();
+      exp_avg = swapped.exp_avg.data();
+      exp_avg_sq = swapped.exp_avg_sq.data();
+    }
+    Status status;
+    for (int64_t p = group.first_parameter; p < group.end_parameter && status.ok(); ++p) {
+      const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
+      const size_t count = static_cast<size_t>(partition.owned_count(rank));
+      if (count == 0) continue;
+      const size_t in_group = static_cast<size_t>(partition.flat_offset - group.flat_offset);
+      const std::byte* params = param_partition_.data() + static_cast<size_t>(partition.flat_offset) * element_bytes;
+      if (param_swapper_) {
+        swapped_params.resize(static_cast<size_t>(partition.partition_size) * element_bytes);
+        status = param_swapper_->read(static_cast<int>(p), counters_.optimizer_steps, swapped_params);
+        params = swapped_params.data();
+      }
+      auto floats = [&](const float* base) {
+        return std::as_bytes(std::span<const float>(base + in_group, count));
+      };
+      if (status.ok()) status = sink.append(std::span<const std::byte>(params, count * element_bytes));
+      if (status.ok()) status = sink.append(floats(master));
+      if (status.ok()) status = sink.append(floats(exp_avg));
+      if (status.ok()) status = sink.append(floats(exp_avg_sq));
+    }
+    // The buffers go back even after an error, so that the swapper stays usable.
+    if (swapper_) {
+      Status released = swapper_->release(static_cast<int>(g), std::nullopt);
+      if (status.ok()) status = released;
+    }
+    ZEROSIM_RETURN_IF_ERROR(status);
+  }
+  return sink.flush();
+}
+
+Status RankEngine::commit_checkpoint(Comm& comm, const std::string& checkpoint_directory, const std::string& tag,
+                                     const std::string& manifest_text_without_shards, uint64_t shard_size_bytes,
+                                     const std::string& shard_checksum) {
+  // Each rank's shard is durable when it gets here; rank 0 learns every shard's size and
+  // checksum, and the gather doubles as the barrier "every shard is written".
+  constexpr size_t kRecordBytes = 8 + 32;
+  std::array<std::byte, kRecordBytes> record{};
+  std::memcpy(record.data(), &shard_size_bytes, 8);
+  ZEROSIM_CHECK(shard_checksum.size() == 32, "checksum is 32 hex digits");
+  std::memcpy(record.data() + 8, shard_checksum.data(), 32);
+  const bool is_root = comm.rank() == 0;
+  std::vector<std::byte> records(is_root ? kRecordBytes * static_cast<size_t>(comm.world_size()) : 0);
+  ZEROSIM_RETURN_IF_ERROR(comm.gather(record, records, 0));
+  Status root_status;
+  if (is_root) {
+    root_status = [&]() -> Status {
+      Disk& disk = *env_.disk;
+      const std::string tag_directory = checkpoint_directory + "/" + tag;
+      nlohmann::json manifest = nlohmann::json::parse(manifest_text_without_shards);
+      nlohmann::json shards = nlohmann::json::array();
+      for (int source = 0; source < comm.world_size(); ++source) {
+        uint64_t size = 0;
+        std::memcpy(&size, records.data() + static_cast<size_t>(source) * kRecordBytes, 8);
+        const std::string checksum(reinterpret_cast<const char*>(records.data()) + source * kRecordBytes + 8, 32);
+        shards.push_back({{"rank", source},
+                          {"file", shard_file_name(source, comm.world_size())},
+                          {"size_bytes", size},
+                          {"xxh3_128", checksum}});
+      }
+      manifest["shards"] = shards;
+      // The shards' directory entries are durable before the manifest that names them exists.
+      ZEROSIM_RETURN_IF_ERROR(disk.sync_directory(tag_directory));
+      const std::string text = manifest.dump(2) + "\n";
+      ZEROSIM_RETURN_IF_ERROR(write_file_atomically(disk, tag_directory, kManifestFileName,
+                                                    std::as_bytes(std::span<const char>(text.data(), text.size()))));
+      env_.crash_points->hit("ckpt.manifest_written", 0);
+      ZEROSIM_RETURN_IF_ERROR(publish_latest_tag(disk, checkpoint_directory, tag));
+      env_.crash_points->hit("ckpt.latest_published", 0);
+      return apply_retention(disk, checkpoint_directory, options_.config.checkpoint.keep_last, nullptr);
+    }();
+  }
+  return share_verdict(comm, root_status, "commit checkpoint " + checkpoint_directory + "/" + tag);
+}
+
+Status RankEngine::wait_for_save() {
+  if (!pending_save_.valid()) return Status();
+  return pending_save_.get();
+}
+
+Status RankEngine::save_checkpoint(const std::string& checkpoint_directory, const std::string& tag) {
+  if (step_in_progress_) {
+    return failed_precondition("cannot save checkpoint " + tag + " in the middle of step " +
+                               std::to_string(counters_.global_steps + 1) +
+                               ": the partial gradient accumulation is not part of a checkpoint; save between steps");
+  }
+  // The previous async save must have committed first (saves commit in order).
+  ZEROSIM_RETURN_IF_ERROR(wait_for_save());
+  ZEROSIM_RETURN_IF_ERROR(validate_checkpoint_tag(tag));
+  const bool async = options_.config.checkpoint.async_save;
+  if (async && checkpoint_comm_ == nullptr) {
+    return failed_precondition("checkpoint.async_save needs the engine to have a checkpoint communicator");
+  }
+  Disk& disk = *env_.disk;
+  const std::string tag_directory = checkpoint_directory + "/" + tag;
+  // Rank 0 prepares the tag directory; a committed tag is never overwritten (`latest` may
+  // name it), and the leftovers of a save that never committed are cleared.
+  Status prepared;
+  if (comm_.rank() == 0) {
+    prepared = [&]() -> Status {
+      ZEROSIM_ASSIGN_OR_RETURN(bool has_manifest, disk.exists(tag_directory + "/" + kManifestFileName));
+      if (has_manifest) {
+        return failed_precondition("checkpoint " + tag_directory + " already exists (committed); choose another tag");
+      }
+      ZEROSIM_RETURN_IF_ERROR(disk.remove_tree(tag_directory));
+      ZEROSIM_RETURN_IF_ERROR(disk.create_directories(tag_directory));
+      return disk.sync_directory(checkpoint_directory);
+    }();
+  }
+  ZEROSIM_RETURN_IF_ERROR(share_verdict(comm_, prepared, "prepare " + tag_directory));
+
+  const std::string shard_path = tag_directory + "/" + shard_file_name(comm_.rank(), comm_.world_size());
+  const std::string manifest_text = manifest_json_without_shards(tag);
+  if (!async) {
+    uint64_t size_bytes = 0;
+    std::string checksum;
+    Status written = [&]() -> Status {
+      ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<File> file, disk.open(shard_path, {OpenMode::kCreateTruncate}));
+      ShardSink sink(file.get());
+      ZEROSIM_RETURN_IF_ERROR(write_shard(shard_path, sink));
+      ZEROSIM_RETURN_IF_ERROR(file->sync());
+      size_bytes = sink.size_bytes();
+      checksum = sink.checksum();
+      return file->close();
+    }();
+    // A rank whose shard failed still takes part, so that no rank waits for it forever.
+    ZEROSIM_RETURN_IF_ERROR(share_verdict_all(comm_, written, "write its shard of " + tag_directory));
+    env_.crash_points->hit("ckpt.shard_written", comm_.rank());
+    return commit_checkpoint(comm_, checkpoint_directory, tag, manifest_text, size_bytes, checksum);
+  }
+
+  // Async: the snapshot is a copy taken now (later steps cannot leak into it); the write, the
+  // fsync and the commit run in the background on the checkpoint communicator.
+  auto snapshot = std::make_shared<std::vector<std::byte>>();
+  ShardSink sink(snapshot.get());
+  ZEROSIM_RETURN_IF_ERROR(share_verdict_all(comm_, write_shard(shard_path, sink), "snapshot its shard of " + tag_directory));
+  const uint64_t size_bytes = sink.size_bytes();
+  const std::string checksum = sink.checksum();
+  pending_save_ = std::async(std::launch::async, [this, snapshot, shard_path, checkpoint_directory, tag, manifest_text,
+                                                  size_bytes, checksum]() -> Status {
+    Comm& comm = *checkpoint_comm_;
+    Status written = [&]() -> Status {
+      ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<File> file, env_.disk->open(shard_path, {OpenMode::kCreateTruncate}));
+      ZEROSIM_RETURN_IF_ERROR(file->write_all(0, *snapshot));
+      ZEROSIM_RETURN_IF_ERROR(file->sync());
+      return file->close();
+    }();
+    snapshot->clear();
+    snapshot->shrink_to_fit();
+    // Every rank learns that a write failed; the previous checkpoint stays `latest`.
+    ZEROSIM_RETURN_IF_ERROR(share_verdict_all(comm, written, "write its shard of " + shard_path));
+    env_.crash_points->hit("ckpt.shard_written", comm.rank());
+    return commit_checkpoint(comm, checkpoint_directory, tag, manifest_text, size_bytes, checksum);
+  });
+  return Status();
+}
+
+Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_directory, const std::string& tag,
+                                              std::vector<std::string>* notes) {
+  ZEROSIM_RETURN_IF_ERROR(prepare_storage());
+  Disk& disk = *env_.disk;
+  std::string warning;
+  ZEROSIM_ASSIGN_OR_RETURN(std::string resolved_tag, resolve_checkpoint_tag(disk, checkpoint_directory, tag, &warning));
+  if (!warning.empty() && notes != nullptr) notes->push_back(warning);
+  const std::string tag_directory = checkpoint_directory + "/" + resolved_tag;
+  const std::string manifest_path = tag_directory + "/" + kManifestFileName;
+  ZEROSIM_ASSIGN_OR_RETURN(CheckpointManifest manifest, read_manifest(disk, tag_directory));
+  ZEROSIM_ASSIGN_OR_RETURN(
+      ResumeCompatibility compatibility,
+      check_resume_compatibility(manifest, {&options_.config, &options_.model, &options_.data, options_.seed},
+                                 manifest_path));
+  if (notes != nullptr) notes->insert(notes->end(), compatibility.notes.begin(), compatibility.notes.end());
+
+  // The partition of this run (any world size) is read fragment by fragment from whichever
+  // shards hold it, one sub-group at a time, and written where this run keeps it.
+  CheckpointShardReader reader(disk, tag_directory, manifest);
+  const int rank = comm_.rank();
+  const size_t element_bytes = dtype_size_bytes(model_dtype_);
+  const int64_t step = manifest.optimizer_steps;
+  std::vector<float> master, exp_avg, exp_avg_sq;
+  std::vector<std::byte> params;
+  for (size_t g = 0; g < layout_.sub_groups.size(); ++g) {
+    const SubGroup& group = layout_.sub_groups[g];
+    const size_t group_count = static_cast<size_t>(group.element_count);
+    master.assign(group_count, 0.0f);  // padding stays zero
+    exp_avg.assign(group_count, 0.0f);
+    exp_avg_sq.assign(group_count, 0.0f);
+    for (int64_t p = group.first_parameter; p < group.end_parameter; ++p) {
+      const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
+      const int64_t begin = partition.owned_begin(rank);
+      const int64_t count = partition.owned_count(rank);
+      const size_t in_group = static_cast<size_t>(partition.flat_offset - group.flat_offset);
+      auto floats = [&](std::vector<float>& buffer) {
+        return std::as_writable_bytes(std::span<float>(buffer.data() + in_group, static_cast<size_t>(count)));
+      };
+      ZEROSIM_RETURN_IF_ERROR(reader.read(p, CheckpointState::kMaster, begin, count, floats(master)));
+      ZEROSIM_RETURN_IF_ERROR(reader.read(p, CheckpointState::kExpAvg, begin, count, floats(exp_avg)));
+      ZEROSIM_RETURN_IF_ERROR(reader.read(p, CheckpointState::kExpAvgSq, begin, count, floats(exp_avg_sq)));
+      params.assign(static_cast<size_t>(partition.partition_size) * element_bytes, std::byte{0});
+      ZEROSIM_RETURN_IF_ERROR(reader.read(p, CheckpointState::kParam, begin, count,
+                                          std::span<std::byte>(params.data(), static_cast<size_t>(count) * element_bytes)));
+      if (param_swapper_) {
+        ZEROSIM_RETURN_IF_ERROR(param_swapper_->write(static_cast<int>(p), step, params));
+      } else {
+        std::memcpy(param_partition_.data() + static_cast<size_t>(partition.flat_offset) * element_bytes, params.data(),
+                    params.size());
+      }
+    }
+    if (swapper_) {
+      ZEROSIM_RETURN_IF_ERROR(swapper_->write_state(static_cast<int>(g), step, master, exp_avg, exp_avg_sq));
+    } else {
+      const ptrdiff_t offset = static_cast<ptrdiff_t>(group.flat_offset);
+      std::copy(master.begin(), master.end(), master_.begin() + offset);
+      std::copy(exp_avg.begin(), exp_avg.end(), exp_avg_.begin() + offset);
+      std::copy(exp_avg_sq.begin(), exp_avg_sq.end(), exp_avg_sq_.begin() + offset);
+    }
+  }
+
+  counters_.global_steps = manifest.global_steps;
+  counters_.skipped_steps = manifest.skipped_steps;
+  counters_.global_samples = manifest.global_samples;
+  counters_.optimizer_steps = manifest.optimizer_steps;
+  Status scheduler_restored = scheduler_->restore(manifest.scheduler_last_batch_iteration);
+  if (!scheduler_restored.ok()) return data_loss(manifest_path + ": scheduler: " + scheduler_restored.message());
+  Status scaler_restored = loss_scaler_->restore_state(manifest.loss_scaler);
+  if (!scaler_restored.ok()) return data_loss(manifest_path + ": loss_scaler: " + scaler_restored.message());
+  // The data order is a pure function of (dataset seed, position): the stream this build
+  // computes for the position must be the one the checkpoint recorded.
+  const RngState expected_stream = sampler_.shuffle_stream_state(counters_.global_samples);
+  if (!(expected_stream == manifest.shuffle_stream)) {
+    return data_loss(manifest_path + ": rng.shuffle_stream: expected (seed " + std::to_string(expected_stream.seed) +
+                     ", stream " + std::to_string(expected_stream.stream_id) + ", counter " +
+                     std::to_string(expected_stream.counter) + ") for data position " +
+                     std::to_string(counters_.global_samples) + ", found (seed " +
+                     std::to_string(manifest.shuffle_stream.seed) + ", stream " +
+                     std::to_string(manifest.shuffle_stream.stream_id) + ", counter " +
+                     std::to_string(manifest.shuffle_stream.counter) + ")");
+  }
+  return Status();
+}
+
+}  // namespace zerosim
