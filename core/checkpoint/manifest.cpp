@@ -441,7 +441,7 @@ Status apply_retention(Disk& disk, const std::string& checkpoint_directory, int6
 namespace {
 
 void flatten(const json& value, const std::string& prefix, std::map<std::string, json>& out) {
-  if (value.is_object() && !value.empty()) {
+  if (value.is_object() && (!value.empty() || prefix.empty())) {
     for (const auto& [key, item] : value.items()) flatten(item, prefix.empty() ? key : prefix + "." + key, out);
   } else {
     out[prefix] = value;
@@ -507,7 +507,7 @@ Result<ResumeCompatibility> check_resume_compatibility(const CheckpointManifest&
   }
   std::map<std::string, json> saved, now;
   flatten(manifest.config, "", saved);
-  flatten(config.resolved, "", now);
+  flatten(config.resolved.is_object() ? config.resolved : json::object(), "", now);
   std::vector<std::string> keys;
   for (const auto& [key, value] : saved) keys.push_back(key);
   for (const auto& [key, value] : now) {

@@ -779,7 +779,8 @@ Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_co
       run.notes.insert(run.notes.end(), notes.begin(), notes.end());
       if (!engine.swap_engine_note().empty()) run.notes.push_back(engine.swap_engine_note());
     }
-    int64_t last_saved_step = checkpoints.resume_directory.empty() ? -1 : engine.counters().global_steps;
+    // A resumed run does not save its starting point again into the directory it came from.
+    int64_t last_saved_step = checkpoints.resume_directory == checkpoints.save_directory ? engine.counters().global_steps : -1;
     while (engine.counters().global_steps < step_count) {
       ZEROSIM_ASSIGN_OR_RETURN(StepRecord record, engine.train_step());
       if (rank == 0) run.steps.push_back(record);

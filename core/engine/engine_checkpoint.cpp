@@ -104,7 +104,7 @@ std::string RankEngine::manifest_json_without_shards(const std::string& tag) con
   CheckpointManifest manifest;
   manifest.zerosim_version = ZEROSIM_VERSION;
   manifest.tag = tag;
-  manifest.config = options_.config.resolved;
+  manifest.config = options_.config.resolved.is_object() ? options_.config.resolved : nlohmann::json::object();
   manifest.config_hash = xxh3_128_hex(manifest.config.dump());
   manifest.model = options_.model;
   manifest.data = options_.data;
