@@ -1,16 +1,24 @@
 // The command-line contract of README.md, run against the built binary: `zerosim train
-// --json` output, world-size invariance through the CLI, exit codes, `config check`.
+// --json` output, world-size invariance through the CLI, exit codes, `config check`, and the
+// `zerosim ckpt` commands on checkpoints saved through the engine's C++ API.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <stdlib.h>
 #include <fstream>
+#include <regex>
 #include <string>
 
 #include <nlohmann/json.hpp>
+
+#include "core/engine/engine.h"
+#include "core/env/env.h"
+#include "tests/test_directory.h"
+#include "tools/ckpt_command.h"
 
 namespace {
 
@@ -125,6 +133,279 @@ TEST(Cli, ConfigCheckAcceptsTheSeedAndRejectsTheTypo) {
                                      "/ds_configs/13_dse_megatron_zero3_infinity_nvme_thread_count_HISTORICAL.json");
   EXPECT_EQ(typo.exit_code, 2) << typo.output;
   EXPECT_NE(typo.output.find("stage3_param_persitence_threshold"), std::string::npos) << typo.output;
+}
+
+// ---- zerosim ckpt ---------------------------------------------------------------------------
+
+// A tiny run saved through the engine: <directory>/global_step<N> at the end (and every
+// `save_every_steps`). The global batch is 6 samples, so W = 1, 2, 3 and 6 run the same steps.
+struct TinyRun {
+  int world_size = 2;
+  uint64_t seed = 7;
+  int64_t steps = 3;
+  int64_t save_every_steps = 0;
+  std::vector<int64_t> layer_widths = {4, 6, 3};
+  zerosim::Precision precision = zerosim::Precision::kBf16;
+};
+
+void save_tiny_run(const std::string& directory, const TinyRun& run) {
+  zerosim::TrainingOptions options;
+  zerosim::ResolvedConfig& config = options.config;
+  config.precision = run.precision;
+  config.communication_dtype = run.precision;
+  config.micro_batch_size = 1;
+  config.gradient_accumulation_steps = 6 / run.world_size;
+  config.train_batch_size = 6;
+  config.optimizer.learning_rate = 1e-2;
+  config.optimizer.weight_decay = 0.01;
+  config.scheduler.type = zerosim::SchedulerType::kWarmupLR;
+  config.scheduler.warmup_max_lr = 1e-2;
+  config.scheduler.warmup_num_steps = 3;
+  config.zero.stage = 3;
+  config.zero.sub_group_size = 7;  // several sub-groups per rank, even in this model
+  // A small initial scale, so that fp16 runs update from the first step instead of skipping.
+  config.loss_scaler.initial_scale_power = 8;
+  config.loss_scaler.loss_scale_window = 4;
+  options.model.layer_widths = run.layer_widths;
+  options.world_size = run.world_size;
+  options.seed = run.seed;
+  options.data.seed = run.seed;
+  options.data.sample_count = 29;
+  options.data.feature_count = run.layer_widths.front();
+  options.data.class_count = run.layer_widths.back();
+  zerosim::CheckpointPlan plan;
+  plan.save_directory = directory;
+  plan.save_every_steps = run.save_every_steps;
+  zerosim::RealEnv real_env;
+  zerosim::Result<zerosim::TrainingRun> result = zerosim::run_training(options, run.steps, real_env.env(), plan);
+  ASSERT_TRUE(result.ok()) << result.status().to_string();
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+void flip_last_byte(const std::string& path) {
+  std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+  ASSERT_TRUE(file) << path;
+  file.seekg(-1, std::ios::end);
+  char byte = 0;
+  file.get(byte);
+  file.seekp(-1, std::ios::end);
+  file.put(static_cast<char>(byte ^ 0x01));
+  ASSERT_TRUE(file) << path;
+}
+
+TEST(CkptCli, VerifyAcceptsAGoodCheckpoint) {
+  zerosim::TestDirectory directory;
+  const std::string checkpoints = directory.path() + "/ckpt";
+  ASSERT_NO_FATAL_FAILURE(save_tiny_run(checkpoints, TinyRun{}));
+  for (const std::string& arguments : {checkpoints, checkpoints + "/", checkpoints + " --tag global_step3"}) {
+    const CommandResult result = run_cli("ckpt verify " + arguments);
+    EXPECT_EQ(result.exit_code, 0) << result.output;
+    EXPECT_TRUE(contains(result.output, "ok: " + checkpoints + "/global_step3: 2 shards, ")) << result.output;
+    EXPECT_TRUE(contains(result.output, " bytes, step 3")) << result.output;
+  }
+}
+
+TEST(CkptCli, VerifyNamesTheShardWithAFlippedByte) {
+  zerosim::TestDirectory directory;
+  const std::string checkpoints = directory.path() + "/ckpt";
+  ASSERT_NO_FATAL_FAILURE(save_tiny_run(checkpoints, TinyRun{}));
+  ASSERT_NO_FATAL_FAILURE(flip_last_byte(checkpoints + "/global_step3/rank-00001-of-00002.safetensors"));
+  const CommandResult result = run_cli("ckpt verify " + checkpoints);
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_TRUE(contains(result.output, checkpoints + "/global_step3/rank-00001-of-00002.safetensors")) << result.output;
+  EXPECT_TRUE(contains(result.output, "checksum")) << result.output;
+}
+
+TEST(CkptCli, VerifyNamesTheTruncatedShard) {
+  zerosim::TestDirectory directory;
+  const std::string checkpoints = directory.path() + "/ckpt";
+  ASSERT_NO_FATAL_FAILURE(save_tiny_run(checkpoints, TinyRun{}));
+  const std::string shard = checkpoints + "/global_step3/rank-00000-of-00002.safetensors";
+  std::filesystem::resize_file(shard, std::filesystem::file_size(shard) - 5);
+  // Through `latest` (the only tag is incomplete: nothing to fall back to) and by name.
+  for (const std::string& arguments : {checkpoints, checkpoints + " --tag global_step3"}) {
+    const CommandResult result = run_cli("ckpt verify " + arguments);
+    EXPECT_EQ(result.exit_code, 1) << result.output;
+    EXPECT_TRUE(contains(result.output, shard)) << result.output;
+    EXPECT_TRUE(contains(result.output, "truncated")) << result.output;
+  }
+}
+
+TEST(CkptCli, VerifyFailsWhenLatestFallsBackToAnOlderTag) {
+  zerosim::TestDirectory directory;
+  const std::string checkpoints = directory.path() + "/ckpt";
+  TinyRun run;
+  run.steps = 4;
+  run.save_every_steps = 2;
+  ASSERT_NO_FATAL_FAILURE(save_tiny_run(checkpoints, run));
+  const std::string shard = checkpoints + "/global_step4/rank-00001-of-00002.safetensors";
+  std::filesystem::resize_file(shard, std::filesystem::file_size(shard) - 1);
+  const CommandResult result = run_cli("ckpt verify " + checkpoints);
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_TRUE(contains(result.output, "warning")) << result.output;
+  EXPECT_TRUE(contains(result.output, shard)) << result.output;
+  EXPECT_TRUE(contains(result.output, checkpoints + "/global_step2, the tag a resume falls back to, verifies")) << result.output;
+  const CommandResult older = run_cli("ckpt verify " + checkpoints + " --tag global_step2");
+  EXPECT_EQ(older.exit_code, 0) << older.output;
+  // inspect and diff go on with the tag a resume would load, after the warning.
+  const CommandResult inspect = run_cli("ckpt inspect " + checkpoints + " --json");
+  EXPECT_EQ(inspect.exit_code, 0) << inspect.output;
+  EXPECT_TRUE(contains(inspect.output, "warning")) << inspect.output;
+  EXPECT_EQ(json_of(inspect)["tag"], "global_step2") << inspect.output;
+}
+
+TEST(CkptCli, BadInputExitsTwo) {
+  zerosim::TestDirectory directory;
+  const std::string checkpoints = directory.path() + "/ckpt";
+  ASSERT_NO_FATAL_FAILURE(save_tiny_run(checkpoints, TinyRun{}));
+  const CommandResult missing = run_cli("ckpt verify " + directory.path() + "/nonexistent");
+  EXPECT_EQ(missing.exit_code, 2) << missing.output;
+  EXPECT_TRUE(contains(missing.output, directory.path() + "/nonexistent")) << missing.output;
+  const CommandResult no_such_tag = run_cli("ckpt verify " + checkpoints + " --tag global_step9");
+  EXPECT_EQ(no_such_tag.exit_code, 2) << no_such_tag.output;
+  EXPECT_TRUE(contains(no_such_tag.output, "global_step9")) << no_such_tag.output;
+  EXPECT_TRUE(contains(no_such_tag.output, "global_step3")) << "lists the tags there: " << no_such_tag.output;
+  const CommandResult escaping_tag = run_cli("ckpt inspect " + checkpoints + " --tag ../ckpt");
+  EXPECT_EQ(escaping_tag.exit_code, 2) << escaping_tag.output;
+  const CommandResult empty = run_cli("ckpt inspect " + directory.path());
+  EXPECT_EQ(empty.exit_code, 2) << empty.output;
+  const CommandResult tag_directory = run_cli("ckpt verify " + checkpoints + "/global_step3");
+  EXPECT_EQ(tag_directory.exit_code, 2) << tag_directory.output;
+  EXPECT_TRUE(contains(tag_directory.output, "--tag")) << "suggests the parent: " << tag_directory.output;
+  EXPECT_EQ(run_cli("ckpt verify").exit_code, 2);
+  EXPECT_EQ(run_cli("ckpt").exit_code, 2);
+  EXPECT_EQ(run_cli("ckpt diff " + checkpoints).exit_code, 2);
+}
+
+TEST(CkptCli, InspectPrintsTheManifest) {
+  zerosim::TestDirectory directory;
+  const std::string checkpoints = directory.path() + "/ckpt";
+  TinyRun run;
+  run.precision = zerosim::Precision::kFp16;
+  ASSERT_NO_FATAL_FAILURE(save_tiny_run(checkpoints, run));
+  const CommandResult json_result = run_cli("ckpt inspect " + checkpoints + " --json");
+  ASSERT_EQ(json_result.exit_code, 0) << json_result.output;
+  const nlohmann::json manifest = json_of(json_result);
+  ASSERT_TRUE(manifest.is_object()) << json_result.output;
+  EXPECT_EQ(manifest["layout"]["world_size"], 2);
+  EXPECT_EQ(manifest["counters"]["global_steps"], 3);
+  EXPECT_EQ(manifest["tag"], "global_step3");
+  EXPECT_EQ(manifest["tag_directory"], checkpoints + "/global_step3");
+  EXPECT_EQ(manifest["precision"], "fp16");
+  EXPECT_EQ(manifest["shards"].size(), 2u);
+  EXPECT_EQ(manifest["layout"]["parameters"].size(), 4u);
+  EXPECT_TRUE(manifest["loss_scaler"].contains("current_scale"));
+
+  const CommandResult table = run_cli("ckpt inspect " + checkpoints);
+  ASSERT_EQ(table.exit_code, 0) << table.output;
+  for (const char* expected : {"format_version", "world_size", "global_steps", "skipped_steps", "loss_scale",
+                               "data_position", "config_hash", "layers.0.weight", "[6, 4]", "layers.1.bias",
+                               "rank-00000-of-00002.safetensors", "rank-00001-of-00002.safetensors"}) {
+    EXPECT_TRUE(contains(table.output, expected)) << expected << "\n" << table.output;
+  }
+  const std::string first_checksum = manifest["shards"][0]["xxh3_128"];
+  EXPECT_TRUE(contains(table.output, first_checksum)) << table.output;
+}
+
+TEST(CkptCli, DiffOfACheckpointWithItselfIsIdentical) {
+  zerosim::TestDirectory directory;
+  const std::string checkpoints = directory.path() + "/ckpt";
+  ASSERT_NO_FATAL_FAILURE(save_tiny_run(checkpoints, TinyRun{}));
+  const CommandResult result = run_cli("ckpt diff " + checkpoints + " " + checkpoints);
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  // 4 parameters (6x4, 6, 3x6, 3: 51 elements) times 4 states.
+  EXPECT_TRUE(contains(result.output, "identical: 16 tensors, 204 elements")) << result.output;
+}
+
+TEST(CkptCli, DiffAcrossWorldSizesOfOneGlobalBatchIsIdentical) {
+  zerosim::TestDirectory directory;
+  TinyRun two_ranks;
+  two_ranks.precision = zerosim::Precision::kFp16;
+  TinyRun three_ranks = two_ranks;
+  three_ranks.world_size = 3;
+  ASSERT_NO_FATAL_FAILURE(save_tiny_run(directory.path() + "/w2", two_ranks));
+  ASSERT_NO_FATAL_FAILURE(save_tiny_run(directory.path() + "/w3", three_ranks));
+  const CommandResult result = run_cli("ckpt diff " + directory.path() + "/w2 " + directory.path() + "/w3");
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_TRUE(contains(result.output, "identical: 16 tensors")) << result.output;
+  EXPECT_TRUE(contains(result.output, "world size 3")) << result.output;
+}
+
+TEST(CkptCli, DiffOfTwoStepsNamesTheScalarTheTensorAndTheElement) {
+  zerosim::TestDirectory directory;
+  const std::string checkpoints = directory.path() + "/ckpt";
+  TinyRun run;
+  run.steps = 4;
+  run.save_every_steps = 2;
+  ASSERT_NO_FATAL_FAILURE(save_tiny_run(checkpoints, run));
+  const std::string arguments = "ckpt diff " + checkpoints + " " + checkpoints + " --tag-a global_step2 --tag-b global_step4";
+  const CommandResult result = run_cli(arguments);
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_TRUE(contains(result.output, "differs: counters.global_steps: 2 vs 4")) << result.output;
+  EXPECT_TRUE(std::regex_search(result.output, std::regex(R"(differs: tensor layers\.[0-9]+\.(weight|bias)/[a-z_]+ \((bf16|fp32) )")))
+      << result.output;
+  EXPECT_TRUE(std::regex_search(result.output, std::regex(R"(element [0-9]+ \(index \[[0-9, ]+\]\): \S+ \(0x[0-9a-f]+\) vs \S+ \(0x[0-9a-f]+\), ulp distance [1-9])")))
+      << result.output;
+
+  const CommandResult json_result = run_cli(arguments + " --json");
+  EXPECT_EQ(json_result.exit_code, 1) << json_result.output;
+  const nlohmann::json output = json_of(json_result);
+  ASSERT_TRUE(output.is_object()) << json_result.output;
+  EXPECT_EQ(output["identical"], false);
+  ASSERT_FALSE(output["scalar_differences"].empty());
+  EXPECT_EQ(output["scalar_differences"][0]["name"], "counters.global_steps");
+  ASSERT_TRUE(output["tensor_difference"].is_object()) << json_result.output;
+  EXPECT_GE(output["tensor_difference"]["element_index"].get<int64_t>(), 0);
+  EXPECT_GE(output["tensor_difference"]["ulp_distance"].get<uint64_t>(), 1u);
+}
+
+TEST(CkptCli, DiffOfDifferentSeedsDiffers) {
+  zerosim::TestDirectory directory;
+  TinyRun first;
+  TinyRun second = first;
+  second.seed = 8;
+  ASSERT_NO_FATAL_FAILURE(save_tiny_run(directory.path() + "/a", first));
+  ASSERT_NO_FATAL_FAILURE(save_tiny_run(directory.path() + "/b", second));
+  const CommandResult result = run_cli("ckpt diff " + directory.path() + "/a " + directory.path() + "/b");
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_TRUE(contains(result.output, "differs: tensor layers.0.weight/param")) << result.output;
+  EXPECT_TRUE(contains(result.output, "setting seed differs")) << "a note, not a difference: " << result.output;
+}
+
+TEST(CkptCli, DiffOfDifferentModelsExitsTwoNamingBothShapes) {
+  zerosim::TestDirectory directory;
+  TinyRun first;
+  TinyRun second = first;
+  second.layer_widths = {4, 5, 3};
+  ASSERT_NO_FATAL_FAILURE(save_tiny_run(directory.path() + "/a", first));
+  ASSERT_NO_FATAL_FAILURE(save_tiny_run(directory.path() + "/b", second));
+  const CommandResult result = run_cli("ckpt diff " + directory.path() + "/a " + directory.path() + "/b");
+  EXPECT_EQ(result.exit_code, 2) << result.output;
+  for (const char* expected : {"4,6,3", "4,5,3", "[6, 4]", "[5, 4]"}) {
+    EXPECT_TRUE(contains(result.output, expected)) << expected << "\n" << result.output;
+  }
+}
+
+TEST(CkptUlpDistance, CountsRepresentableValues) {
+  EXPECT_EQ(zerosim::ulp_distance(1.0f, std::nextafter(1.0f, 2.0f)), 1u);
+  EXPECT_EQ(zerosim::ulp_distance(std::nextafter(1.0f, 2.0f), 1.0f), 1u);
+  EXPECT_EQ(zerosim::ulp_distance(-1.0f, std::nextafter(-1.0f, -2.0f)), 1u);
+  EXPECT_EQ(zerosim::ulp_distance(0.0f, -0.0f), 0u);
+  EXPECT_EQ(zerosim::ulp_distance(1.0f, 2.0f), uint64_t{1} << 23);
+  EXPECT_EQ(zerosim::ulp_distance(1.5f, 1.5f), 0u);
+  // Across zero: the smallest subnormals either side are two steps apart (through zero).
+  const float smallest = std::nextafter(0.0f, 1.0f);
+  EXPECT_EQ(zerosim::ulp_distance(-smallest, smallest), 2u);
+  EXPECT_EQ(zerosim::ulp_distance(-1.0f, 1.0f), 2 * zerosim::ulp_distance(0.0f, 1.0f));
+  // 16-bit patterns: fp16 1.0 is 0x3c00, bf16 1.0 is 0x3f80; -0 is 0x8000.
+  EXPECT_EQ(zerosim::ulp_distance_bits(0x3c00, 0x3c01, 16), 1u);
+  EXPECT_EQ(zerosim::ulp_distance_bits(0x8000, 0x0000, 16), 0u);
+  EXPECT_EQ(zerosim::ulp_distance_bits(0x3f80, 0x4000, 16), 128u);  // bf16 1.0 to 2.0: 2^7
+  EXPECT_EQ(zerosim::ulp_distance_bits(0x8001, 0x0001, 16), 2u);
+  EXPECT_EQ(zerosim::ulp_distance(1.0, std::nextafter(1.0, 2.0)), 1u);
+  EXPECT_EQ(zerosim::ulp_distance(-0.0, 0.0), 0u);
+  static_assert(zerosim::ulp_distance(1.0f, 2.0f) == (uint64_t{1} << 23));
 }
 
 }  // namespace

@@ -2,9 +2,11 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <optional>
 
 #include "core/cuda/cuda_probe.h"
 #include "tools/bench_io_command.h"
+#include "tools/ckpt_command.h"
 #include "tools/train_command.h"
 
 int main(int argc, char** argv) {
@@ -44,6 +46,9 @@ int main(int argc, char** argv) {
   bench_io->add_option("--repetitions", io_flags.repetitions, "Best of this many runs")->check(CLI::Range(1, 100));
   bench_io->add_option("--engine", io_flags.engine, "libaio or pread")->check(CLI::IsMember({"libaio", "pread"}));
 
+  zerosim::CheckpointCommands checkpoint_commands;
+  zerosim::add_checkpoint_commands(app, checkpoint_commands);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -53,6 +58,7 @@ int main(int argc, char** argv) {
   if (train->parsed()) return zerosim::run_train_command(train_flags);
   if (check->parsed()) return zerosim::run_config_check_command(check_flags);
   if (bench_io->parsed()) return zerosim::run_bench_io_command(io_flags);
+  if (std::optional<int> code = zerosim::run_checkpoint_command(checkpoint_commands)) return *code;
   if (devices->parsed()) {
     zerosim::Result<zerosim::CudaProbe> probe = zerosim::probe_cuda();
     if (!probe.ok()) {

@@ -427,13 +427,13 @@ Status apply_retention(Disk& disk, const std::string& checkpoint_directory, int6
   ZEROSIM_ASSIGN_OR_RETURN(std::vector<std::string> tags, list_complete_tags(disk, checkpoint_directory));
   Result<std::string> latest = read_latest_tag(disk, checkpoint_directory);
   const std::string protected_tag = latest.ok() ? latest.value() : std::string();
-  int64_t excess = static_cast<int64_t>(tags.size()) - keep_last;
-  for (const std::string& tag : tags) {
-    if (excess <= 0) break;
+  // The newest keep_last tags stay, and so does the one `latest` names, wherever it is.
+  const int64_t removable = static_cast<int64_t>(tags.size()) - keep_last;
+  for (int64_t i = 0; i < removable; ++i) {
+    const std::string& tag = tags[static_cast<size_t>(i)];
     if (tag == protected_tag) continue;
     ZEROSIM_RETURN_IF_ERROR(disk.remove_tree(checkpoint_directory + "/" + tag));
     if (removed != nullptr) removed->push_back(tag);
-    --excess;
   }
   return disk.sync_directory(checkpoint_directory);
 }

@@ -122,8 +122,9 @@ Result<std::vector<std::string>> list_complete_tags(Disk& disk, const std::strin
 Result<std::string> resolve_checkpoint_tag(Disk& disk, const std::string& checkpoint_directory,
                                            const std::string& requested, std::string* warning);
 
-// Retention: removes the oldest complete tags so that `keep_last` remain (0 keeps all), never
-// the one `latest` names. Incomplete tags are left alone (a save may be writing one).
+// Retention: keeps the newest `keep_last` complete tags (0 keeps all) and the one `latest`
+// names, and removes the other complete tags. Incomplete tags are left alone (a save may be
+// writing one).
 Status apply_retention(Disk& disk, const std::string& checkpoint_directory, int64_t keep_last,
                        std::vector<std::string>* removed);
 

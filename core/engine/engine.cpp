@@ -784,6 +784,10 @@ Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_co
     while (engine.counters().global_steps < step_count) {
       ZEROSIM_ASSIGN_OR_RETURN(StepRecord record, engine.train_step());
       if (rank == 0) run.steps.push_back(record);
+      if (options.digest_every_step) {
+        ZEROSIM_ASSIGN_OR_RETURN(FullTrainingState state, engine.gather_state());
+        if (rank == 0) run.step_digests.push_back(state.digests);
+      }
       const int64_t step = engine.counters().global_steps;
       if (checkpoints.save_every_steps > 0 && step % checkpoints.save_every_steps == 0) {
         ZEROSIM_RETURN_IF_ERROR(engine.save_checkpoint(checkpoints.save_directory, checkpoint_tag_for_step(step)));

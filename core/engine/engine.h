@@ -60,6 +60,9 @@ struct TrainingOptions {
   uint64_t memory_limit_bytes = 0;
   // Names this run's swap directory under nvme_path (<nvme_path>/zerosim/<run id>/).
   std::string run_id = "run";
+  // For oracles: digest the whole state after every step (TrainingRun::step_digests). Costs a
+  // gather of the state per step.
+  bool digest_every_step = false;
 };
 
 // An upper estimate of one rank's host memory for these options: its flat partitions, the
@@ -230,6 +233,8 @@ struct TrainingRun {
   std::vector<StepRecord> steps;
   FullTrainingState final_state;
   ComponentDigests digests;
+  // With TrainingOptions::digest_every_step: the digests after each step run, in step order.
+  std::vector<ComponentDigests> step_digests;
 };
 
 // Checkpointing around a run: resume from a directory, save every S steps and at the end.

@@ -86,7 +86,8 @@ Status share_verdict(Comm& comm, const Status& root_status, const std::string& w
   uint32_t value = 0;
   std::memcpy(&value, code.data(), 4);
   if (value == 0) return Status();
-  return Status(static_cast<StatusCode>(value), "rank 0 failed to " + what + " (its error says why)");
+  // kAborted: an echo of rank 0's error, which is the one to report.
+  return aborted("rank 0 failed to " + what + " (its error says why)");
 }
 
 // Every rank learns whether any rank failed (each keeps its own error).
