@@ -10,6 +10,7 @@
 
 #include <xxhash.h>
 
+#include "core/checkpoint/manifest.h"
 #include "core/engine/engine.h"
 #include "tools/default_config.h"
 
@@ -111,7 +112,8 @@ Result<ResolvedConfig> load_config(const ConfigFlags& flags) {
     }
   }
   for (const auto& [flag, option] : flags.setting_options) {
-    if (option->count() == 0) settings.defaulted_flags.push_back(flag);
+    const bool derived = std::find(flags.derived_flags.begin(), flags.derived_flags.end(), flag) != flags.derived_flags.end();
+    if (option->count() == 0 && !derived) settings.defaulted_flags.push_back(flag);
   }
   settings.auto_precision = flags.precision_text == "fp16"   ? Precision::kFp16
                             : flags.precision_text == "bf16" ? Precision::kBf16
@@ -147,7 +149,59 @@ nlohmann::json step_to_json(const StepRecord& step) {
 
 }  // namespace
 
-int run_train_command(const TrainFlags& flags) {
+namespace {
+
+// On --resume: what the run takes from the checkpoint. The model, seed and dataset size that
+// were not given come from the manifest, and so does the global batch: a defaulted
+// accumulation is derived from the checkpoint's train_batch_size at this world size, so that
+// a resume at another world size folds the same micro-batches (elastic resume, as DeepSpeed
+// keeps train_batch_size fixed and changes the accumulation).
+Status adopt_checkpoint_settings(TrainFlags& flags) {
+  RealEnv real_env;
+  Disk& disk = *real_env.env().disk;
+  std::string warning;
+  ZEROSIM_ASSIGN_OR_RETURN(std::string tag, resolve_checkpoint_tag(disk, flags.resume_directory, "latest", &warning));
+  ZEROSIM_ASSIGN_OR_RETURN(CheckpointManifest manifest, read_manifest(disk, flags.resume_directory + "/" + tag));
+  if (flags.model_option == nullptr || flags.model_option->count() == 0) {
+    flags.model_text = model_spec_to_string(manifest.model);
+  }
+  if (flags.seed_option == nullptr || flags.seed_option->count() == 0) flags.seed = manifest.seed;
+  if (flags.dataset_size_option == nullptr || flags.dataset_size_option->count() == 0) {
+    flags.dataset_size = manifest.data.sample_count;
+  }
+  RunSettings& settings = flags.config.settings;
+  bool accumulation_given = false, micro_batch_given = false;
+  for (const auto& [flag, option] : flags.config.setting_options) {
+    if (flag == "--gradient-accumulation-steps") accumulation_given = option->count() > 0;
+    if (flag == "--micro-batch-size") micro_batch_given = option->count() > 0;
+  }
+  if (!micro_batch_given) settings.micro_batch_size = manifest.micro_batch_size;
+  if (!accumulation_given) {
+    const int64_t per_step = settings.micro_batch_size * settings.world_size;
+    if (per_step <= 0 || manifest.train_batch_size % per_step != 0) {
+      return invalid_argument("the checkpoint's train_batch_size " + std::to_string(manifest.train_batch_size) +
+                              " is not a multiple of micro batch " + std::to_string(settings.micro_batch_size) +
+                              " x world size " + std::to_string(settings.world_size) +
+                              "; choose a world size that divides it, or give --gradient-accumulation-steps");
+    }
+    settings.gradient_accumulation_steps = manifest.train_batch_size / per_step;
+    flags.config.derived_flags.push_back("--gradient-accumulation-steps");
+    if (!micro_batch_given) flags.config.derived_flags.push_back("--micro-batch-size");
+  }
+  return Status();
+}
+
+}  // namespace
+
+int run_train_command(const TrainFlags& given_flags) {
+  TrainFlags flags = given_flags;
+  if (!flags.resume_directory.empty()) {
+    Status adopted = adopt_checkpoint_settings(flags);
+    if (!adopted.ok()) {
+      std::fprintf(stderr, "zerosim: --resume %s: %s\n", flags.resume_directory.c_str(), adopted.to_string().c_str());
+      return exit_code_for(adopted);
+    }
+  }
   Result<ResolvedConfig> config = load_config(flags.config);
   if (!config.ok()) {
     std::fprintf(stderr, "zerosim: %s\n", config.status().to_string().c_str());
@@ -205,13 +259,21 @@ int run_train_command(const TrainFlags& flags) {
   const long page_size = ::sysconf(_SC_PAGESIZE);
   if (pages > 0 && page_size > 0) options.memory_limit_bytes = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size);
 
+  CheckpointPlan checkpoints;
+  checkpoints.save_directory = flags.save_directory;
+  checkpoints.save_every_steps = flags.save_every_steps;
+  checkpoints.resume_directory = flags.resume_directory;
   RealEnv real_env;
-  Result<TrainingRun> run = run_training(options, flags.steps, real_env.env());
+  Result<TrainingRun> run = run_training(options, flags.steps, real_env.env(), checkpoints);
   if (!run.ok()) {
     std::fprintf(stderr, "zerosim: training failed: %s\n", run.status().to_string().c_str());
     return exit_code_for(run.status());
   }
-  for (const std::string& note : run->notes) std::fprintf(stderr, "zerosim: note: %s\n", note.c_str());
+  for (const std::string& note : run->notes) {
+    // Checkpoint notes carry their own "note:" or "warning:".
+    const bool labelled = note.rfind("note:", 0) == 0 || note.rfind("warning:", 0) == 0;
+    std::fprintf(stderr, "zerosim: %s%s\n", labelled ? "" : "note: ", note.c_str());
+  }
   if (flags.json) {
     nlohmann::json output;
     output["steps"] = nlohmann::json::array();

@@ -21,6 +21,9 @@ struct ConfigFlags {
   std::string precision_text = "fp16";
   // (canonical flag, parsed option) of each run setting, to tell given from defaulted.
   std::vector<std::pair<std::string, CLI::Option*>> setting_options;
+  // Run settings that the program derived (e.g. the accumulation on an elastic resume) and
+  // that count as given.
+  std::vector<std::string> derived_flags;
 };
 
 void add_config_flags(CLI::App& command, ConfigFlags& flags, bool config_is_positional);
@@ -35,6 +38,16 @@ struct TrainFlags {
   int64_t dataset_size = 4096;
   std::string run_id;  // empty: derived from the config, model, seed and world size
   bool json = false;
+  // Checkpoints: save into save_directory every save_every_steps steps (0: at the end only),
+  // resume from resume_directory's `latest`.
+  std::string save_directory;
+  int64_t save_every_steps = 0;
+  std::string resume_directory;
+  // Set by the parser: which of --model, --seed and --dataset-size were given (a resume takes
+  // the checkpoint's values for the others).
+  CLI::Option* model_option = nullptr;
+  CLI::Option* seed_option = nullptr;
+  CLI::Option* dataset_size_option = nullptr;
 };
 
 // Exit codes: 0 success, 2 bad input, 3 environment error (disk, permissions), 1 other failure.

@@ -18,9 +18,17 @@ int main(int argc, char** argv) {
   CLI::App* train = app.add_subcommand("train", "Run the ZeRO-3 core for K steps and print the per-step table");
   zerosim::add_config_flags(*train, train_flags.config, /*config_is_positional=*/false);
   train->add_option("--steps", train_flags.steps, "Optimizer steps to run")->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
-  train->add_option("--seed", train_flags.seed, "Seed of parameters, data and shuffling");
-  train->add_option("--model", train_flags.model_text, "MLP layer widths: input,hidden...,classes");
-  train->add_option("--dataset-size", train_flags.dataset_size, "Samples in the synthetic dataset")
+  train_flags.seed_option = train->add_option("--seed", train_flags.seed, "Seed of parameters, data and shuffling");
+  train_flags.model_option =
+      train->add_option("--model", train_flags.model_text, "MLP layer widths: input,hidden...,classes");
+  train->add_option("--save-dir", train_flags.save_directory,
+                    "Save checkpoints here (<dir>/global_step<N>, and <dir>/latest): at the end, and with --save-every");
+  train->add_option("--save-every", train_flags.save_every_steps, "Save every S steps (needs --save-dir)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  train->add_option("--resume", train_flags.resume_directory,
+                    "Resume from this checkpoint directory's latest tag and continue to --steps (model, seed, "
+                    "dataset size and global batch default to the checkpoint's)");
+  train_flags.dataset_size_option = train->add_option("--dataset-size", train_flags.dataset_size, "Samples in the synthetic dataset")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   train->add_option("--run-id", train_flags.run_id,
                     "Name of this run's swap directory under nvme_path (default: a digest of the run's settings)");

@@ -1,0 +1,610 @@
+// Checkpoints: save, kill and resume reproduce the uninterrupted run bit for bit at every
+// step (any world size on resume, swap directory deleted or stale), shards are reproducible,
+// async saves equal synchronous ones, and the loader refuses every damaged or foreign input
+// with an error that names it.
+#include <gtest/gtest.h>
+#include <rapidcheck.h>
+#include <rapidcheck/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "core/checkpoint/commit.h"
+#include "core/checkpoint/manifest.h"
+#include "core/checkpoint/shard_reader.h"
+#include "core/env/comm.h"
+#include "faults/faulty_disk.h"
+#include "tests/test_directory.h"
+#include "tests/test_training.h"
+
+namespace zerosim {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<char> file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void write_bytes(const std::string& path, const std::vector<char>& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+CheckpointPlan save_to(const std::string& directory, int64_t every_steps = 0) {
+  CheckpointPlan plan;
+  plan.save_directory = directory;
+  plan.save_every_steps = every_steps;
+  return plan;
+}
+
+CheckpointPlan resume_from(const std::string& directory, const std::string& tag = "latest") {
+  CheckpointPlan plan;
+  plan.resume_directory = directory;
+  plan.resume_tag = tag;
+  return plan;
+}
+
+CheckpointPlan resume_and_save(const std::string& resume_directory, const std::string& save_directory) {
+  CheckpointPlan plan = resume_from(resume_directory);
+  plan.save_directory = save_directory;
+  return plan;
+}
+
+Result<TrainingRun> train(const TrainingOptions& options, int64_t steps, const CheckpointPlan& plan, Env env = {}) {
+  RealEnv real_env;
+  if (env.disk == nullptr) env = real_env.env();
+  return run_training(options, steps, env, plan);
+}
+
+// Where the optimizer state and the parameters live: 0 memory, 1 cpu, 2 optimizer on NVMe,
+// 3 parameters on NVMe, 4 both.
+void place_state(TrainingOptions& options, int placement, const std::string& nvme_path) {
+  OffloadConfig& optimizer = options.config.zero.offload_optimizer;
+  OffloadConfig& params = options.config.zero.offload_param;
+  optimizer.device = placement == 1 ? OffloadDevice::kCpu
+                     : placement == 2 || placement == 4 ? OffloadDevice::kNvme
+                                                        : OffloadDevice::kNone;
+  params.device = placement >= 3 ? OffloadDevice::kNvme : OffloadDevice::kNone;
+  optimizer.nvme_path = nvme_path;
+  params.nvme_path = nvme_path;
+  optimizer.buffer_count = 9;
+}
+
+const char* placement_name(int placement) {
+  static const char* const kNames[] = {"memory", "cpu", "nvme-optimizer", "nvme-params", "nvme-both"};
+  return kNames[placement];
+}
+
+// Compares the resumed run's steps with the uninterrupted run's steps from `first_step` on:
+// every component's digest and every step record, bit for bit. Empty when they agree.
+std::string compare_steps(const TrainingRun& reference, const TrainingRun& resumed, int64_t first_step) {
+  if (reference.step_digests.size() != reference.steps.size()) return "reference has no per-step digests";
+  if (resumed.steps.size() != reference.steps.size() - static_cast<size_t>(first_step)) {
+    return "resumed run ran " + std::to_string(resumed.steps.size()) + " steps, expected " +
+           std::to_string(reference.steps.size() - static_cast<size_t>(first_step));
+  }
+  for (size_t k = 0; k < resumed.steps.size(); ++k) {
+    const size_t r = k + static_cast<size_t>(first_step);
+    const std::string step = "step " + std::to_string(r + 1) + ": ";
+    const StepRecord& expected = reference.steps[r];
+    const StepRecord& actual = resumed.steps[k];
+    if (expected.step != actual.step) return step + "step number";
+    if (std::memcmp(&expected.loss, &actual.loss, sizeof(float)) != 0) return step + "loss";
+    if (std::memcmp(&expected.learning_rate, &actual.learning_rate, sizeof(double)) != 0) return step + "learning rate";
+    if (std::memcmp(&expected.loss_scale, &actual.loss_scale, sizeof(double)) != 0) return step + "loss scale";
+    if (std::memcmp(&expected.grad_norm, &actual.grad_norm, sizeof(double)) != 0) return step + "grad norm";
+    if (expected.skipped != actual.skipped) return step + "skipped";
+    const std::string component = first_difference(reference.step_digests[r], resumed.step_digests[k]);
+    if (!component.empty()) return step + component;
+  }
+  return "";
+}
+
+// The property the issue asks for: K steps uninterrupted against S steps, save, destroy the
+// engines, build new ones from the config and the checkpoint (another world size, another
+// placement of the state, the swap directory deleted or not), continue to K.
+RC_GTEST_PROP(CheckpointProperty, SaveDestroyResumeIsBitIdenticalAtEveryStep, ()) {
+  ModelSpec model;
+  model.layer_widths = {*rc::gen::inRange<int64_t>(2, 16), *rc::gen::inRange<int64_t>(2, 24),
+                        *rc::gen::inRange<int64_t>(2, 5)};
+  const int world_size = *rc::gen::inRange(1, 5);
+  const int resume_world_size = *rc::gen::inRange(1, 5);
+  const int64_t micro_batch = *rc::gen::inRange<int64_t>(1, 3);
+  // W * W' micro-batches per step: the global batch is whole at both world sizes.
+  const int64_t micro_batches = world_size * resume_world_size;
+  const int64_t total_steps = *rc::gen::inRange<int64_t>(1, 7);
+  const int64_t save_step = *rc::gen::inRange<int64_t>(0, total_steps + 1);
+  const Precision precision = *rc::gen::element(Precision::kFp32, Precision::kFp16, Precision::kBf16);
+  const int64_t sub_group_size = *rc::gen::element<int64_t>(1, 40, 1000000000);
+  const int64_t resume_sub_group_size = *rc::gen::element<int64_t>(1, 40, 1000000000);
+  const int placement = *rc::gen::inRange(0, 5);
+  const int resume_placement = *rc::gen::inRange(0, 5);
+  const bool delete_swap_directory = *rc::gen::arbitrary<bool>();
+  const uint64_t seed = *rc::gen::inRange<uint64_t>(1, 1000000);
+  RC_TAG(placement_name(placement), placement_name(resume_placement), world_size == resume_world_size);
+
+  TestDirectory directory;
+  const std::string checkpoint_directory = directory.path() + "/checkpoints";
+  const std::string nvme_path = directory.path() + "/swap";
+  TrainingOptions reference = make_options(model, precision, micro_batch, micro_batches / world_size, world_size,
+                                           sub_group_size, seed);
+  reference.config.loss_scaler.initial_scale_power = 20;  // some fp16 overflows, skipped steps
+  reference.digest_every_step = true;
+  TrainingOptions first = reference;
+  place_state(first, placement, nvme_path);
+  TrainingOptions resumed = make_options(model, precision, micro_batch, micro_batches / resume_world_size,
+                                         resume_world_size, resume_sub_group_size, seed);
+  resumed.config.loss_scaler = reference.config.loss_scaler;
+  resumed.digest_every_step = true;
+  place_state(resumed, resume_placement, nvme_path);
+
+  Result<TrainingRun> uninterrupted = train(reference, total_steps, {});
+  RC_ASSERT(uninterrupted.ok());
+  Result<TrainingRun> before = train(first, save_step, save_to(checkpoint_directory));
+  if (!before.ok()) RC_FAIL(before.status().to_string());
+  if (delete_swap_directory) fs::remove_all(nvme_path);
+  Result<TrainingRun> after = train(resumed, total_steps, resume_from(checkpoint_directory));
+  if (!after.ok()) RC_FAIL(after.status().to_string());
+  const std::string difference = compare_steps(*uninterrupted, *after, save_step);
+  if (!difference.empty()) RC_FAIL("resumed run differs at " + difference);
+  RC_ASSERT(first_difference(uninterrupted->digests, after->digests) == std::string());
+}
+
+TEST(Checkpoint, ResumeWithTheSwapDirectoryDeletedMatchesTheUninterruptedRun) {
+  TestDirectory directory;
+  const std::string nvme_path = directory.path() + "/swap";
+  TrainingOptions options = make_options(ModelSpec{}, Precision::kFp16, 2, 2, 2, 100, 5);
+  place_state(options, 4, nvme_path);
+  options.digest_every_step = true;
+  Result<TrainingRun> uninterrupted = train(options, 8, {});
+  ASSERT_TRUE(uninterrupted.ok()) << uninterrupted.status().to_string();
+  ASSERT_TRUE(train(options, 4, save_to(directory.path() + "/ckpt")).ok());
+  fs::remove_all(nvme_path);
+  ASSERT_FALSE(fs::exists(nvme_path));
+  Result<TrainingRun> resumed = train(options, 8, resume_from(directory.path() + "/ckpt"));
+  ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
+  EXPECT_EQ(compare_steps(*uninterrupted, *resumed, 4), "");
+}
+
+// The seed bug report's operator action: swap files of a later step copied back by hand
+// before resuming. The resume writes every swap file afresh from the checkpoint, so the
+// stale ones are never read and the run matches the uninterrupted one.
+TEST(Checkpoint, StaleSwapFilesCopiedBackBeforeResumeAreNeverRead) {
+  TestDirectory directory;
+  const std::string nvme_path = directory.path() + "/swap";
+  const std::string stale_copy = directory.path() + "/stale";
+  TrainingOptions options = make_options(ModelSpec{}, Precision::kBf16, 2, 1, 2, 100, 9);
+  place_state(options, 4, nvme_path);
+  options.digest_every_step = true;
+  Result<TrainingRun> uninterrupted = train(options, 6, {});
+  ASSERT_TRUE(uninterrupted.ok()) << uninterrupted.status().to_string();
+
+  // Save at step 3, run on to step 5 and copy the swap directory as it is then.
+  class CopyAtStepEnd final : public CrashPointHook {
+   public:
+    CopyAtStepEnd(std::string from, std::string to) : from_(std::move(from)), to_(std::move(to)) {}
+    void hit(std::string_view site, int rank) override {
+      if (site != "engine.step_end" || rank != 0 || ++steps_ != 5) return;
+      fs::copy(from_, to_, fs::copy_options::recursive);
+    }
+   private:
+    std::string from_, to_;
+    int steps_ = 0;
+  };
+  RealEnv real_env;
+  CopyAtStepEnd copier(nvme_path, stale_copy);
+  Env env = real_env.env();
+  env.crash_points = &copier;
+  // W = 2 ranks on threads: only rank 0 copies, after its step 5; the other rank's files may be
+  // mid-step, which is as stale as it gets.
+  ASSERT_TRUE(train(options, 5, save_to(directory.path() + "/ckpt", 3), env).ok());
+  ASSERT_TRUE(fs::exists(stale_copy));
+  fs::remove_all(nvme_path);
+  fs::copy(stale_copy, nvme_path, fs::copy_options::recursive);
+  fs::remove_all(directory.path() + "/ckpt/global_step5");  // resume from step 3
+  ASSERT_TRUE(publish_latest_tag(*real_env.env().disk, directory.path() + "/ckpt", "global_step3").ok());
+  Result<TrainingRun> resumed = train(options, 6, resume_from(directory.path() + "/ckpt"));
+  ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
+  EXPECT_EQ(compare_steps(*uninterrupted, *resumed, 3), "");
+}
+
+TEST(Checkpoint, SaveLoadSaveGivesByteIdenticalShardsAlsoThroughAnotherWorldSize) {
+  TestDirectory directory;
+  const std::string a = directory.path() + "/a", b = directory.path() + "/b", c = directory.path() + "/c";
+  const ModelSpec model{{11, 7, 3}};  // the bias of 3 is smaller than W = 4
+  TrainingOptions two = make_options(model, Precision::kFp16, 1, 6, 2, 20, 3);
+  TrainingOptions four = make_options(model, Precision::kFp16, 1, 3, 4, 7, 3);
+  place_state(four, 4, directory.path() + "/swap");
+  ASSERT_TRUE(train(two, 3, save_to(a)).ok());
+  // Load at W = 2 and save again at once: the same bytes.
+  ASSERT_TRUE(train(two, 3, resume_and_save(a, b)).ok());
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string shard = "/global_step3/" + shard_file_name(rank, 2);
+    const std::vector<char> original = file_bytes(a + shard);
+    ASSERT_FALSE(original.empty());
+    EXPECT_EQ(original, file_bytes(b + shard)) << shard;
+  }
+  // Through W = 4 (state on NVMe) and back to W = 2: still the same bytes.
+  ASSERT_TRUE(train(four, 3, resume_and_save(a, b + "4")).ok());
+  ASSERT_TRUE(train(two, 3, resume_and_save(b + "4", c)).ok());
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string shard = "/global_step3/" + shard_file_name(rank, 2);
+    EXPECT_EQ(file_bytes(a + shard), file_bytes(c + shard)) << shard;
+  }
+}
+
+// A Disk that holds every write to a shard file until the training thread has finished a
+// given step: if async saves did not overlap with training, the write would wait for a step
+// that cannot come, and the gate reports that it opened on its timeout instead.
+class GatedDisk final : public Disk {
+ public:
+  explicit GatedDisk(Disk& base) : base_(base) {}
+  void open_gate() {
+    std::lock_guard lock(mutex_);
+    open_ = true;
+    changed_.notify_all();
+  }
+  bool opened_by_timeout() const { return opened_by_timeout_; }
+
+  Result<std::unique_ptr<File>> open(const std::string& path, const FileOpenOptions& options) override {
+    if (path.find(".safetensors") != std::string::npos && options.mode == OpenMode::kCreateTruncate) {
+      std::unique_lock lock(mutex_);
+      if (!changed_.wait_for(lock, std::chrono::seconds(20), [&] { return open_; })) opened_by_timeout_ = true;
+    }
+    return base_.open(path, options);
+  }
+  Status create_directories(const std::string& path) override { return base_.create_directories(path); }
+  Status remove_file(const std::string& path) override { return base_.remove_file(path); }
+  Status remove_tree(const std::string& path) override { return base_.remove_tree(path); }
+  Status rename(const std::string& from, const std::string& to) override { return base_.rename(from, to); }
+  Status sync_directory(const std::string& path) override { return base_.sync_directory(path); }
+  Result<bool> exists(const std::string& path) override { return base_.exists(path); }
+  Result<std::vector<std::string>> list_directory(const std::string& path) override {
+    return base_.list_directory(path);
+  }
+  Result<uint64_t> available_bytes(const std::string& path) override { return base_.available_bytes(path); }
+  Result<std::unique_ptr<FileLock>> lock_file(const std::string& path) override { return base_.lock_file(path); }
+  uint64_t direct_io_alignment_bytes() const override { return base_.direct_io_alignment_bytes(); }
+  Result<std::unique_ptr<AsyncIoQueue>> make_async_queue(const AsyncIoOptions& options, AsyncEngine engine) override {
+    return base_.make_async_queue(options, engine);
+  }
+
+ private:
+  Disk& base_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool open_ = false;
+  bool opened_by_timeout_ = false;
+};
+
+class OpenGateAfterStep final : public CrashPointHook {
+ public:
+  OpenGateAfterStep(GatedDisk& disk, int step) : disk_(disk), step_(step) {}
+  void hit(std::string_view site, int rank) override {
+    if (site == "engine.step_end" && rank == 0 && ++steps_ == step_) disk_.open_gate();
+  }
+ private:
+  GatedDisk& disk_;
+  int step_;
+  int steps_ = 0;
+};
+
+TEST(Checkpoint, AsyncSaveWritesTheSameShardsAsASynchronousSaveWhileTrainingGoesOn) {
+  TestDirectory directory;
+  TrainingOptions options = make_options(ModelSpec{}, Precision::kFp16, 2, 2, 2, 100, 21);
+  place_state(options, 2, directory.path() + "/swap");
+  TrainingOptions async_options = options;
+  async_options.config.checkpoint.async_save = true;
+  ASSERT_TRUE(train(options, 6, save_to(directory.path() + "/sync", 3)).ok());
+
+  RealEnv real_env;
+  GatedDisk gated(*real_env.env().disk);
+  OpenGateAfterStep gate(gated, 5);  // the save of step 3 may write only once step 5 has run
+  Env env = real_env.env();
+  env.disk = &gated;
+  env.crash_points = &gate;
+  Result<TrainingRun> async_run =
+      train(async_options, 6, save_to(directory.path() + "/async", 3), env);
+  ASSERT_TRUE(async_run.ok()) << async_run.status().to_string();
+  EXPECT_FALSE(gated.opened_by_timeout()) << "the async save blocked training";
+  for (const char* tag : {"global_step3", "global_step6"}) {
+    for (int rank = 0; rank < 2; ++rank) {
+      const std::string shard = std::string("/") + tag + "/" + shard_file_name(rank, 2);
+      const std::vector<char> synchronous = file_bytes(directory.path() + "/sync" + shard);
+      ASSERT_FALSE(synchronous.empty()) << shard;
+      EXPECT_EQ(synchronous, file_bytes(directory.path() + "/async" + shard)) << shard;
+    }
+  }
+  std::string latest;
+  std::ifstream(directory.path() + "/async/latest") >> latest;
+  EXPECT_EQ(latest, "global_step6");
+}
+
+TEST(Checkpoint, AFailedBackgroundWriteLeavesThePreviousCheckpointAsLatest) {
+  TestDirectory directory;
+  const std::string checkpoints = directory.path() + "/ckpt";
+  TrainingOptions options = make_options(ModelSpec{}, Precision::kFp32, 2, 1, 2, 100, 4);
+  options.config.checkpoint.async_save = true;
+  RealEnv real_env;
+  FaultyDisk faulty(*real_env.env().disk,
+                    {{"*global_step4/rank-00001*", FaultOperation::kSync, 0, FaultKind::kIoError, 0, 0}});
+  Env env = real_env.env();
+  env.disk = &faulty;
+  Result<TrainingRun> run = train(options, 6, save_to(checkpoints, 2), env);
+  ASSERT_FALSE(run.ok());
+  EXPECT_NE(run.status().message().find("global_step4"), std::string::npos) << run.status().to_string();
+  Result<std::string> latest = read_latest_tag(*real_env.env().disk, checkpoints);
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(latest.value(), "global_step2");
+  EXPECT_FALSE(fs::exists(checkpoints + "/global_step4/manifest.json"));
+  // And the previous checkpoint loads.
+  options.config.checkpoint.async_save = false;
+  Result<TrainingRun> resumed = train(options, 3, resume_from(checkpoints));
+  ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
+  EXPECT_EQ(resumed->final_state.counters.global_steps, 3);
+}
+
+TEST(Checkpoint, SavingInTheMiddleOfGradientAccumulationIsRefused) {
+  TrainingOptions options = make_options(ModelSpec{}, Precision::kFp32, 2, 3, 1, 100, 4);
+  TestDirectory directory;
+  RealEnv real_env;
+  class SaveMidStep final : public CrashPointHook {
+   public:
+    RankEngine* engine = nullptr;
+    std::string directory;
+    Status status;
+    void hit(std::string_view site, int) override {
+      if (site == "optimizer.sub_group_stepped" && engine != nullptr && status.ok()) {
+        status = engine->save_checkpoint(directory, "mid");
+        if (status.ok()) status = internal_error("saved");
+      }
+    }
+  } hook;
+  hook.directory = directory.path();
+  Env env = real_env.env();
+  env.crash_points = &hook;
+  ThreadCommWorld world(1);
+  RankEngine engine(options, world.comm(0), env);
+  hook.engine = &engine;
+  ASSERT_TRUE(engine.initialize().ok());
+  ASSERT_TRUE(engine.train_step().ok());
+  EXPECT_EQ(hook.status.code(), StatusCode::kFailedPrecondition) << hook.status.to_string();
+  EXPECT_NE(hook.status.message().find("middle of step 1"), std::string::npos) << hook.status.to_string();
+  EXPECT_FALSE(fs::exists(directory.path() + "/mid"));
+  // Between steps it works.
+  hook.engine = nullptr;
+  EXPECT_TRUE(engine.save_checkpoint(directory.path(), "between").ok());
+}
+
+// ---------------------------------------------------------------------------------------------
+// The loader's checks.
+
+class CheckpointLoader : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    options_ = make_options(ModelSpec{}, Precision::kFp16, 2, 1, 2, 100, 8);
+    ASSERT_TRUE(train(options_, 2, save_to(checkpoints(), 1)).ok());
+  }
+  std::string checkpoints() const { return directory_.path() + "/ckpt"; }
+  std::string tag_directory(const std::string& tag = "global_step2") const { return checkpoints() + "/" + tag; }
+  Status resume(const TrainingOptions& options, std::vector<std::string>* notes = nullptr,
+                const std::string& tag = "latest") {
+    Result<TrainingRun> run = train(options, 3, resume_from(checkpoints(), tag));
+    if (run.ok() && notes != nullptr) *notes = run->notes;
+    return run.status();
+  }
+  void edit_manifest(const std::function<void(nlohmann::json&)>& edit) {
+    const std::string path = tag_directory() + "/manifest.json";
+    const std::vector<char> bytes = file_bytes(path);
+    nlohmann::json manifest = nlohmann::json::parse(bytes.begin(), bytes.end());
+    edit(manifest);
+    const std::string text = manifest.dump();
+    write_bytes(path, std::vector<char>(text.begin(), text.end()));
+  }
+  static void expect_error(const Status& status, StatusCode code, std::initializer_list<std::string> parts) {
+    EXPECT_EQ(status.code(), code) << status.to_string();
+    for (const std::string& part : parts) EXPECT_NE(status.message().find(part), std::string::npos) << status.to_string();
+  }
+
+  TestDirectory directory_;
+  TrainingOptions options_;
+};
+
+TEST_F(CheckpointLoader, AMissingShardIsNamed) {
+  fs::remove(tag_directory("global_step2") + "/" + shard_file_name(1, 2));
+  fs::remove(tag_directory("global_step1") + "/" + shard_file_name(1, 2));
+  expect_error(resume(options_), StatusCode::kNotFound, {"no complete checkpoint", "rank-00001-of-00002"});
+  // Asked for by name, the tag is refused with the file's name.
+  expect_error(resume(options_, nullptr, "global_step2"), StatusCode::kDataLoss,
+               {"missing shard", "global_step2/rank-00001-of-00002.safetensors"});
+}
+
+TEST_F(CheckpointLoader, AFlippedByteIsAChecksumMismatchNamingTheShard) {
+  const std::string shard = tag_directory() + "/" + shard_file_name(0, 2);
+  std::vector<char> bytes = file_bytes(shard);
+  bytes[bytes.size() - 3] ^= 0x10;
+  write_bytes(shard, bytes);
+  expect_error(resume(options_), StatusCode::kDataLoss, {"checksum mismatch", shard, "expected xxh3_128"});
+}
+
+TEST_F(CheckpointLoader, ATruncatedShardIsNamedWithBothSizes) {
+  const std::string shard = tag_directory() + "/" + shard_file_name(1, 2);
+  std::vector<char> bytes = file_bytes(shard);
+  const size_t full_size = bytes.size();
+  bytes.resize(full_size - 100);
+  write_bytes(shard, bytes);
+  // `latest` names a tag that is no longer complete: the newest complete one is loaded, with a warning.
+  std::vector<std::string> notes;
+  ASSERT_TRUE(resume(options_, &notes).ok());
+  ASSERT_FALSE(notes.empty());
+  EXPECT_NE(notes[0].find("warning"), std::string::npos) << notes[0];
+  EXPECT_NE(notes[0].find("global_step1"), std::string::npos) << notes[0];
+  EXPECT_NE(notes[0].find("truncated"), std::string::npos) << notes[0];
+  expect_error(resume(options_, nullptr, "global_step2"), StatusCode::kDataLoss,
+               {shard, "expected " + std::to_string(full_size), "found " + std::to_string(full_size - 100), "truncated"});
+}
+
+TEST_F(CheckpointLoader, AnUnknownFormatVersionIsRefused) {
+  edit_manifest([](nlohmann::json& manifest) { manifest["format_version"] = 2; });
+  expect_error(resume(options_, nullptr, "global_step2"), StatusCode::kUnimplemented,
+               {"manifest.json", "format_version", "reads version 1, found 2"});
+}
+
+TEST_F(CheckpointLoader, ATornManifestIsNeverLoadedAndLatestFallsBack) {
+  const std::string path = tag_directory() + "/manifest.json";
+  std::vector<char> bytes = file_bytes(path);
+  bytes.resize(bytes.size() / 2);
+  write_bytes(path, bytes);
+  expect_error(resume(options_, nullptr, "global_step2"), StatusCode::kDataLoss, {path, "not valid JSON"});
+  std::vector<std::string> notes;
+  ASSERT_TRUE(resume(options_, &notes).ok());
+  ASSERT_FALSE(notes.empty());
+  EXPECT_NE(notes[0].find("loading the newest complete tag 'global_step1'"), std::string::npos) << notes[0];
+}
+
+TEST_F(CheckpointLoader, APartialTagWithoutManifestIsNotLoaded) {
+  fs::remove(tag_directory() + "/manifest.json");
+  std::vector<std::string> notes;
+  ASSERT_TRUE(resume(options_, &notes).ok());
+  ASSERT_FALSE(notes.empty());
+  EXPECT_NE(notes[0].find("global_step2"), std::string::npos) << notes[0];
+  expect_error(resume(options_, nullptr, "global_step2"), StatusCode::kNotFound, {"manifest.json does not exist"});
+}
+
+TEST_F(CheckpointLoader, PathsFromTheManifestMustStayInsideTheCheckpoint) {
+  for (const std::string hostile : {"../global_step1/rank-00000-of-00002.safetensors", "/etc/passwd", "a/b",
+                                    "..", "manifest.json"}) {
+    edit_manifest([&](nlohmann::json& manifest) { manifest["shards"][0]["file"] = hostile; });
+    const Status status = resume(options_, nullptr, "global_step2");
+    expect_error(status, StatusCode::kDataLoss, {"shards[0].file"});
+  }
+}
+
+TEST_F(CheckpointLoader, AManifestThatLiesAboutTheLayoutOrCountersIsRefused) {
+  edit_manifest([](nlohmann::json& manifest) { manifest["layout"]["parameters"][1]["element_count"] = 36; });
+  expect_error(resume(options_, nullptr, "global_step2"), StatusCode::kDataLoss, {"layout.parameters[1]"});
+  edit_manifest([](nlohmann::json& manifest) {
+    manifest["layout"]["parameters"][1]["element_count"] = 37;
+    manifest["counters"]["optimizer_steps"] = 5;
+  });
+  expect_error(resume(options_, nullptr, "global_step2"), StatusCode::kDataLoss, {"counters", "optimizer_steps 5"});
+  edit_manifest([](nlohmann::json& manifest) {
+    manifest["counters"]["optimizer_steps"] = manifest["counters"]["global_steps"].get<int64_t>() -
+                                              manifest["counters"]["skipped_steps"].get<int64_t>();
+    manifest["config"]["steps_per_print"] = 7;  // the hash no longer matches
+  });
+  expect_error(resume(options_, nullptr, "global_step2"), StatusCode::kDataLoss, {"config_hash"});
+}
+
+TEST_F(CheckpointLoader, ChangesThatBreakResumeAreRefusedNamingBothValues) {
+  TrainingOptions other_model = options_;
+  other_model.model.layer_widths = {13, 36, 29, 5};
+  expect_error(resume(other_model), StatusCode::kFailedPrecondition,
+               {"model shape", "checkpoint 13,37,29,5", "this run 13,36,29,5"});
+  TrainingOptions other_dtype = options_;
+  other_dtype.config.precision = Precision::kBf16;
+  other_dtype.config.communication_dtype = Precision::kBf16;
+  expect_error(resume(other_dtype), StatusCode::kFailedPrecondition, {"parameter dtype", "fp16", "bf16"});
+  TrainingOptions other_optimizer = options_;
+  other_optimizer.config.optimizer.adam_w_mode = false;
+  expect_error(resume(other_optimizer), StatusCode::kFailedPrecondition, {"optimizer type", "L2 weight decay"});
+  TrainingOptions other_data = options_;
+  other_data.data.seed = 99;
+  expect_error(resume(other_data), StatusCode::kFailedPrecondition, {"dataset", "seed 99"});
+}
+
+TEST_F(CheckpointLoader, SafeChangesAreAllowedWithANoteAndNumericChangesWithAWarning) {
+  TrainingOptions changed = options_;
+  changed.config.resolved = nlohmann::json::object();
+  // The saved config was empty (these options are built in code); give the resuming run keys.
+  changed.config.resolved["steps_per_print"] = 7;
+  changed.config.resolved["checkpoint"] = {{"keep_last", 3}};
+  changed.config.resolved["optimizer"] = {{"params", {{"lr", 0.5}}}};
+  std::vector<std::string> notes;
+  ASSERT_TRUE(resume(changed, &notes).ok());
+  auto has_note = [&](const std::string& first, const std::string& second) {
+    for (const std::string& note : notes) {
+      if (note.find(first) != std::string::npos && note.find(second) != std::string::npos) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(has_note("note: steps_per_print", "safe")) << ::testing::PrintToString(notes);
+  EXPECT_TRUE(has_note("note: checkpoint.keep_last", "safe")) << ::testing::PrintToString(notes);
+  EXPECT_TRUE(has_note("warning: optimizer.params.lr", "will differ")) << ::testing::PrintToString(notes);
+}
+
+TEST_F(CheckpointLoader, ACommittedTagIsNeverOverwritten) {
+  TrainingOptions options = options_;
+  const Result<TrainingRun> again = train(options, 2, save_to(checkpoints()));
+  expect_error(again.status(), StatusCode::kFailedPrecondition, {"global_step2", "already exists"});
+}
+
+TEST_F(CheckpointLoader, ResumingPastTheRequestedStepsIsRefused) {
+  const Result<TrainingRun> run = train(options_, 1, resume_from(checkpoints()));
+  expect_error(run.status(), StatusCode::kInvalidArgument, {"at step 2", "past the 1 steps"});
+}
+
+TEST(CheckpointRetention, KeepsTheNewestTagsAndNeverTheOneLatestNames) {
+  TestDirectory directory;
+  const std::string checkpoints = directory.path() + "/ckpt";
+  TrainingOptions options = make_options(ModelSpec{{5, 4, 3}}, Precision::kFp32, 1, 1, 1, 100, 2);
+  options.config.checkpoint.keep_last = 2;
+  ASSERT_TRUE(train(options, 5, save_to(checkpoints, 1)).ok());
+  RealEnv real_env;
+  Disk& disk = *real_env.env().disk;
+  Result<std::vector<std::string>> tags = list_complete_tags(disk, checkpoints);
+  ASSERT_TRUE(tags.ok());
+  EXPECT_EQ(tags.value(), (std::vector<std::string>{"global_step4", "global_step5"}));
+  // `latest` pointed back at the older tag: retention keeps it even past keep_last.
+  ASSERT_TRUE(publish_latest_tag(disk, checkpoints, "global_step4").ok());
+  std::vector<std::string> removed;
+  ASSERT_TRUE(apply_retention(disk, checkpoints, 1, &removed).ok());
+  EXPECT_EQ(removed, std::vector<std::string>{});
+  ASSERT_TRUE(publish_latest_tag(disk, checkpoints, "global_step5").ok());
+  ASSERT_TRUE(apply_retention(disk, checkpoints, 1, &removed).ok());
+  EXPECT_EQ(removed, std::vector<std::string>{"global_step4"});
+}
+
+TEST(CheckpointShards, ShardsAreSafetensorsWithGlobalOffsetsAndReassembleAtAnyWorldSize) {
+  TestDirectory directory;
+  const ModelSpec model{{3, 2, 2}};  // biases of 2 elements: rank 2 of 3 owns nothing of them
+  TrainingOptions options = make_options(model, Precision::kBf16, 1, 1, 3, 100, 6);
+  ASSERT_TRUE(train(options, 1, save_to(directory.path())).ok());
+  RealEnv real_env;
+  Disk& disk = *real_env.env().disk;
+  const std::string tag_directory = directory.path() + "/global_step1";
+  Result<CheckpointManifest> manifest = read_manifest(disk, tag_directory);
+  ASSERT_TRUE(manifest.ok()) << manifest.status().to_string();
+  EXPECT_EQ(manifest->world_size, 3);
+  Result<SafetensorsIndex> index = read_safetensors_index(disk, tag_directory + "/" + shard_file_name(2, 3));
+  ASSERT_TRUE(index.ok()) << index.status().to_string();
+  EXPECT_EQ(index->find("layers.0.bias/master"), nullptr);  // owns nothing of a 2-element bias
+  const SafetensorsEntry* weight = index->find("layers.0.weight/param");
+  ASSERT_NE(weight, nullptr);
+  EXPECT_EQ(weight->dtype, DType::kBf16);
+  EXPECT_EQ(weight->shape, std::vector<int64_t>{2});  // 6 elements over 3 ranks
+  EXPECT_EQ(nlohmann::json::parse(index->metadata.at("layers.0.weight/exp_avg"))["global_offset"], 4);
+  // Every fragment read through the reader equals the same range read straight from the file.
+  CheckpointShardReader reader(disk, tag_directory, *manifest);
+  std::vector<std::byte> whole(6 * sizeof(float));
+  ASSERT_TRUE(reader.read(0, CheckpointState::kMaster, 0, 6, whole).ok());
+  for (int rank = 0; rank < 3; ++rank) {
+    const std::string path = tag_directory + "/" + shard_file_name(rank, 3);
+    Result<SafetensorsIndex> shard = read_safetensors_index(disk, path);
+    ASSERT_TRUE(shard.ok());
+    Result<std::vector<std::byte>> fragment = read_safetensors_tensor(disk, path, *shard, "layers.0.weight/master");
+    ASSERT_TRUE(fragment.ok());
+    EXPECT_EQ(std::memcmp(fragment->data(), whole.data() + rank * 2 * sizeof(float), fragment->size()), 0);
+  }
+}
+
+}  // namespace
+}  // namespace zerosim

@@ -1,0 +1,76 @@
+// Training options and comparisons shared by the engine and checkpoint tests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <utility>
+
+#include "core/engine/engine.h"
+
+namespace zerosim {
+
+inline ResolvedConfig base_config(Precision precision, int64_t micro_batch, int64_t accumulation, int world_size) {
+  ResolvedConfig config;
+  config.precision = precision;
+  config.communication_dtype = precision;
+  config.micro_batch_size = micro_batch;
+  config.gradient_accumulation_steps = accumulation;
+  config.train_batch_size = micro_batch * accumulation * world_size;
+  config.gradient_clipping = 1.0;
+  config.optimizer.learning_rate = 1e-2;
+  config.optimizer.weight_decay = 0.01;
+  config.scheduler.type = SchedulerType::kWarmupLR;
+  config.scheduler.warmup_min_lr = 0.0;
+  config.scheduler.warmup_max_lr = 1e-2;
+  config.scheduler.warmup_num_steps = 5;
+  config.zero.stage = 3;
+  config.loss_scaler.dynamic = true;
+  config.loss_scaler.initial_scale_power = 16;
+  config.loss_scaler.loss_scale_window = 4;
+  config.loss_scaler.hysteresis = 2;
+  return config;
+}
+
+inline TrainingOptions make_options(const ModelSpec& model, Precision precision, int64_t micro_batch, int64_t accumulation,
+                             int world_size, int64_t sub_group_size, uint64_t seed) {
+  TrainingOptions options;
+  options.config = base_config(precision, micro_batch, accumulation, world_size);
+  options.config.zero.sub_group_size = sub_group_size;
+  options.model = model;
+  options.world_size = world_size;
+  options.seed = seed;
+  options.data.seed = seed;
+  options.data.sample_count = 97;  // not a multiple of the batch: epochs wrap mid-batch
+  options.data.feature_count = model.layer_widths.front();
+  options.data.class_count = model.layer_widths.back();
+  return options;
+}
+
+inline TrainingRun train_or_fail(const TrainingOptions& options, int64_t steps) {
+  RealEnv real_env;
+  Result<TrainingRun> run = run_training(options, steps, real_env.env());
+  EXPECT_TRUE(run.ok()) << run.status().to_string();
+  return run.ok() ? std::move(run).value() : TrainingRun{};
+}
+
+// Names the first component that differs, so a failure says what was lost.
+inline std::string first_difference(const ComponentDigests& expected, const ComponentDigests& actual) {
+  const std::pair<const char*, std::pair<const std::string*, const std::string*>> components[] = {
+      {"params", {&expected.params, &actual.params}},
+      {"master", {&expected.master, &actual.master}},
+      {"exp_avg", {&expected.exp_avg, &actual.exp_avg}},
+      {"exp_avg_sq", {&expected.exp_avg_sq, &actual.exp_avg_sq}},
+      {"counters", {&expected.counters, &actual.counters}},
+      {"scheduler", {&expected.scheduler, &actual.scheduler}},
+      {"loss_scaler", {&expected.loss_scaler, &actual.loss_scaler}},
+      {"rng", {&expected.rng, &actual.rng}},
+      {"data", {&expected.data, &actual.data}},
+  };
+  for (const auto& [name, pair] : components) {
+    if (*pair.first != *pair.second) return name;
+  }
+  return "";
+}
+
+}  // namespace zerosim
