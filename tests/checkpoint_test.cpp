@@ -384,6 +384,67 @@ TEST(Checkpoint, SavingInTheMiddleOfGradientAccumulationIsRefused) {
   EXPECT_TRUE(engine.save_checkpoint(directory.path(), "between").ok());
 }
 
+// A crash (the hook throws, as a killed process stops) at each commit site of the second save:
+// the first checkpoint stays loadable, and resuming from `latest` continues bit for bit from
+// whichever tag `latest` names.
+TEST(Checkpoint, ACrashAtAnyCommitSiteLeavesALoadableCheckpoint) {
+  struct Crash {};
+  class CrashAtSite final : public CrashPointHook {
+   public:
+    CrashAtSite(std::string site, int occurrence) : site_(std::move(site)), occurrence_(occurrence) {}
+    void hit(std::string_view site, int rank) override {
+      std::lock_guard lock(mutex_);
+      if (site == site_ && rank == 0 && ++count_ == occurrence_) throw Crash{};
+    }
+   private:
+    std::mutex mutex_;
+    std::string site_;
+    int occurrence_;
+    int count_ = 0;
+  };
+  TrainingOptions options = make_options(ModelSpec{}, Precision::kFp16, 2, 1, 2, 100, 12);
+  options.digest_every_step = true;
+  Result<TrainingRun> uninterrupted = train(options, 6, {});
+  ASSERT_TRUE(uninterrupted.ok());
+  for (const char* site : {"ckpt.shard_written", "ckpt.manifest_written", "ckpt.latest_published"}) {
+    SCOPED_TRACE(site);
+    TestDirectory directory;
+    const std::string checkpoints = directory.path() + "/ckpt";
+    RealEnv real_env;
+    CrashAtSite crash(site, 2);  // during the save of step 4
+    Env env = real_env.env();
+    env.crash_points = &crash;
+    const Result<TrainingRun> killed = train(options, 6, save_to(checkpoints, 2), env);
+    ASSERT_FALSE(killed.ok());
+    Result<std::string> latest = read_latest_tag(*real_env.env().disk, checkpoints);
+    ASSERT_TRUE(latest.ok()) << latest.status().to_string();
+    const int64_t expected_step = std::string(site) == "ckpt.latest_published" ? 4 : 2;
+    EXPECT_EQ(latest.value(), checkpoint_tag_for_step(expected_step));
+    Result<TrainingRun> resumed = train(options, 6, resume_from(checkpoints));
+    ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
+    EXPECT_EQ(compare_steps(*uninterrupted, *resumed, expected_step), "");
+  }
+}
+
+TEST(Checkpoint, ADiskFullDuringASaveIsANamedErrorAndThePreviousCheckpointStays) {
+  TestDirectory directory;
+  const std::string checkpoints = directory.path() + "/ckpt";
+  TrainingOptions options = make_options(ModelSpec{}, Precision::kBf16, 2, 1, 2, 100, 13);
+  RealEnv real_env;
+  FaultyDisk full(*real_env.env().disk,
+                  {{"*global_step2/rank-00000*", FaultOperation::kWrite, 1, FaultKind::kNoSpace, 0, 0}});
+  Env env = real_env.env();
+  env.disk = &full;
+  const Result<TrainingRun> run = train(options, 3, save_to(checkpoints, 1), env);
+  ASSERT_FALSE(run.ok());
+  EXPECT_NE(run.status().message().find("global_step2/rank-00000-of-00002.safetensors"), std::string::npos)
+      << run.status().to_string();
+  Result<std::string> latest = read_latest_tag(*real_env.env().disk, checkpoints);
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(latest.value(), "global_step1");
+  EXPECT_TRUE(train(options, 3, resume_from(checkpoints)).ok());
+}
+
 // ---------------------------------------------------------------------------------------------
 // The loader's checks.
 

@@ -813,6 +813,9 @@ Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_co
       status = resource_exhausted("out of memory (model, batch or world size too large for this machine)");
     } catch (const std::exception& error) {
       status = internal_error(std::string("unexpected exception: ") + error.what());
+    } catch (...) {
+      // A crash-point hook may stop a rank by throwing anything (a simulated kill).
+      status = aborted("stopped by an exception that is not a std::exception (a crash point?)");
     }
     if (!status.ok()) {
       record_error(Status(status.code(), "rank " + std::to_string(rank) + ": " + status.message()));
