@@ -657,6 +657,47 @@ void finish_digests(const FullTrainingState& state, ComponentDigests& digests) {
 
 }  // namespace
 
+Status RankEngine::for_each_partition_state(
+    const std::function<Status(int64_t parameter, const PartitionStateView&)>& visit) {
+  const size_t element_bytes = dtype_size_bytes(model_dtype_);
+  std::vector<std::byte> swapped_params;
+  for (size_t g = 0; g < layout_.sub_groups.size(); ++g) {
+    const SubGroup& group = layout_.sub_groups[g];
+    const float* master = master_.data() + group.flat_offset;
+    const float* exp_avg = exp_avg_.data() + group.flat_offset;
+    const float* exp_avg_sq = exp_avg_sq_.data() + group.flat_offset;
+    if (swapper_) {
+      ZEROSIM_ASSIGN_OR_RETURN(OptimizerSwapper::SubGroupState swapped,
+                               swapper_->acquire(static_cast<int>(g), counters_.optimizer_steps));
+      master = swapped.master.data();
+      exp_avg = swapped.exp_avg.data();
+      exp_avg_sq = swapped.exp_avg_sq.data();
+    }
+    Status status;
+    for (int64_t p = group.first_parameter; p < group.end_parameter && status.ok(); ++p) {
+      const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
+      const size_t in_group = static_cast<size_t>(partition.flat_offset - group.flat_offset);
+      PartitionStateView view;
+      view.params = param_partition_.data() + static_cast<size_t>(partition.flat_offset) * element_bytes;
+      if (param_swapper_) {
+        swapped_params.resize(static_cast<size_t>(partition.partition_size) * element_bytes);
+        status = param_swapper_->read(static_cast<int>(p), counters_.optimizer_steps, swapped_params);
+        view.params = swapped_params.data();
+      }
+      view.master = master + in_group;
+      view.exp_avg = exp_avg + in_group;
+      view.exp_avg_sq = exp_avg_sq + in_group;
+      if (status.ok()) status = visit(p, view);
+    }
+    if (swapper_) {
+      Status released = swapper_->release(static_cast<int>(g), std::nullopt);
+      if (status.ok()) status = released;
+    }
+    ZEROSIM_RETURN_IF_ERROR(status);
+  }
+  return Status();
+}
+
 Result<FullTrainingState> RankEngine::gather_state() {
   // Streams the state to rank 0 one parameter at a time (one gather per tensor kind), where it
   // is unpadded and fed to the digests: memory is one parameter's full tensors, whatever the
@@ -666,7 +707,7 @@ Result<FullTrainingState> RankEngine::gather_state() {
   const size_t element_bytes = dtype_size_bytes(model_dtype_);
   DigestBuilder params_digest, master_digest, exp_avg_digest, exp_avg_sq_digest;
   params_digest.text(dtype_name(model_dtype_));
-  std::vector<std::byte> local, gathered, full;
+  std::vector<std::byte> gathered, full;
   auto gather_and_digest = [&](const ParameterPartition& partition, const std::string& name, const std::byte* data,
                                size_t bytes_per_element, DigestBuilder& digest) -> Status {
     const size_t partition_bytes = static_cast<size_t>(partition.partition_size) * bytes_per_element;
@@ -682,40 +723,18 @@ Result<FullTrainingState> RankEngine::gather_state() {
     digest.tensor(name, static_cast<uint64_t>(partition.element_count), full.data(), full.size());
     return Status();
   };
-  // Per-tensor digests must follow parameter order within each kind; sub-groups are runs of
-  // parameters in that order, so walking sub-groups then parameters keeps it.
-  for (size_t g = 0; g < layout_.sub_groups.size(); ++g) {
-    const SubGroup& group = layout_.sub_groups[g];
-    const float* master = master_.data() + group.flat_offset;
-    const float* exp_avg = exp_avg_.data() + group.flat_offset;
-    const float* exp_avg_sq = exp_avg_sq_.data() + group.flat_offset;
-    if (swapper_) {
-      ZEROSIM_ASSIGN_OR_RETURN(OptimizerSwapper::SubGroupState swapped,
-                               swapper_->acquire(static_cast<int>(g), counters_.optimizer_steps));
-      master = swapped.master.data();
-      exp_avg = swapped.exp_avg.data();
-      exp_avg_sq = swapped.exp_avg_sq.data();
+  // Per-tensor digests must follow parameter order within each kind, which is the visit's order.
+  ZEROSIM_RETURN_IF_ERROR(for_each_partition_state([&](int64_t p, const PartitionStateView& state) -> Status {
+    const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
+    const std::string& name = parameters_[static_cast<size_t>(p)].name;
+    ZEROSIM_RETURN_IF_ERROR(gather_and_digest(partition, name, state.params, element_bytes, params_digest));
+    for (auto [tensor, digest] : {std::pair{state.master, &master_digest}, std::pair{state.exp_avg, &exp_avg_digest},
+                                  std::pair{state.exp_avg_sq, &exp_avg_sq_digest}}) {
+      ZEROSIM_RETURN_IF_ERROR(
+          gather_and_digest(partition, name, reinterpret_cast<const std::byte*>(tensor), sizeof(float), *digest));
     }
-    for (int64_t p = group.first_parameter; p < group.end_parameter; ++p) {
-      const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
-      const std::string& name = parameters_[static_cast<size_t>(p)].name;
-      const size_t in_group = static_cast<size_t>(partition.flat_offset - group.flat_offset);
-      const std::byte* params = param_partition_.data() + static_cast<size_t>(partition.flat_offset) * element_bytes;
-      if (param_swapper_) {
-        local.resize(static_cast<size_t>(partition.partition_size) * element_bytes);
-        ZEROSIM_RETURN_IF_ERROR(param_swapper_->read(static_cast<int>(p), counters_.optimizer_steps, local));
-        params = local.data();
-      }
-      ZEROSIM_RETURN_IF_ERROR(gather_and_digest(partition, name, params, element_bytes, params_digest));
-      ZEROSIM_RETURN_IF_ERROR(gather_and_digest(partition, name, reinterpret_cast<const std::byte*>(master + in_group),
-                                                sizeof(float), master_digest));
-      ZEROSIM_RETURN_IF_ERROR(gather_and_digest(partition, name, reinterpret_cast<const std::byte*>(exp_avg + in_group),
-                                                sizeof(float), exp_avg_digest));
-      ZEROSIM_RETURN_IF_ERROR(gather_and_digest(
-          partition, name, reinterpret_cast<const std::byte*>(exp_avg_sq + in_group), sizeof(float), exp_avg_sq_digest));
-    }
-    if (swapper_) ZEROSIM_RETURN_IF_ERROR(swapper_->release(static_cast<int>(g), std::nullopt));
-  }
+    return Status();
+  }));
   if (!is_root) return FullTrainingState{};
 
   FullTrainingState state;

@@ -25,6 +25,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <memory>
 #include <optional>
@@ -177,6 +178,18 @@ class RankEngine {
                            const std::string& manifest_text_without_shards, uint64_t shard_size_bytes,
                            const std::string& shard_checksum);
   std::string manifest_json_without_shards(const std::string& tag) const;
+  // This rank's partition of one parameter's state, wherever it lives: partition_size
+  // elements each (padding included); valid during the visit only.
+  struct PartitionStateView {
+    const std::byte* params = nullptr;  // model dtype
+    const float* master = nullptr;
+    const float* exp_avg = nullptr;
+    const float* exp_avg_sq = nullptr;
+  };
+  // Visits every parameter in parameter order with its state, reading swapped state one
+  // sub-group at a time (so memory stays bounded) and giving the swap buffers back even when
+  // the visit fails.
+  Status for_each_partition_state(const std::function<Status(int64_t parameter, const PartitionStateView&)>& visit);
   // A per-parameter swapper (parameters or gradients) for this rank's layout.
   Result<std::unique_ptr<PartitionSwapper>> make_partition_swapper(const std::string& nvme_path, DType dtype,
                                                                    SwapTensorKind kind, bool pin_memory,

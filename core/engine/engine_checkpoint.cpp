@@ -161,46 +161,15 @@ Status RankEngine::write_shard(const std::string& path, ShardSink& sink) {
   ZEROSIM_ASSIGN_OR_RETURN(std::vector<std::byte> header, encode_safetensors_header(path, specs, metadata));
   ZEROSIM_RETURN_IF_ERROR(sink.append(header));
 
-  std::vector<std::byte> swapped_params;
-  for (size_t g = 0; g < layout_.sub_groups.size(); ++g) {
-    const SubGroup& group = layout_.sub_groups[g];
-    const float* master = master_.data() + group.flat_offset;
-    const float* exp_avg = exp_avg_.data() + group.flat_offset;
-    const float* exp_avg_sq = exp_avg_sq_.data() + group.flat_offset;
-    if (swapper_) {
-      ZEROSIM_ASSIGN_OR_RETURN(OptimizerSwapper::SubGroupState swapped,
-                               swapper_->acquire(static_cast<int>(g), counters_.optimizer_steps));
-      master = swapped.master.data();
-      exp_avg = swapped.exp_avg.data();
-      exp_avg_sq = swapped.exp_avg_sq.data();
+  ZEROSIM_RETURN_IF_ERROR(for_each_partition_state([&](int64_t p, const PartitionStateView& state) -> Status {
+    const size_t count = static_cast<size_t>(layout_.parameters[static_cast<size_t>(p)].owned_count(rank));
+    if (count == 0) return Status();
+    ZEROSIM_RETURN_IF_ERROR(sink.append(std::span<const std::byte>(state.params, count * element_bytes)));
+    for (const float* tensor : {state.master, state.exp_avg, state.exp_avg_sq}) {
+      ZEROSIM_RETURN_IF_ERROR(sink.append(std::as_bytes(std::span<const float>(tensor, count))));
     }
-    Status status;
-    for (int64_t p = group.first_parameter; p < group.end_parameter && status.ok(); ++p) {
-      const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
-      const size_t count = static_cast<size_t>(partition.owned_count(rank));
-      if (count == 0) continue;
-      const size_t in_group = static_cast<size_t>(partition.flat_offset - group.flat_offset);
-      const std::byte* params = param_partition_.data() + static_cast<size_t>(partition.flat_offset) * element_bytes;
-      if (param_swapper_) {
-        swapped_params.resize(static_cast<size_t>(partition.partition_size) * element_bytes);
-        status = param_swapper_->read(static_cast<int>(p), counters_.optimizer_steps, swapped_params);
-        params = swapped_params.data();
-      }
-      auto floats = [&](const float* base) {
-        return std::as_bytes(std::span<const float>(base + in_group, count));
-      };
-      if (status.ok()) status = sink.append(std::span<const std::byte>(params, count * element_bytes));
-      if (status.ok()) status = sink.append(floats(master));
-      if (status.ok()) status = sink.append(floats(exp_avg));
-      if (status.ok()) status = sink.append(floats(exp_avg_sq));
-    }
-    // The buffers go back even after an error, so that the swapper stays usable.
-    if (swapper_) {
-      Status released = swapper_->release(static_cast<int>(g), std::nullopt);
-      if (status.ok()) status = released;
-    }
-    ZEROSIM_RETURN_IF_ERROR(status);
-  }
+    return Status();
+  }));
   return sink.flush();
 }
 
