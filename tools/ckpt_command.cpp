@@ -169,6 +169,7 @@ struct TensorDifference {
 struct DiffOutcome {
   std::vector<ScalarDifference> scalar_differences;
   std::optional<TensorDifference> tensor_difference;
+  int64_t tensors_to_compare = 0;
   int64_t tensors_compared = 0;
   int64_t elements_compared = 0;
   std::vector<std::string> notes;
@@ -336,6 +337,8 @@ Status compare_tensors(Disk& disk, const OpenedCheckpoint& a, const OpenedCheckp
     outcome.notes.push_back(std::string("the param tensors are not compared: they are ") +
                             precision_name(a.manifest.precision) + " vs " + precision_name(b.manifest.precision));
   }
+  const int64_t states_compared = static_cast<int64_t>(std::size(kCheckpointStates)) - (same_model_dtype ? 0 : 1);
+  outcome.tensors_to_compare = static_cast<int64_t>(a.manifest.parameters.size()) * states_compared;
   for (size_t p = 0; p < a.manifest.parameters.size(); ++p) {
     const ParameterInfo& parameter = a.manifest.parameters[p];
     for (CheckpointState state : kCheckpointStates) {
@@ -539,12 +542,12 @@ int run_checkpoint_diff_command(const CheckpointDiffFlags& flags) {
   }
   if (outcome.tensor_difference) {
     std::printf("differs: %s\n", tensor_difference_text(*outcome.tensor_difference).c_str());
-    std::printf("different: %zu scalars and tensor %s differ (%" PRId64 " of %zu tensors compared: the comparison "
-                "stops at the first differing tensor)\n",
+    std::printf("different: %zu scalar(s) and tensor %s (%" PRId64 " of %" PRId64
+                " tensors compared: the comparison stops at the first differing tensor)\n",
                 outcome.scalar_differences.size(), outcome.tensor_difference->tensor.c_str(), outcome.tensors_compared,
-                a->manifest.parameters.size() * std::size(kCheckpointStates));
+                outcome.tensors_to_compare);
   } else {
-    std::printf("different: %zu scalars; tensors identical: %" PRId64 " tensors, %" PRId64 " elements\n",
+    std::printf("different: %zu scalar(s); tensors identical: %" PRId64 " tensors, %" PRId64 " elements\n",
                 outcome.scalar_differences.size(), outcome.tensors_compared, outcome.elements_compared);
   }
   return 1;
