@@ -568,18 +568,18 @@ TEST_F(CheckpointLoader, AManifestThatLiesAboutTheLayoutOrCountersIsRefused) {
 TEST_F(CheckpointLoader, ChangesThatBreakResumeAreRefusedNamingBothValues) {
   TrainingOptions other_model = options_;
   other_model.model.layer_widths = {13, 36, 29, 5};
-  expect_error(resume(other_model), StatusCode::kFailedPrecondition,
+  expect_error(resume(other_model), StatusCode::kInvalidArgument,
                {"model shape", "checkpoint 13,37,29,5", "this run 13,36,29,5"});
   TrainingOptions other_dtype = options_;
   other_dtype.config.precision = Precision::kBf16;
   other_dtype.config.communication_dtype = Precision::kBf16;
-  expect_error(resume(other_dtype), StatusCode::kFailedPrecondition, {"parameter dtype", "fp16", "bf16"});
+  expect_error(resume(other_dtype), StatusCode::kInvalidArgument, {"parameter dtype", "fp16", "bf16"});
   TrainingOptions other_optimizer = options_;
   other_optimizer.config.optimizer.adam_w_mode = false;
-  expect_error(resume(other_optimizer), StatusCode::kFailedPrecondition, {"optimizer type", "L2 weight decay"});
+  expect_error(resume(other_optimizer), StatusCode::kInvalidArgument, {"optimizer type", "L2 weight decay"});
   TrainingOptions other_data = options_;
   other_data.data.seed = 99;
-  expect_error(resume(other_data), StatusCode::kFailedPrecondition, {"dataset", "seed 99"});
+  expect_error(resume(other_data), StatusCode::kInvalidArgument, {"dataset", "seed 99"});
 }
 
 TEST_F(CheckpointLoader, SafeChangesAreAllowedWithANoteAndNumericChangesWithAWarning) {

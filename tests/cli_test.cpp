@@ -102,6 +102,61 @@ TEST(Cli, SeedConfigWithNvmeOffloadGivesTheSameStateAsOffloadOff) {
   EXPECT_EQ(json_of(on_nvme)["steps"], json_of(offload_off)["steps"]);
 }
 
+// The contract: `train --steps 20` and `train --steps 10 --save-dir D` then
+// `train --resume D --steps 20` print the same state digest, on the default config (the seed's
+// shape: optimizer on NVMe), on the seed's own config, and at another world size on resume.
+TEST(Cli, SaveThenResumeGivesTheUninterruptedStateDigest) {
+  zerosim::TestDirectory directory;
+  const std::string seed_config = std::string(" --config ") + ZEROSIM_TEST_DATA_DIR +
+                                  "/ds_configs/seed_ds_config.json --set zero_optimization.offload_optimizer.nvme_path=" +
+                                  directory.path() + "/swap";
+  for (const std::string& config : {std::string(), seed_config}) {
+    SCOPED_TRACE(config.empty() ? "default config" : "seed config");
+    const CommandResult uninterrupted = run_cli("train --steps 20 --json" + config);
+    ASSERT_EQ(uninterrupted.exit_code, 0) << uninterrupted.output;
+    const std::string expected = json_of(uninterrupted)["state_digest"];
+    const std::string checkpoints = directory.path() + "/ckpt" + (config.empty() ? "-default" : "-seed");
+    const CommandResult saved = run_cli("train --steps 10 --save-dir " + checkpoints + config);
+    ASSERT_EQ(saved.exit_code, 0) << saved.output;
+    ASSERT_TRUE(std::filesystem::exists(checkpoints + "/global_step10/manifest.json"));
+    for (const char* world_size : {"1", "2"}) {
+      const CommandResult resumed =
+          run_cli("train --resume " + checkpoints + " --steps 20 --json --world-size " + world_size + config);
+      ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+      const nlohmann::json output = json_of(resumed);
+      EXPECT_EQ(output["state_digest"], expected) << "world size " << world_size << "\n" << resumed.output;
+      ASSERT_EQ(output["steps"].size(), 10u);
+      EXPECT_EQ(output["steps"][0]["step"], 11);
+      const nlohmann::json all_steps = json_of(uninterrupted)["steps"];
+      EXPECT_EQ(output["steps"], nlohmann::json(all_steps.begin() + 10, all_steps.end()));
+    }
+  }
+}
+
+TEST(Cli, ResumeRefusesWhatItCannotContinueAndNamesIt) {
+  zerosim::TestDirectory directory;
+  const std::string checkpoints = directory.path() + "/ckpt";
+  ASSERT_EQ(run_cli("train --steps 4 --save-dir " + checkpoints + " --set zero_optimization.offload_optimizer.device=none")
+                .exit_code,
+            0);
+  const CommandResult other_model = run_cli("train --resume " + checkpoints + " --steps 6 --model 13,30,5");
+  EXPECT_EQ(other_model.exit_code, 2) << other_model.output;
+  EXPECT_NE(other_model.output.find("model shape differs (checkpoint 13,37,29,5, this run 13,30,5)"), std::string::npos)
+      << other_model.output;
+  const CommandResult odd_world = run_cli("train --resume " + checkpoints + " --steps 6 --world-size 3");
+  EXPECT_EQ(odd_world.exit_code, 2) << odd_world.output;
+  EXPECT_NE(odd_world.output.find("train_batch_size 8 is not a multiple of micro batch 4 x world size 3"),
+            std::string::npos)
+      << odd_world.output;
+  const CommandResult missing = run_cli("train --resume " + directory.path() + "/nothing --steps 6");
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.output.find("nothing"), std::string::npos) << missing.output;
+  const CommandResult every_without_directory = run_cli("train --steps 2 --save-every 1");
+  EXPECT_EQ(every_without_directory.exit_code, 2) << every_without_directory.output;
+  EXPECT_NE(every_without_directory.output.find("needs a save directory"), std::string::npos)
+      << every_without_directory.output;
+}
+
 TEST(Cli, TableHasTheColumns) {
   const CommandResult result = run_cli("train --steps 2 --run-id cli-table");
   ASSERT_EQ(result.exit_code, 0) << result.output;

@@ -472,7 +472,7 @@ Result<ResumeCompatibility> check_resume_compatibility(const CheckpointManifest&
                                                        const std::string& manifest_path) {
   const ResolvedConfig& config = *target.config;
   auto breaking = [&](const std::string& key, const std::string& saved, const std::string& now) {
-    return failed_precondition("cannot resume from " + manifest_path + ": " + key + " differs (checkpoint " + saved +
+    return invalid_argument("cannot resume from " + manifest_path + ": " + key + " differs (checkpoint " + saved +
                                ", this run " + now + "); this change breaks resume");
   };
   if (manifest.model.layer_widths != target.model->layer_widths) {

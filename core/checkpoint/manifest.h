@@ -129,7 +129,7 @@ Status apply_retention(Disk& disk, const std::string& checkpoint_directory, int6
                        std::vector<std::string>* removed);
 
 // What resuming `manifest` under another run's settings means. A change that breaks resume
-// (model shape, parameter dtype, optimizer type, dataset or seed) is an error naming the key
+// (model shape, parameter dtype, optimizer type, dataset) is a kInvalidArgument naming the key
 // with the checkpoint's and the run's values. Other differences of the resolved config are
 // notes: layout-only keys (offload, aio, sub_group_size, buckets, logging, checkpoint) are
 // safe; keys that change the numerics of later steps (lr, betas, clipping, ...) are allowed,
