@@ -1,6 +1,7 @@
 #include "core/checkpoint/commit.h"
 
 #include <cstring>
+#include <vector>
 
 namespace zerosim {
 
@@ -17,6 +18,26 @@ Status validate_checkpoint_tag(const std::string& tag) {
                               "' not allowed (use letters, digits, '.', '_' and '-')");
     }
   }
+  return Status();
+}
+
+Status create_directories_durably(Disk& disk, const std::string& path) {
+  // The missing components, outermost first.
+  std::vector<std::string> missing;
+  std::string at = path;
+  while (!at.empty() && at != "/") {
+    ZEROSIM_ASSIGN_OR_RETURN(bool exists, disk.exists(at));
+    if (exists) break;
+    missing.push_back(at);
+    const size_t slash = at.find_last_of('/');
+    at = slash == std::string::npos ? std::string() : (slash == 0 ? std::string("/") : at.substr(0, slash));
+  }
+  if (missing.empty()) return Status();
+  ZEROSIM_RETURN_IF_ERROR(disk.create_directories(path));
+  // `at` is the deepest directory that existed: its entry for the first new one, and each new
+  // one's entry for the next, must be made durable.
+  if (!at.empty()) ZEROSIM_RETURN_IF_ERROR(disk.sync_directory(at));
+  for (auto it = missing.rbegin(); it + 1 != missing.rend(); ++it) ZEROSIM_RETURN_IF_ERROR(disk.sync_directory(*it));
   return Status();
 }
 

@@ -15,6 +15,10 @@ namespace zerosim {
 // [A-Za-z0-9._-], not "." or "..", so that it can never reach outside (no '/', no absolute path).
 Status validate_checkpoint_tag(const std::string& tag);
 
+// Creates `path` and any missing parents so that the new entries survive a power loss: each
+// directory whose entries changed is fsynced (a new directory's name lives in its parent).
+Status create_directories_durably(Disk& disk, const std::string& path);
+
 // Writes `content` to `<directory>/<name>` durably and atomically (temporary file, fsync,
 // rename, fsync of the directory).
 Status write_file_atomically(Disk& disk, const std::string& directory, const std::string& name,

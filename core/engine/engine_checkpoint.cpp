@@ -247,8 +247,8 @@ Status RankEngine::save_checkpoint(const std::string& checkpoint_directory, cons
         return failed_precondition("checkpoint " + tag_directory + " already exists (committed); choose another tag");
       }
       ZEROSIM_RETURN_IF_ERROR(disk.remove_tree(tag_directory));
-      ZEROSIM_RETURN_IF_ERROR(disk.create_directories(tag_directory));
-      return disk.sync_directory(checkpoint_directory);
+      // The checkpoint directory may be new too: every new name is made durable.
+      return create_directories_durably(disk, tag_directory);
     }();
   }
   ZEROSIM_RETURN_IF_ERROR(share_verdict(comm_, prepared, "prepare " + tag_directory));
