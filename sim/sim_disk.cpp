@@ -179,7 +179,13 @@ std::string SimDisk::parent_of(const std::string& path) {
   return path.substr(0, slash);
 }
 
+Status SimDisk::check_frozen(const std::string& what) const {
+  if (frozen_) return io_error(what + ": the simulated power is off");
+  return Status();
+}
+
 Status SimDisk::check_generation(uint64_t generation, const std::string& path) const {
+  ZEROSIM_RETURN_IF_ERROR(check_frozen(path));
   if (generation != generation_) {
     return io_error(path + ": the file handle is from before simulated crash " + std::to_string(generation_));
   }
@@ -215,6 +221,7 @@ uint64_t SimDisk::visible_bytes_locked() const {
 Result<std::unique_ptr<File>> SimDisk::open(const std::string& raw_path, const FileOpenOptions& options) {
   if (raw_path.find("..") != std::string::npos) return invalid_argument("open " + raw_path + ": '..' in a path");
   std::lock_guard lock(mutex_);
+  ZEROSIM_RETURN_IF_ERROR(check_frozen(raw_path));
   const std::string path = normalize(raw_path);
   auto found = visible_.find(path);
   if (found != visible_.end() && found->second.is_directory) return failed_precondition("open " + path + ": is a directory");
@@ -316,6 +323,7 @@ Result<uint64_t> SimDisk::inode_size(uint64_t generation, const std::shared_ptr<
 Status SimDisk::create_directories(const std::string& raw_path) {
   if (raw_path.find("..") != std::string::npos) return invalid_argument("create directory " + raw_path + ": '..'");
   std::lock_guard lock(mutex_);
+  ZEROSIM_RETURN_IF_ERROR(check_frozen(raw_path));
   const std::string path = normalize(raw_path);
   std::vector<std::string> missing;
   for (std::string at = path; at != "/"; at = parent_of(at)) {
@@ -341,6 +349,7 @@ Status SimDisk::create_directories(const std::string& raw_path) {
 
 Status SimDisk::remove_file(const std::string& raw_path) {
   std::lock_guard lock(mutex_);
+  ZEROSIM_RETURN_IF_ERROR(check_frozen(raw_path));
   const std::string path = normalize(raw_path);
   auto found = visible_.find(path);
   if (found == visible_.end()) return not_found("remove " + path + ": no such file");
@@ -359,6 +368,7 @@ Status SimDisk::remove_file(const std::string& raw_path) {
 Status SimDisk::remove_tree(const std::string& raw_path) {
   if (raw_path.find("..") != std::string::npos) return invalid_argument("remove tree " + raw_path + ": '..'");
   std::lock_guard lock(mutex_);
+  ZEROSIM_RETURN_IF_ERROR(check_frozen(raw_path));
   const std::string path = normalize(raw_path);
   if (path == "/") return invalid_argument("remove tree /: refused");
   std::vector<std::string> doomed;
@@ -382,6 +392,7 @@ Status SimDisk::remove_tree(const std::string& raw_path) {
 
 Status SimDisk::rename(const std::string& raw_from, const std::string& raw_to) {
   std::lock_guard lock(mutex_);
+  ZEROSIM_RETURN_IF_ERROR(check_frozen(raw_from));
   const std::string from = normalize(raw_from);
   const std::string to = normalize(raw_to);
   auto found = visible_.find(from);
@@ -435,6 +446,7 @@ void SimDisk::apply_directory_operation(Namespace& names, const DirectoryOperati
 
 Status SimDisk::sync_directory(const std::string& raw_path) {
   std::lock_guard lock(mutex_);
+  ZEROSIM_RETURN_IF_ERROR(check_frozen(raw_path));
   const std::string path = normalize(raw_path);
   auto found = visible_.find(path);
   if (found == visible_.end() || !found->second.is_directory) return not_found("fsync directory " + path + ": no such directory");
@@ -463,11 +475,13 @@ Status SimDisk::sync_directory(const std::string& raw_path) {
 
 Result<bool> SimDisk::exists(const std::string& path) {
   std::lock_guard lock(mutex_);
+  ZEROSIM_RETURN_IF_ERROR(check_frozen(path));
   return visible_.count(normalize(path)) > 0;
 }
 
 Result<std::vector<std::string>> SimDisk::list_directory(const std::string& raw_path) {
   std::lock_guard lock(mutex_);
+  ZEROSIM_RETURN_IF_ERROR(check_frozen(raw_path));
   const std::string path = normalize(raw_path);
   auto found = visible_.find(path);
   if (found == visible_.end() || !found->second.is_directory) return not_found("list " + path + ": no such directory");
@@ -551,8 +565,40 @@ std::vector<PendingOperation> SimDisk::pending_operations() const {
   return out;
 }
 
+void SimDisk::freeze() {
+  std::lock_guard lock(mutex_);
+  frozen_ = true;
+}
+
+std::unique_ptr<SimDisk> SimDisk::clone() const {
+  std::lock_guard lock(mutex_);
+  auto copy = std::make_unique<SimDisk>(options_);
+  std::map<const Inode*, std::shared_ptr<Inode>> copies;
+  auto copy_of = [&](const std::shared_ptr<Inode>& inode) -> std::shared_ptr<Inode> {
+    if (!inode) return nullptr;
+    auto& slot = copies[inode.get()];
+    if (!slot) slot = std::make_shared<Inode>(*inode);
+    return slot;
+  };
+  for (const auto& [path, entry] : visible_) copy->visible_[path] = Entry{entry.is_directory, copy_of(entry.inode)};
+  for (const auto& [path, entry] : durable_) copy->durable_[path] = Entry{entry.is_directory, copy_of(entry.inode)};
+  for (const DirectoryOperation& operation : pending_directory_operations_) {
+    DirectoryOperation copied = operation;
+    copied.inode = copy_of(operation.inode);
+    copy->pending_directory_operations_.push_back(copied);
+  }
+  for (const auto& [inode, index] : pending_content_order_) copy->pending_content_order_.push_back({copy_of(inode), index});
+  copy->generation_ = generation_;
+  copy->frozen_ = frozen_;
+  copy->content_trace_ = content_trace_;
+  copy->unordered_trace_ = unordered_trace_;
+  copy->crash_trace_ = crash_trace_;
+  return copy;
+}
+
 void SimDisk::crash(const std::vector<CrashFate>& fates) {
   std::lock_guard lock(mutex_);
+  frozen_ = false;
   Namespace names = durable_;
   std::set<Inode*> touched;
   for (size_t i = 0; i < pending_content_order_.size(); ++i) {

@@ -79,6 +79,12 @@ class SimDisk final : public Disk {
   // Power loss with fates drawn from `seed`: each operation kept or dropped with equal
   // probability, writes of several sectors torn one time in four.
   void crash_with_seed(uint64_t seed);
+  // The instant of a power loss: from now until crash(), every operation fails (ranks still
+  // running when the power went out do nothing more), so the pending operations are exactly
+  // those issued before it.
+  void freeze();
+  // A deep copy (files, names, pending operations), to try several crash states of one instant.
+  std::unique_ptr<SimDisk> clone() const;
   // How many crashes this disk has seen (file handles from an older generation are dead).
   uint64_t crash_count() const;
 
@@ -130,6 +136,7 @@ class SimDisk final : public Disk {
   static std::string normalize(const std::string& path);
   static std::string parent_of(const std::string& path);
   Status check_generation(uint64_t generation, const std::string& path) const;
+  Status check_frozen(const std::string& what) const;
   Status require_parent_directory(const std::string& path) const;
   void apply_directory_operation(Namespace& names, const DirectoryOperation& operation) const;
   void trace_content(const std::string& path, const std::string& what);
@@ -146,7 +153,7 @@ class SimDisk final : public Disk {
   std::vector<std::pair<std::shared_ptr<Inode>, size_t>> pending_content_order_;
   std::map<std::string, uint64_t> locks_;  // path -> generation holding it
   uint64_t generation_ = 0;
-  uint64_t queue_count_ = 0;
+  bool frozen_ = false;
   std::map<std::string, uint64_t> content_trace_;    // ordered per path
   std::map<std::string, uint64_t> unordered_trace_;  // commutative per path
   uint64_t crash_trace_ = 0;

@@ -56,21 +56,7 @@ inline TrainingRun train_or_fail(const TrainingOptions& options, int64_t steps) 
 
 // Names the first component that differs, so a failure says what was lost.
 inline std::string first_difference(const ComponentDigests& expected, const ComponentDigests& actual) {
-  const std::pair<const char*, std::pair<const std::string*, const std::string*>> components[] = {
-      {"params", {&expected.params, &actual.params}},
-      {"master", {&expected.master, &actual.master}},
-      {"exp_avg", {&expected.exp_avg, &actual.exp_avg}},
-      {"exp_avg_sq", {&expected.exp_avg_sq, &actual.exp_avg_sq}},
-      {"counters", {&expected.counters, &actual.counters}},
-      {"scheduler", {&expected.scheduler, &actual.scheduler}},
-      {"loss_scaler", {&expected.loss_scaler, &actual.loss_scaler}},
-      {"rng", {&expected.rng, &actual.rng}},
-      {"data", {&expected.data, &actual.data}},
-  };
-  for (const auto& [name, pair] : components) {
-    if (*pair.first != *pair.second) return name;
-  }
-  return "";
+  return first_differing_component(expected, actual);
 }
 
 }  // namespace zerosim

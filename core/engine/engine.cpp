@@ -698,6 +698,24 @@ Status RankEngine::for_each_partition_state(
   return Status();
 }
 
+std::string first_differing_component(const ComponentDigests& expected, const ComponentDigests& actual) {
+  const std::pair<const char*, std::pair<const std::string*, const std::string*>> components[] = {
+      {"params", {&expected.params, &actual.params}},
+      {"master", {&expected.master, &actual.master}},
+      {"exp_avg", {&expected.exp_avg, &actual.exp_avg}},
+      {"exp_avg_sq", {&expected.exp_avg_sq, &actual.exp_avg_sq}},
+      {"counters", {&expected.counters, &actual.counters}},
+      {"scheduler", {&expected.scheduler, &actual.scheduler}},
+      {"loss_scaler", {&expected.loss_scaler, &actual.loss_scaler}},
+      {"rng", {&expected.rng, &actual.rng}},
+      {"data", {&expected.data, &actual.data}},
+  };
+  for (const auto& [name, pair] : components) {
+    if (*pair.first != *pair.second) return name;
+  }
+  return "";
+}
+
 Result<FullTrainingState> RankEngine::gather_state() {
   // Streams the state to rank 0 one parameter at a time (one gather per tensor kind), where it
   // is unpadded and fed to the digests: memory is one parameter's full tensors, whatever the

@@ -143,7 +143,10 @@ class RankEngine {
   // gradient accumulation is not part of a checkpoint. With checkpoint.async_save the state is
   // snapshotted to host memory here and written in the background; this call returns once the
   // snapshot is taken, and the next save (or wait_for_save) waits for the write.
-  // Crash points: "ckpt.shard_written", "ckpt.manifest_written", "ckpt.latest_published".
+  // Crash points, in order: "ckpt.save_begin" (every rank, before any I/O of the save),
+  // "ckpt.tag_prepared" (rank 0), "ckpt.shard_written" (every rank, all shards durable),
+  // "ckpt.manifest_written", "ckpt.latest_published" (rank 0), "ckpt.save_end" (every rank,
+  // synchronous saves). Loading hits "ckpt.load_begin" and "ckpt.load_sub_group_restored".
   Status save_checkpoint(const std::string& checkpoint_directory, const std::string& tag);
   // Waits for an async save in flight and returns its result (OK when none). Collective
   // when a save is in flight.
@@ -249,6 +252,10 @@ struct TrainingRun {
   // With TrainingOptions::digest_every_step: the digests after each step run, in step order.
   std::vector<ComponentDigests> step_digests;
 };
+
+// The name of the first component ("params", "master", ..., "data", in ComponentDigests'
+// order) whose digests differ; empty when all agree. What an oracle prints when a bit differs.
+std::string first_differing_component(const ComponentDigests& expected, const ComponentDigests& actual);
 
 // Checkpointing around a run: resume from a directory, save every S steps and at the end.
 struct CheckpointPlan {

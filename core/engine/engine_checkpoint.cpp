@@ -237,6 +237,10 @@ Status RankEngine::save_checkpoint(const std::string& checkpoint_directory, cons
   }
   Disk& disk = *env_.disk;
   const std::string tag_directory = checkpoint_directory + "/" + tag;
+  // Hit before the barrier: no rank has touched the disk for this save yet, whichever rank a
+  // crash stops here (so the simulator's crash states are reproducible).
+  env_.crash_points->hit("ckpt.save_begin", comm_.rank());
+  ZEROSIM_RETURN_IF_ERROR(comm_.barrier());
   // Rank 0 prepares the tag directory; a committed tag is never overwritten (`latest` may
   // name it), and the leftovers of a save that never committed are cleared.
   Status prepared;
@@ -250,6 +254,7 @@ Status RankEngine::save_checkpoint(const std::string& checkpoint_directory, cons
       // The checkpoint directory may be new too: every new name is made durable.
       return create_directories_durably(disk, tag_directory);
     }();
+    if (prepared.ok()) env_.crash_points->hit("ckpt.tag_prepared", 0);
   }
   ZEROSIM_RETURN_IF_ERROR(share_verdict(comm_, prepared, "prepare " + tag_directory));
 
@@ -270,7 +275,9 @@ Status RankEngine::save_checkpoint(const std::string& checkpoint_directory, cons
     // A rank whose shard failed still takes part, so that no rank waits for it forever.
     ZEROSIM_RETURN_IF_ERROR(share_verdict_all(comm_, written, "write its shard of " + tag_directory));
     env_.crash_points->hit("ckpt.shard_written", comm_.rank());
-    return commit_checkpoint(comm_, checkpoint_directory, tag, manifest_text, size_bytes, checksum);
+    ZEROSIM_RETURN_IF_ERROR(commit_checkpoint(comm_, checkpoint_directory, tag, manifest_text, size_bytes, checksum));
+    env_.crash_points->hit("ckpt.save_end", comm_.rank());
+    return Status();
   }
 
   // Async: the snapshot is a copy taken now (later steps cannot leak into it); the write, the
@@ -301,6 +308,7 @@ Status RankEngine::save_checkpoint(const std::string& checkpoint_directory, cons
 
 Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_directory, const std::string& tag,
                                               std::vector<std::string>* notes) {
+  env_.crash_points->hit("ckpt.load_begin", comm_.rank());
   ZEROSIM_RETURN_IF_ERROR(prepare_storage());
   Disk& disk = *env_.disk;
   std::string warning;
@@ -358,6 +366,7 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
       std::copy(exp_avg.begin(), exp_avg.end(), exp_avg_.begin() + offset);
       std::copy(exp_avg_sq.begin(), exp_avg_sq.end(), exp_avg_sq_.begin() + offset);
     }
+    env_.crash_points->hit("ckpt.load_sub_group_restored", comm_.rank());
   }
 
   counters_.global_steps = manifest.global_steps;

@@ -1,0 +1,290 @@
+#include "sim/crash_explorer.h"
+
+#include <cstring>
+
+#include "core/checkpoint/manifest.h"
+#include "core/env/rng.h"
+
+namespace zerosim {
+
+std::string CrashPoint::describe() const {
+  return site + "@rank" + std::to_string(rank) + "#" + std::to_string(occurrence);
+}
+
+void ScriptedCrashPoints::hit(std::string_view site, int rank) {
+  std::lock_guard lock(mutex_);
+  const int64_t occurrence = ++counts_[{std::string(site), rank}];
+  if (!armed_) {
+    recorded_.push_back(CrashPoint{std::string(site), rank, occurrence});
+    return;
+  }
+  if (fired_ || site != target_.site || rank != target_.rank || occurrence != target_.occurrence) return;
+  fired_ = true;
+  // The power goes out now: nothing any rank does from here on reaches the disk.
+  if (disk_ != nullptr) disk_->freeze();
+  throw SimulatedCrash{std::string(site), rank};
+}
+
+std::vector<CrashPoint> ScriptedCrashPoints::recorded() const {
+  std::lock_guard lock(mutex_);
+  return recorded_;
+}
+
+bool ScriptedCrashPoints::fired() const {
+  std::lock_guard lock(mutex_);
+  return fired_;
+}
+
+std::string first_divergence(const TrainingRun& reference, const TrainingRun& resumed, int64_t first_step) {
+  if (reference.step_digests.size() != reference.steps.size()) return "the reference has no per-step digests";
+  if (first_step < 0 || static_cast<size_t>(first_step) > reference.steps.size() ||
+      resumed.steps.size() != reference.steps.size() - static_cast<size_t>(first_step)) {
+    return "the resumed run ran " + std::to_string(resumed.steps.size()) + " steps from step " +
+           std::to_string(first_step) + ", the reference " + std::to_string(reference.steps.size());
+  }
+  if (resumed.step_digests.size() != resumed.steps.size()) return "the resumed run has no per-step digests";
+  for (size_t k = 0; k < resumed.steps.size(); ++k) {
+    const size_t r = k + static_cast<size_t>(first_step);
+    const std::string step = "step " + std::to_string(r + 1) + ": ";
+    const StepRecord& expected = reference.steps[r];
+    const StepRecord& actual = resumed.steps[k];
+    if (expected.step != actual.step) return step + "step number";
+    if (std::memcmp(&expected.loss, &actual.loss, sizeof(float)) != 0) return step + "loss";
+    if (std::memcmp(&expected.learning_rate, &actual.learning_rate, sizeof(double)) != 0) return step + "learning rate";
+    if (std::memcmp(&expected.loss_scale, &actual.loss_scale, sizeof(double)) != 0) return step + "loss scale";
+    if (std::memcmp(&expected.grad_norm, &actual.grad_norm, sizeof(double)) != 0) return step + "grad norm";
+    if (expected.skipped != actual.skipped) return step + "skipped";
+    const std::string component = first_differing_component(reference.step_digests[r], resumed.step_digests[k]);
+    if (!component.empty()) return step + component;
+  }
+  return "";
+}
+
+namespace {
+
+Env sim_env(SimDisk& disk, CrashPointHook& hook, Clock& clock) { return Env{&disk, &clock, &hook}; }
+
+// Calls the scenario's planted hook (tests only), then the real one.
+class PlantedHook final : public CrashPointHook {
+ public:
+  PlantedHook(const CrashScenario& scenario, Disk& disk, CrashPointHook& inner)
+      : scenario_(scenario), disk_(disk), inner_(inner) {}
+  void hit(std::string_view site, int rank) override {
+    if (scenario_.planted_hook) scenario_.planted_hook(disk_, site, rank);
+    inner_.hit(site, rank);
+  }
+
+ private:
+  const CrashScenario& scenario_;
+  Disk& disk_;
+  CrashPointHook& inner_;
+};
+
+// The fates to try for these pending operations (see crash_explorer.h).
+std::vector<std::vector<CrashFate>> crash_states(const std::vector<PendingOperation>& pending, int64_t bound,
+                                                 uint64_t seed) {
+  std::vector<int> choices;  // per operation: 2 (keep, drop) or 3 (also torn)
+  long double combinations = 1;
+  for (const PendingOperation& operation : pending) {
+    const int count = operation.kind == PendingOperation::Kind::kWrite && operation.sector_count >= 2 ? 3 : 2;
+    choices.push_back(count);
+    combinations *= count;
+  }
+  auto fate_of = [&](size_t i, int choice) {
+    CrashFate fate;
+    if (choice == 1) fate.kind = CrashFate::Kind::kDrop;
+    if (choice == 2) {
+      fate.kind = CrashFate::Kind::kTear;
+      const uint64_t half = pending[i].sector_count / 2;
+      fate.surviving_sectors_mask = half >= 64 ? ~uint64_t{0} : ((uint64_t{1} << half) - 1);
+    }
+    return fate;
+  };
+  std::vector<std::vector<CrashFate>> states;
+  if (combinations <= static_cast<long double>(bound)) {
+    const int64_t total = static_cast<int64_t>(combinations);
+    for (int64_t index = 0; index < total; ++index) {
+      std::vector<CrashFate> fates;
+      int64_t rest = index;
+      for (size_t i = 0; i < pending.size(); ++i) {
+        fates.push_back(fate_of(i, static_cast<int>(rest % choices[i])));
+        rest /= choices[i];
+      }
+      states.push_back(std::move(fates));
+    }
+    return states;
+  }
+  states.push_back(std::vector<CrashFate>(pending.size(), fate_of(0, 0)));  // keep all
+  std::vector<CrashFate> drop_all;
+  for (size_t i = 0; i < pending.size(); ++i) drop_all.push_back(fate_of(i, 1));
+  states.push_back(drop_all);
+  for (int64_t n = 2; n < bound; ++n) {
+    std::vector<CrashFate> fates;
+    for (size_t i = 0; i < pending.size(); ++i) {
+      fates.push_back(fate_of(i, static_cast<int>(mix_random_bits(seed, static_cast<uint64_t>(n), i) %
+                                                  static_cast<uint64_t>(choices[i]))));
+    }
+    states.push_back(std::move(fates));
+  }
+  return states;
+}
+
+std::string describe_state(const std::vector<PendingOperation>& pending, const std::vector<CrashFate>& fates) {
+  std::string text;
+  for (size_t i = 0; i < pending.size(); ++i) {
+    const char* fate = fates[i].kind == CrashFate::Kind::kKeep ? "keep" : fates[i].kind == CrashFate::Kind::kDrop ? "drop" : "tear";
+    if (!text.empty()) text += "; ";
+    text += std::string(fate) + " " + pending[i].describe();
+  }
+  return text.empty() ? "(nothing pending)" : text;
+}
+
+// A clock that never moves: the explorer's runs must not depend on time.
+class FixedClock final : public Clock {
+ public:
+  uint64_t now_ns() override { return 0; }
+};
+
+}  // namespace
+
+Result<std::string> check_determinism(const CrashScenario& scenario) {
+  TrainingOptions options = scenario.options;
+  options.digest_every_step = true;
+  CheckpointPlan saving;
+  saving.save_directory = scenario.checkpoint_directory;
+  saving.save_every_steps = scenario.save_every_steps;
+  std::string hashes[2];
+  for (std::string& hash : hashes) {
+    SimDisk disk(SimDiskOptions{512, uint64_t{1} << 40, scenario.seed});
+    NoCrashPoints no_crash;
+    PlantedHook hook(scenario, disk, no_crash);
+    Env env{&disk, nullptr, &hook};
+    std::unique_ptr<Clock> clock = make_steady_clock();
+    env.clock = clock.get();
+    ZEROSIM_ASSIGN_OR_RETURN(TrainingRun run, run_training(options, scenario.total_steps, env, saving));
+    (void)run;
+    hash = disk.trace_hash();
+  }
+  if (hashes[0] != hashes[1]) {
+    return internal_error("determinism self-check failed: the same scenario and seed gave trace hashes " + hashes[0] +
+                          " and " + hashes[1] + " (some I/O depends on something other than the seed)");
+  }
+  return hashes[0];
+}
+
+Result<ExplorationResult> explore_save_crashes(const CrashScenario& scenario) {
+  if (scenario.save_every_steps < 1 || scenario.explored_save_step <= scenario.save_every_steps ||
+      scenario.explored_save_step % scenario.save_every_steps != 0) {
+    return invalid_argument("scenario: explored_save_step (" + std::to_string(scenario.explored_save_step) +
+                            ") must be a multiple of save_every (" + std::to_string(scenario.save_every_steps) +
+                            ") after the first save");
+  }
+  if (scenario.total_steps < scenario.explored_save_step) {
+    return invalid_argument("scenario: steps (" + std::to_string(scenario.total_steps) +
+                            ") must be at least explored_save_step (" + std::to_string(scenario.explored_save_step) + ")");
+  }
+  if (scenario.crash_state_bound < 2) return invalid_argument("scenario: crash_state_bound must be at least 2");
+  ZEROSIM_RETURN_IF_ERROR(validate_training_options(scenario.options));
+  TrainingOptions options = scenario.options;
+  options.digest_every_step = true;
+  TrainingOptions resume_options = options;
+  if (scenario.resume_world_size > 0 && scenario.resume_world_size != options.world_size) {
+    // Elastic resume keeps the global batch: the accumulation follows the world size.
+    const int64_t per_step = options.config.micro_batch_size * scenario.resume_world_size;
+    if (options.config.train_batch_size % per_step != 0) {
+      return invalid_argument("scenario: resume_world_size " + std::to_string(scenario.resume_world_size) +
+                              " does not divide train_batch_size " + std::to_string(options.config.train_batch_size) +
+                              " by micro batch " + std::to_string(options.config.micro_batch_size));
+    }
+    resume_options.world_size = scenario.resume_world_size;
+    resume_options.config.gradient_accumulation_steps = options.config.train_batch_size / per_step;
+  }
+  FixedClock clock;
+  ExplorationResult result;
+  ZEROSIM_ASSIGN_OR_RETURN(std::string trace_hash, check_determinism(scenario));
+
+  // The uninterrupted reference.
+  SimDisk reference_disk(SimDiskOptions{512, uint64_t{1} << 40, scenario.seed});
+  NoCrashPoints no_crash;
+  ZEROSIM_ASSIGN_OR_RETURN(TrainingRun reference,
+                           run_training(options, scenario.total_steps, sim_env(reference_disk, no_crash, clock)));
+  result.reference_trace_hash = trace_hash;
+
+  // The crash points of the explored save.
+  CheckpointPlan saving;
+  saving.save_directory = scenario.checkpoint_directory;
+  saving.save_every_steps = scenario.save_every_steps;
+  const int64_t save_index = scenario.explored_save_step / scenario.save_every_steps;
+  std::vector<CrashPoint> points;
+  {
+    SimDisk disk(SimDiskOptions{512, uint64_t{1} << 40, scenario.seed});
+    ScriptedCrashPoints recorder;
+    ZEROSIM_ASSIGN_OR_RETURN(TrainingRun run, run_training(options, scenario.explored_save_step,
+                                                           sim_env(disk, recorder, clock), saving));
+    (void)run;
+    for (const CrashPoint& point : recorder.recorded()) {
+      if (point.site.rfind("ckpt.save", 0) == 0 || point.site.rfind("ckpt.tag", 0) == 0 ||
+          point.site.rfind("ckpt.shard", 0) == 0 || point.site.rfind("ckpt.manifest", 0) == 0 ||
+          point.site.rfind("ckpt.latest", 0) == 0) {
+        if (point.occurrence == save_index) points.push_back(point);
+      }
+    }
+  }
+  if (points.empty()) return internal_error("the explored save hit no crash point");
+
+  const std::string first_tag = checkpoint_tag_for_step(scenario.save_every_steps);
+  CheckpointPlan resuming;
+  resuming.resume_directory = scenario.checkpoint_directory;
+  for (const CrashPoint& point : points) {
+    ++result.crash_points;
+    result.explored_points.push_back(point.describe());
+    SimDisk disk(SimDiskOptions{512, uint64_t{1} << 40, scenario.seed});
+    ScriptedCrashPoints crash(point, &disk);
+    const Result<TrainingRun> killed =
+        run_training(options, scenario.explored_save_step, sim_env(disk, crash, clock), saving);
+    if (!crash.fired() || killed.ok()) {
+      return internal_error("crash point " + point.describe() + " was not reached on replay (nondeterminism?)");
+    }
+    const std::vector<PendingOperation> pending = disk.pending_operations();
+    for (const std::vector<CrashFate>& fates : crash_states(pending, scenario.crash_state_bound, scenario.seed)) {
+      ++result.crash_states;
+      std::unique_ptr<SimDisk> after = disk.clone();
+      after->crash(fates);
+      auto fail = [&](const std::string& reason) {
+        ++result.failed;
+        if (result.failures.size() < 8) {
+          result.failures.push_back(CrashCaseFailure{point.describe(), describe_state(pending, fates), reason});
+        }
+      };
+      // No committed checkpoint may be lost: the earlier save was complete before the crash.
+      if (!check_tag_complete(*after, scenario.checkpoint_directory, first_tag).ok()) {
+        fail("the committed checkpoint " + first_tag + " was lost");
+        continue;
+      }
+      const Result<TrainingRun> resumed =
+          run_training(resume_options, scenario.total_steps, sim_env(*after, no_crash, clock), resuming);
+      if (!resumed.ok()) {
+        if (resumed.status().code() == StatusCode::kNotFound) {
+          ++result.refused;
+        } else {
+          fail("resume failed: " + resumed.status().to_string());
+        }
+        continue;
+      }
+      const int64_t resumed_at = scenario.total_steps - static_cast<int64_t>(resumed->steps.size());
+      if (resumed_at != scenario.save_every_steps && resumed_at != scenario.explored_save_step) {
+        fail("resumed at step " + std::to_string(resumed_at) + ", which is not a save");
+        continue;
+      }
+      const std::string divergence = first_divergence(reference, *resumed, resumed_at);
+      if (!divergence.empty()) {
+        fail("resumed at step " + std::to_string(resumed_at) + ", diverged at " + divergence);
+        continue;
+      }
+      ++result.passed;
+    }
+  }
+  return result;
+}
+
+}  // namespace zerosim

@@ -1,0 +1,112 @@
+// Exhaustive crash exploration of a checkpoint save: the real core on W rank threads, on
+// SimDisk, killed at every crash point that the save hits, and for each point in every crash
+// state the power-loss model allows (bounded), then resumed and compared with the
+// uninterrupted run at every step.
+//
+// The scenario: train, save every `save_every_steps` steps; the save at `explored_save_step`
+// is the one explored, so an earlier committed checkpoint exists (at save_every_steps). For
+// each (site, rank, occurrence) of that save ("ckpt.*" sites, discovered by a recording run):
+//   1. a fresh SimDisk, the same run, and at that point the disk freezes (the power goes out:
+//      no rank does any more I/O) and the ranks stop (the hook throws SimulatedCrash);
+//   2. the pending operations at that instant get fates: every combination of keep / drop
+//      (and, for writes of several sectors, torn: the first half of the sectors kept) when
+//      there are at most `crash_state_bound` combinations, otherwise `crash_state_bound`
+//      combinations drawn from the seed, always including "keep all" and "drop all";
+//   3. for each crash state, on a copy of the frozen disk: power loss, then a restart from the
+//      config and the durable disk only (`latest`), at resume_world_size, to total_steps.
+// A case passes when the resumed run matches the reference bit for bit from the step it
+// resumed at, that step is one of the saves, and no committed checkpoint was lost (the
+// earlier save is still complete). A clear refusal (no complete checkpoint) is counted apart;
+// anything else (a divergence, an unexpected error, a lost checkpoint) fails, naming the state.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/engine/engine.h"
+#include "sim/sim_disk.h"
+
+namespace zerosim {
+
+// Thrown by a crash-point hook to stop a rank (run_training turns it into an error).
+struct SimulatedCrash {
+  std::string site;
+  int rank = 0;
+};
+
+struct CrashPoint {
+  std::string site;
+  int rank = 0;
+  int64_t occurrence = 0;  // 1-based, per (site, rank)
+  std::string describe() const;  // "ckpt.shard_written@rank2#2"
+};
+
+// Counts hits per (site, rank); records them, or crashes at one: freezes the disk and throws.
+class ScriptedCrashPoints final : public CrashPointHook {
+ public:
+  // Recording mode.
+  ScriptedCrashPoints() = default;
+  // Crash mode.
+  ScriptedCrashPoints(CrashPoint target, SimDisk* disk) : target_(std::move(target)), disk_(disk), armed_(true) {}
+  void hit(std::string_view site, int rank) override;
+  std::vector<CrashPoint> recorded() const;
+  bool fired() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::pair<std::string, int>, int64_t> counts_;
+  std::vector<CrashPoint> recorded_;
+  CrashPoint target_;
+  SimDisk* disk_ = nullptr;
+  bool armed_ = false;
+  bool fired_ = false;
+};
+
+struct CrashScenario {
+  TrainingOptions options;         // paths (nvme_path) on the simulated disk
+  int resume_world_size = 0;       // 0: the same world size
+  int64_t save_every_steps = 2;
+  int64_t explored_save_step = 4;  // a multiple of save_every_steps, > save_every_steps
+  int64_t total_steps = 6;
+  int64_t crash_state_bound = 64;
+  uint64_t seed = 1;
+  std::string checkpoint_directory = "/checkpoints";
+  // Test-only: called at every crash-point hit with the run's disk, to plant nondeterminism
+  // that the determinism self-check must catch. Empty in every real scenario.
+  std::function<void(Disk& disk, std::string_view site, int rank)> planted_hook;
+};
+
+struct CrashCaseFailure {
+  std::string crash_point;
+  std::string crash_state;  // the fates, e.g. "keep create /checkpoints/..., drop write ..."
+  std::string reason;       // the first divergence (step and component) or the error
+};
+
+struct ExplorationResult {
+  int64_t crash_points = 0;
+  int64_t crash_states = 0;
+  int64_t passed = 0;
+  int64_t refused = 0;  // a clear error: no complete checkpoint to resume from
+  int64_t failed = 0;
+  std::vector<CrashCaseFailure> failures;  // the first few
+  std::vector<std::string> explored_points;
+  std::string reference_trace_hash;  // of the reference run's disk (determinism check)
+};
+
+// The determinism self-check: runs the scenario's uninterrupted run twice on fresh simulated
+// disks and compares the trace hashes (every I/O and crash decision); kInternal naming both
+// hashes when they differ. explore_save_crashes runs it first.
+Result<std::string> check_determinism(const CrashScenario& scenario);
+
+// Validates the scenario (names what is wrong) and runs the exploration.
+Result<ExplorationResult> explore_save_crashes(const CrashScenario& scenario);
+
+// Compares a resumed run with the reference from `first_step` on; empty when identical, else
+// "step N: <what>" naming the first differing record field or state component.
+std::string first_divergence(const TrainingRun& reference, const TrainingRun& resumed, int64_t first_step);
+
+}  // namespace zerosim
