@@ -1,6 +1,8 @@
 #include "sim/crash_explorer.h"
 
+#include <algorithm>
 #include <cstring>
+#include <iterator>
 
 #include "core/checkpoint/manifest.h"
 #include "core/env/rng.h"
@@ -222,13 +224,22 @@ Result<ExplorationResult> explore_save_crashes(const CrashScenario& scenario) {
     ZEROSIM_ASSIGN_OR_RETURN(TrainingRun run, run_training(options, scenario.explored_save_step,
                                                            sim_env(disk, recorder, clock), saving));
     (void)run;
-    for (const CrashPoint& point : recorder.recorded()) {
-      if (point.site.rfind("ckpt.save", 0) == 0 || point.site.rfind("ckpt.tag", 0) == 0 ||
-          point.site.rfind("ckpt.shard", 0) == 0 || point.site.rfind("ckpt.manifest", 0) == 0 ||
-          point.site.rfind("ckpt.latest", 0) == 0) {
-        if (point.occurrence == save_index) points.push_back(point);
+    // The phases of a save, in order; ranks hit them concurrently, so the recorded order is
+    // not reproducible, but the set is: it is explored in (phase, rank) order.
+    static const char* const kSavePhases[] = {"ckpt.save_begin",      "ckpt.tag_prepared",      "ckpt.shard_written",
+                                              "ckpt.manifest_written", "ckpt.latest_published", "ckpt.save_end"};
+    auto phase_of = [](const std::string& site) {
+      for (size_t i = 0; i < std::size(kSavePhases); ++i) {
+        if (site == kSavePhases[i]) return static_cast<int>(i);
       }
+      return -1;
+    };
+    for (const CrashPoint& point : recorder.recorded()) {
+      if (phase_of(point.site) >= 0 && point.occurrence == save_index) points.push_back(point);
     }
+    std::sort(points.begin(), points.end(), [&](const CrashPoint& a, const CrashPoint& b) {
+      return std::pair(phase_of(a.site), a.rank) < std::pair(phase_of(b.site), b.rank);
+    });
   }
   if (points.empty()) return internal_error("the explored save hit no crash point");
 

@@ -16,6 +16,11 @@ namespace {
 CrashScenario four_rank_scenario() {
   CrashScenario scenario;
   scenario.options = make_options(ModelSpec{{6, 5, 3}}, Precision::kFp16, 1, 1, 4, 16, 77);
+  // The optimizer state on NVMe: its swap files are never fsynced, so every crash state also
+  // decides their fate (a resume must not care).
+  scenario.options.config.zero.offload_optimizer.device = OffloadDevice::kNvme;
+  scenario.options.config.zero.offload_optimizer.nvme_path = "/nvme";
+  scenario.options.config.zero.offload_optimizer.buffer_count = 9;
   scenario.resume_world_size = 2;
   scenario.save_every_steps = 2;
   scenario.explored_save_step = 4;
