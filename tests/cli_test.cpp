@@ -157,6 +157,26 @@ TEST(Cli, ResumeRefusesWhatItCannotContinueAndNamesIt) {
       << every_without_directory.output;
 }
 
+TEST(Cli, ExplorePrintsTheCountsAndRefusesABadScenario) {
+  zerosim::TestDirectory directory;
+  const std::string scenario = directory.path() + "/scenario.json";
+  std::ofstream(scenario) << R"({"model": "5,4,3", "world_size": 2, "save_every": 1, "explored_save_step": 2,
+                                  "steps": 3, "crash_state_bound": 4})";
+  const CommandResult result = run_cli("explore " + scenario + " --json");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const nlohmann::json output = json_of(result);
+  ASSERT_TRUE(output.is_object()) << result.output;
+  for (const char* key : {"crash_points", "crash_states", "passed", "failed"}) EXPECT_TRUE(output.contains(key)) << key;
+  EXPECT_GT(output["crash_points"].get<int>(), 0);
+  EXPECT_EQ(output["failed"], 0);
+  EXPECT_EQ(output["passed"].get<int>() + output["refused"].get<int>(), output["crash_states"].get<int>());
+
+  std::ofstream(scenario) << R"({"world_sise": 2})";
+  const CommandResult typo = run_cli("explore " + scenario);
+  EXPECT_EQ(typo.exit_code, 2) << typo.output;
+  EXPECT_NE(typo.output.find("world_sise: unknown key; did you mean world_size?"), std::string::npos) << typo.output;
+}
+
 TEST(Cli, TableHasTheColumns) {
   const CommandResult result = run_cli("train --steps 2 --run-id cli-table");
   ASSERT_EQ(result.exit_code, 0) << result.output;

@@ -7,6 +7,7 @@
 #include "core/cuda/cuda_probe.h"
 #include "tools/bench_io_command.h"
 #include "tools/ckpt_command.h"
+#include "tools/explore_command.h"
 #include "tools/train_command.h"
 
 int main(int argc, char** argv) {
@@ -57,6 +58,13 @@ int main(int argc, char** argv) {
   zerosim::CheckpointCommands checkpoint_commands;
   zerosim::add_checkpoint_commands(app, checkpoint_commands);
 
+  zerosim::ExploreFlags explore_flags;
+  CLI::App* explore = app.add_subcommand(
+      "explore", "Crash-explore one save of a scenario on the simulated disk: every crash point, every crash state");
+  explore->add_option("scenario", explore_flags.scenario_path, "Scenario JSON file")->required();
+  explore->add_flag("--json", explore_flags.json,
+                    "Print one JSON object: crash_points, crash_states, passed, refused, failed, failures");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -66,6 +74,7 @@ int main(int argc, char** argv) {
   if (train->parsed()) return zerosim::run_train_command(train_flags);
   if (check->parsed()) return zerosim::run_config_check_command(check_flags);
   if (bench_io->parsed()) return zerosim::run_bench_io_command(io_flags);
+  if (explore->parsed()) return zerosim::run_explore_command(explore_flags);
   if (std::optional<int> code = zerosim::run_checkpoint_command(checkpoint_commands)) return *code;
   if (devices->parsed()) {
     zerosim::Result<zerosim::CudaProbe> probe = zerosim::probe_cuda();

@@ -2056,4 +2056,8 @@ Result<ResolvedConfig> resolve_config(const nlohmann::json& document, const RunS
   }
 }
 
+std::string unknown_key_hint(std::string_view key, const std::vector<std::string_view>& valid_names) {
+  return suggestion_text(key, nearest_name(key, valid_names));
+}
+
 }  // namespace zerosim

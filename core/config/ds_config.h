@@ -169,6 +169,10 @@ struct ResolvedConfig {
 // Intermediate objects are created. Error names the path when a non-object is in the way.
 Status apply_override(nlohmann::json& document, const std::string& assignment);
 
+// "did you mean X?" (or "the nearest valid name is X") for an unknown key: the hint every
+// reader of zerosim's JSON files gives.
+std::string unknown_key_hint(std::string_view key, const std::vector<std::string_view>& valid_names);
+
 // Parses JSON text; a syntax error names the source and the line and column.
 Result<nlohmann::json> parse_json_text(const std::string& text, const std::string& source_name);
 

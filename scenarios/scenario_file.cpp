@@ -1,0 +1,139 @@
+#include "scenarios/scenario_file.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "core/config/ds_config.h"
+#include "core/model/mlp.h"
+
+namespace zerosim {
+
+namespace {
+
+using nlohmann::json;
+
+// ZeRO-3 with AdamW and WarmupLR, every run-dependent value "auto" (filled from the scenario).
+constexpr const char* kDefaultScenarioConfig = R"json({
+  "fp16": {"enabled": "auto", "loss_scale": 0, "initial_scale_power": 16, "loss_scale_window": 1000,
+           "hysteresis": 2, "min_loss_scale": 1},
+  "bf16": {"enabled": "auto"},
+  "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}},
+  "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto",
+                                                "warmup_num_steps": "auto"}},
+  "zero_optimization": {"stage": 3, "sub_group_size": 16},
+  "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+  "gradient_accumulation_steps": "auto", "gradient_clipping": "auto"
+})json";
+
+const std::vector<std::string_view> kScenarioKeys = {
+    "model",   "world_size", "resume_world_size", "precision",         "micro_batch_size", "gradient_accumulation_steps",
+    "seed",    "dataset_size", "save_every",      "explored_save_step", "steps",            "crash_state_bound",
+    "config"};
+
+class ScenarioReader {
+ public:
+  ScenarioReader(const json& document, std::string source) : document_(document), source_(std::move(source)) {}
+
+  Status error(const std::string& key, const std::string& what) const {
+    return invalid_argument(source_ + ": " + key + ": " + what);
+  }
+  Result<int64_t> integer(const std::string& key, int64_t fallback, int64_t minimum, int64_t maximum) const {
+    if (!document_.contains(key)) return fallback;
+    const json& value = document_[key];
+    if (!value.is_number_integer()) return error(key, "expected an integer, found " + value.dump());
+    const int64_t number = value.get<int64_t>();
+    if (number < minimum || number > maximum) {
+      return error(key, "expected " + std::to_string(minimum) + " to " + std::to_string(maximum) + ", found " +
+                            std::to_string(number));
+    }
+    return number;
+  }
+  Result<std::string> text(const std::string& key, const std::string& fallback) const {
+    if (!document_.contains(key)) return fallback;
+    const json& value = document_[key];
+    if (!value.is_string()) return error(key, "expected a string, found " + value.dump());
+    return value.get<std::string>();
+  }
+
+ private:
+  const json& document_;
+  std::string source_;
+};
+
+}  // namespace
+
+Result<CrashScenario> crash_scenario_from_json(const json& document, const std::string& source_name) {
+  if (!document.is_object()) return invalid_argument(source_name + ": expected a JSON object");
+  for (auto it = document.begin(); it != document.end(); ++it) {
+    if (std::find(kScenarioKeys.begin(), kScenarioKeys.end(), it.key()) == kScenarioKeys.end()) {
+      return invalid_argument(source_name + ": " + it.key() + ": unknown key; " +
+                              unknown_key_hint(it.key(), kScenarioKeys));
+    }
+  }
+  const ScenarioReader reader(document, source_name);
+  CrashScenario scenario;
+  ZEROSIM_ASSIGN_OR_RETURN(std::string model_text, reader.text("model", "6,5,3"));
+  Result<ModelSpec> model = parse_model_spec(model_text);
+  if (!model.ok()) return reader.error("model", model.status().message());
+  ZEROSIM_ASSIGN_OR_RETURN(int64_t world_size, reader.integer("world_size", 4, 1, 256));
+  ZEROSIM_ASSIGN_OR_RETURN(int64_t resume_world_size, reader.integer("resume_world_size", 0, 0, 256));
+  ZEROSIM_ASSIGN_OR_RETURN(std::string precision, reader.text("precision", "fp16"));
+  if (precision != "fp32" && precision != "fp16" && precision != "bf16") {
+    return reader.error("precision", "expected fp32, fp16 or bf16, found '" + precision + "'");
+  }
+  ZEROSIM_ASSIGN_OR_RETURN(int64_t micro_batch, reader.integer("micro_batch_size", 1, 1, 4096));
+  ZEROSIM_ASSIGN_OR_RETURN(int64_t accumulation, reader.integer("gradient_accumulation_steps", 1, 1, 4096));
+  ZEROSIM_ASSIGN_OR_RETURN(int64_t seed, reader.integer("seed", 77, 0, INT64_MAX));
+  ZEROSIM_ASSIGN_OR_RETURN(int64_t dataset_size, reader.integer("dataset_size", 97, 1, int64_t{1} << 40));
+  ZEROSIM_ASSIGN_OR_RETURN(scenario.save_every_steps, reader.integer("save_every", 2, 1, 1 << 20));
+  ZEROSIM_ASSIGN_OR_RETURN(scenario.explored_save_step, reader.integer("explored_save_step", 4, 1, 1 << 20));
+  ZEROSIM_ASSIGN_OR_RETURN(scenario.total_steps, reader.integer("steps", 6, 1, 1 << 20));
+  ZEROSIM_ASSIGN_OR_RETURN(scenario.crash_state_bound, reader.integer("crash_state_bound", 64, 2, 1 << 20));
+  scenario.resume_world_size = static_cast<int>(resume_world_size);
+  scenario.seed = static_cast<uint64_t>(seed);
+
+  json config = document.contains("config") ? document["config"] : json::parse(kDefaultScenarioConfig);
+  if (!config.is_object()) return reader.error("config", "expected a DeepSpeed config object");
+  RunSettings settings;
+  settings.world_size = world_size;
+  settings.micro_batch_size = micro_batch;
+  settings.gradient_accumulation_steps = accumulation;
+  settings.learning_rate = 1e-2;
+  settings.adam_beta1 = 0.9;
+  settings.adam_beta2 = 0.999;
+  settings.adam_epsilon = 1e-8;
+  settings.weight_decay = 0.01;
+  settings.max_grad_norm = 1.0;
+  settings.warmup_steps = 3;
+  settings.total_steps = 1000;
+  settings.hidden_size = model->layer_widths.size() > 2 ? model->layer_widths[1] : model->layer_widths.back();
+  settings.auto_precision = precision == "fp16" ? Precision::kFp16 : precision == "bf16" ? Precision::kBf16 : Precision::kFp32;
+  Result<ResolvedConfig> resolved = resolve_config(config, settings);
+  if (!resolved.ok()) return reader.error("config", resolved.status().message());
+
+  TrainingOptions& options = scenario.options;
+  options.config = std::move(resolved).value();
+  options.model = *model;
+  options.world_size = static_cast<int>(world_size);
+  options.seed = static_cast<uint64_t>(seed);
+  options.data.seed = static_cast<uint64_t>(seed);
+  options.data.sample_count = dataset_size;
+  options.data.feature_count = model->layer_widths.front();
+  options.data.class_count = model->layer_widths.back();
+  options.run_id = "explore";
+  Status valid = validate_training_options(options);
+  if (!valid.ok()) return invalid_argument(source_name + ": " + valid.message());
+  return scenario;
+}
+
+Result<CrashScenario> read_crash_scenario_file(const std::string& path) {
+  std::ifstream stream(path, std::ios::binary);
+  if (!stream) return not_found("scenario file " + path + " cannot be opened");
+  std::stringstream buffer;
+  buffer << stream.rdbuf();
+  if (stream.bad()) return io_error("scenario file " + path + " could not be read");
+  ZEROSIM_ASSIGN_OR_RETURN(nlohmann::json document, parse_json_text(buffer.str(), path));
+  return crash_scenario_from_json(document, path);
+}
+
+}  // namespace zerosim

@@ -1,0 +1,17 @@
+// `zerosim explore SCENARIO.json [--json]`: the exhaustive crash exploration of one scenario's
+// save (sim/crash_explorer.h). Exit 0 when every crash state passed or was refused clearly,
+// 1 when any failed, 2 for a bad scenario file.
+#pragma once
+
+#include <string>
+
+namespace zerosim {
+
+struct ExploreFlags {
+  std::string scenario_path;
+  bool json = false;
+};
+
+int run_explore_command(const ExploreFlags& flags);
+
+}  // namespace zerosim
