@@ -45,6 +45,10 @@ std::string first_divergence(const TrainingRun& reference, const TrainingRun& re
            std::to_string(first_step) + ", the reference " + std::to_string(reference.steps.size());
   }
   if (resumed.step_digests.size() != resumed.steps.size()) return "the resumed run has no per-step digests";
+  // Right after the load, before any step: where a lost or mangled state shows first.
+  const ComponentDigests& saved = first_step == 0 ? reference.initial_digests : reference.step_digests[first_step - 1];
+  const std::string loaded = first_differing_component(saved, resumed.initial_digests);
+  if (!loaded.empty()) return "after load (step " + std::to_string(first_step) + "): " + loaded;
   for (size_t k = 0; k < resumed.steps.size(); ++k) {
     const size_t r = k + static_cast<size_t>(first_step);
     const std::string step = "step " + std::to_string(r + 1) + ": ";
@@ -64,7 +68,9 @@ std::string first_divergence(const TrainingRun& reference, const TrainingRun& re
 
 namespace {
 
-Env sim_env(SimDisk& disk, CrashPointHook& hook, Clock& clock) { return Env{&disk, &clock, &hook}; }
+Env sim_env(SimDisk& disk, CrashPointHook& hook, Clock& clock, const DefectSet* defects) {
+  return Env{&disk, &clock, &hook, defects};
+}
 
 // Calls the scenario's planted hook (tests only), then the real one.
 class PlantedHook final : public CrashPointHook {
@@ -160,7 +166,7 @@ Result<std::string> check_determinism(const CrashScenario& scenario) {
     SimDisk disk(SimDiskOptions{512, uint64_t{1} << 40, scenario.seed});
     NoCrashPoints no_crash;
     PlantedHook hook(scenario, disk, no_crash);
-    Env env{&disk, nullptr, &hook};
+    Env env{&disk, nullptr, &hook, nullptr};
     std::unique_ptr<Clock> clock = make_steady_clock();
     env.clock = clock.get();
     ZEROSIM_ASSIGN_OR_RETURN(TrainingRun run, run_training(options, scenario.total_steps, env, saving));
@@ -209,7 +215,7 @@ Result<ExplorationResult> explore_save_crashes(const CrashScenario& scenario) {
   SimDisk reference_disk(SimDiskOptions{512, uint64_t{1} << 40, scenario.seed});
   NoCrashPoints no_crash;
   ZEROSIM_ASSIGN_OR_RETURN(TrainingRun reference,
-                           run_training(options, scenario.total_steps, sim_env(reference_disk, no_crash, clock)));
+                           run_training(options, scenario.total_steps, sim_env(reference_disk, no_crash, clock, nullptr)));
   result.reference_trace_hash = trace_hash;
 
   // The crash points of the explored save.
@@ -222,7 +228,7 @@ Result<ExplorationResult> explore_save_crashes(const CrashScenario& scenario) {
     SimDisk disk(SimDiskOptions{512, uint64_t{1} << 40, scenario.seed});
     ScriptedCrashPoints recorder;
     ZEROSIM_ASSIGN_OR_RETURN(TrainingRun run, run_training(options, scenario.explored_save_step,
-                                                           sim_env(disk, recorder, clock), saving));
+                                                           sim_env(disk, recorder, clock, &scenario.defects), saving));
     (void)run;
     // The phases of a save, in order; ranks hit them concurrently, so the recorded order is
     // not reproducible, but the set is: it is explored in (phase, rank) order.
@@ -252,7 +258,7 @@ Result<ExplorationResult> explore_save_crashes(const CrashScenario& scenario) {
     SimDisk disk(SimDiskOptions{512, uint64_t{1} << 40, scenario.seed});
     ScriptedCrashPoints crash(point, &disk);
     const Result<TrainingRun> killed =
-        run_training(options, scenario.explored_save_step, sim_env(disk, crash, clock), saving);
+        run_training(options, scenario.explored_save_step, sim_env(disk, crash, clock, &scenario.defects), saving);
     if (!crash.fired() || killed.ok()) {
       return internal_error("crash point " + point.describe() + " was not reached on replay (nondeterminism?)");
     }
@@ -273,7 +279,7 @@ Result<ExplorationResult> explore_save_crashes(const CrashScenario& scenario) {
         continue;
       }
       const Result<TrainingRun> resumed =
-          run_training(resume_options, scenario.total_steps, sim_env(*after, no_crash, clock), resuming);
+          run_training(resume_options, scenario.total_steps, sim_env(*after, no_crash, clock, &scenario.defects), resuming);
       if (!resumed.ok()) {
         if (resumed.status().code() == StatusCode::kNotFound) {
           ++result.refused;

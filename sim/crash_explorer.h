@@ -75,6 +75,8 @@ struct CrashScenario {
   int64_t crash_state_bound = 64;
   uint64_t seed = 1;
   std::string checkpoint_directory = "/checkpoints";
+  // Defects switched on in the core for every run of the exploration (defects.h).
+  DefectSet defects;
   // Test-only: called at every crash-point hit with the run's disk, to plant nondeterminism
   // that the determinism self-check must catch. Empty in every real scenario.
   std::function<void(Disk& disk, std::string_view site, int rank)> planted_hook;
@@ -105,8 +107,9 @@ Result<std::string> check_determinism(const CrashScenario& scenario);
 // Validates the scenario (names what is wrong) and runs the exploration.
 Result<ExplorationResult> explore_save_crashes(const CrashScenario& scenario);
 
-// Compares a resumed run with the reference from `first_step` on; empty when identical, else
-// "step N: <what>" naming the first differing record field or state component.
+// Compares a resumed run with the reference from `first_step` on: the state right after the
+// load against the reference's state at first_step ("after load (step S): <component>"), then
+// every step ("step N: <record field or component>"). Empty when identical.
 std::string first_divergence(const TrainingRun& reference, const TrainingRun& resumed, int64_t first_step);
 
 }  // namespace zerosim

@@ -20,6 +20,7 @@
 #include "core/checkpoint/shard_reader.h"
 #include "core/env/comm.h"
 #include "faults/faulty_disk.h"
+#include "sim/crash_explorer.h"
 #include "tests/test_directory.h"
 #include "tests/test_training.h"
 
@@ -83,29 +84,9 @@ const char* placement_name(int placement) {
   return kNames[placement];
 }
 
-// Compares the resumed run's steps with the uninterrupted run's steps from `first_step` on:
-// every component's digest and every step record, bit for bit. Empty when they agree.
+// The oracle of the crash explorer: the state right after the load, then every step.
 std::string compare_steps(const TrainingRun& reference, const TrainingRun& resumed, int64_t first_step) {
-  if (reference.step_digests.size() != reference.steps.size()) return "reference has no per-step digests";
-  if (resumed.steps.size() != reference.steps.size() - static_cast<size_t>(first_step)) {
-    return "resumed run ran " + std::to_string(resumed.steps.size()) + " steps, expected " +
-           std::to_string(reference.steps.size() - static_cast<size_t>(first_step));
-  }
-  for (size_t k = 0; k < resumed.steps.size(); ++k) {
-    const size_t r = k + static_cast<size_t>(first_step);
-    const std::string step = "step " + std::to_string(r + 1) + ": ";
-    const StepRecord& expected = reference.steps[r];
-    const StepRecord& actual = resumed.steps[k];
-    if (expected.step != actual.step) return step + "step number";
-    if (std::memcmp(&expected.loss, &actual.loss, sizeof(float)) != 0) return step + "loss";
-    if (std::memcmp(&expected.learning_rate, &actual.learning_rate, sizeof(double)) != 0) return step + "learning rate";
-    if (std::memcmp(&expected.loss_scale, &actual.loss_scale, sizeof(double)) != 0) return step + "loss scale";
-    if (std::memcmp(&expected.grad_norm, &actual.grad_norm, sizeof(double)) != 0) return step + "grad norm";
-    if (expected.skipped != actual.skipped) return step + "skipped";
-    const std::string component = first_difference(reference.step_digests[r], resumed.step_digests[k]);
-    if (!component.empty()) return step + component;
-  }
-  return "";
+  return first_divergence(reference, resumed, first_step);
 }
 
 // The property the issue asks for: K steps uninterrupted against S steps, save, destroy the

@@ -8,6 +8,7 @@
 #include "tools/bench_io_command.h"
 #include "tools/ckpt_command.h"
 #include "tools/explore_command.h"
+#include "core/env/defects.h"
 #include "tools/train_command.h"
 
 int main(int argc, char** argv) {
@@ -58,6 +59,8 @@ int main(int argc, char** argv) {
   zerosim::CheckpointCommands checkpoint_commands;
   zerosim::add_checkpoint_commands(app, checkpoint_commands);
 
+  CLI::App* defects = app.add_subcommand("defects", "List the named defects the simulator can switch on in the core");
+
   zerosim::ExploreFlags explore_flags;
   CLI::App* explore = app.add_subcommand(
       "explore", "Crash-explore one save of a scenario on the simulated disk: every crash point, every crash state");
@@ -75,6 +78,10 @@ int main(int argc, char** argv) {
   if (check->parsed()) return zerosim::run_config_check_command(check_flags);
   if (bench_io->parsed()) return zerosim::run_bench_io_command(io_flags);
   if (explore->parsed()) return zerosim::run_explore_command(explore_flags);
+  if (defects->parsed()) {
+    for (const zerosim::DefectInfo& info : zerosim::all_defects()) std::printf("%-30s %s\n", info.name, info.description);
+    return 0;
+  }
   if (std::optional<int> code = zerosim::run_checkpoint_command(checkpoint_commands)) return *code;
   if (devices->parsed()) {
     zerosim::Result<zerosim::CudaProbe> probe = zerosim::probe_cuda();

@@ -817,6 +817,10 @@ Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_co
       if (!engine.swap_engine_note().empty()) run.notes.push_back(engine.swap_engine_note());
     }
     // A resumed run does not save its starting point again into the directory it came from.
+    if (options.digest_every_step) {
+      ZEROSIM_ASSIGN_OR_RETURN(FullTrainingState state, engine.gather_state());
+      if (rank == 0) run.initial_digests = state.digests;
+    }
     int64_t last_saved_step = checkpoints.resume_directory == checkpoints.save_directory ? engine.counters().global_steps : -1;
     while (engine.counters().global_steps < step_count) {
       ZEROSIM_ASSIGN_OR_RETURN(StepRecord record, engine.train_step());

@@ -249,7 +249,9 @@ struct TrainingRun {
   std::vector<StepRecord> steps;
   FullTrainingState final_state;
   ComponentDigests digests;
-  // With TrainingOptions::digest_every_step: the digests after each step run, in step order.
+  // With TrainingOptions::digest_every_step: the digests of the state right after
+  // initialization or load (before any step of this run), and after each step, in step order.
+  ComponentDigests initial_digests;
   std::vector<ComponentDigests> step_digests;
 };
 

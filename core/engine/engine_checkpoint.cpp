@@ -161,11 +161,24 @@ Status RankEngine::write_shard(const std::string& path, ShardSink& sink) {
   ZEROSIM_ASSIGN_OR_RETURN(std::vector<std::byte> header, encode_safetensors_header(path, specs, metadata));
   ZEROSIM_RETURN_IF_ERROR(sink.append(header));
 
+  const bool moments_not_saved = defect_active(env_.defects, Defect::kOptimizerStateNotSaved);
+  const bool swapped_not_saved = swapper_ && defect_active(env_.defects, Defect::kSwappedStateNotSaved);
+  std::vector<float> defect_scratch, widened_scratch;
   ZEROSIM_RETURN_IF_ERROR(for_each_partition_state([&](int64_t p, const PartitionStateView& state) -> Status {
     const size_t count = static_cast<size_t>(layout_.parameters[static_cast<size_t>(p)].owned_count(rank));
     if (count == 0) return Status();
     ZEROSIM_RETURN_IF_ERROR(sink.append(std::span<const std::byte>(state.params, count * element_bytes)));
-    for (const float* tensor : {state.master, state.exp_avg, state.exp_avg_sq}) {
+    const float* tensors[3] = {state.master, state.exp_avg, state.exp_avg_sq};
+    if (moments_not_saved || swapped_not_saved) {  // defects: zero moments (and the initial master)
+      defect_scratch.assign(count, 0.0f);
+      tensors[1] = tensors[2] = defect_scratch.data();
+      if (swapped_not_saved) {
+        widened_scratch.resize(count);
+        cast_to_fp32(model_dtype_, state.params, widened_scratch.data(), count);
+        tensors[0] = widened_scratch.data();
+      }
+    }
+    for (const float* tensor : tensors) {
       ZEROSIM_RETURN_IF_ERROR(sink.append(std::as_bytes(std::span<const float>(tensor, count))));
     }
     return Status();
@@ -267,7 +280,7 @@ Status RankEngine::save_checkpoint(const std::string& checkpoint_directory, cons
       ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<File> file, disk.open(shard_path, {OpenMode::kCreateTruncate}));
       ShardSink sink(file.get());
       ZEROSIM_RETURN_IF_ERROR(write_shard(shard_path, sink));
-      ZEROSIM_RETURN_IF_ERROR(file->sync());
+      if (!defect_active(env_.defects, Defect::kLatestBeforeShardsDurable)) ZEROSIM_RETURN_IF_ERROR(file->sync());
       size_bytes = sink.size_bytes();
       checksum = sink.checksum();
       return file->close();
@@ -280,6 +293,20 @@ Status RankEngine::save_checkpoint(const std::string& checkpoint_directory, cons
     return Status();
   }
 
+  if (defect_active(env_.defects, Defect::kAsyncSnapshotNotCopied)) {
+    // Defect: nothing is copied now; the shard is serialized from the live state when the
+    // save is waited for, steps later, under this step's manifest.
+    pending_save_ = std::async(std::launch::deferred, [this, shard_path, checkpoint_directory, tag, manifest_text]() -> Status {
+      ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<File> file, env_.disk->open(shard_path, {OpenMode::kCreateTruncate}));
+      ShardSink live(file.get());
+      ZEROSIM_RETURN_IF_ERROR(write_shard(shard_path, live));
+      ZEROSIM_RETURN_IF_ERROR(file->sync());
+      ZEROSIM_RETURN_IF_ERROR(file->close());
+      return commit_checkpoint(*checkpoint_comm_, checkpoint_directory, tag, manifest_text, live.size_bytes(),
+                               live.checksum());
+    });
+    return Status();
+  }
   // Async: the snapshot is a copy taken now (later steps cannot leak into it); the write, the
   // fsync and the commit run in the background on the checkpoint communicator.
   auto snapshot = std::make_shared<std::vector<std::byte>>();
@@ -328,7 +355,8 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
   CheckpointShardReader reader(disk, tag_directory, manifest);
   const int rank = comm_.rank();
   const size_t element_bytes = dtype_size_bytes(model_dtype_);
-  const int64_t step = manifest.optimizer_steps;
+  const DefectSet* defects = env_.defects;
+  const int64_t step = defect_active(defects, Defect::kStepCounterNotRestored) ? 0 : manifest.optimizer_steps;
   std::vector<float> master, exp_avg, exp_avg_sq;
   std::vector<std::byte> params;
   for (size_t g = 0; g < layout_.sub_groups.size(); ++g) {
@@ -339,9 +367,14 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
     exp_avg_sq.assign(group_count, 0.0f);
     for (int64_t p = group.first_parameter; p < group.end_parameter; ++p) {
       const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
-      const int64_t begin = partition.owned_begin(rank);
+      int64_t begin = partition.owned_begin(rank);
       const int64_t count = partition.owned_count(rank);
       const size_t in_group = static_cast<size_t>(partition.flat_offset - group.flat_offset);
+      if (defect_active(defects, Defect::kWrongPaddingOnReshard) && manifest.world_size != comm_.world_size() && rank > 0) {
+        const int64_t old_partition = (partition.element_count + manifest.world_size - 1) / manifest.world_size;
+        const int64_t old_padding = old_partition * manifest.world_size - partition.element_count;
+        begin = std::max<int64_t>(0, begin - old_padding);
+      }
       auto floats = [&](std::vector<float>& buffer) {
         return std::as_writable_bytes(std::span<float>(buffer.data() + in_group, static_cast<size_t>(count)));
       };
@@ -351,6 +384,9 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
       params.assign(static_cast<size_t>(partition.partition_size) * element_bytes, std::byte{0});
       ZEROSIM_RETURN_IF_ERROR(reader.read(p, CheckpointState::kParam, begin, count,
                                           std::span<std::byte>(params.data(), static_cast<size_t>(count) * element_bytes)));
+      if (defect_active(defects, Defect::kMasterRebuiltFromParams)) {
+        cast_to_fp32(model_dtype_, params.data(), master.data() + in_group, static_cast<size_t>(count));
+      }
       if (param_swapper_) {
         ZEROSIM_RETURN_IF_ERROR(param_swapper_->write(static_cast<int>(p), step, params));
       } else {
@@ -370,13 +406,23 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
   }
 
   counters_.global_steps = manifest.global_steps;
-  counters_.skipped_steps = manifest.skipped_steps;
+  counters_.skipped_steps = defect_active(defects, Defect::kSkippedStepsNotRestored) ? 0 : manifest.skipped_steps;
   counters_.global_samples = manifest.global_samples;
-  counters_.optimizer_steps = manifest.optimizer_steps;
-  Status scheduler_restored = scheduler_->restore(manifest.scheduler_last_batch_iteration);
-  if (!scheduler_restored.ok()) return data_loss(manifest_path + ": scheduler: " + scheduler_restored.message());
-  Status scaler_restored = loss_scaler_->restore_state(manifest.loss_scaler);
-  if (!scaler_restored.ok()) return data_loss(manifest_path + ": loss_scaler: " + scaler_restored.message());
+  counters_.optimizer_steps = step;
+  if (defect_active(defects, Defect::kSamplerPositionLost)) counters_.global_samples = 0;
+  if (defect_active(defects, Defect::kAccumulationBoundaryLost)) {
+    counters_.global_samples = manifest.global_steps * options_.config.micro_batch_size * comm_.world_size();
+  }
+  if (!defect_active(defects, Defect::kSchedulerNotRestored)) {
+    Status scheduler_restored = scheduler_->restore(manifest.scheduler_last_batch_iteration);
+    if (!scheduler_restored.ok()) return data_loss(manifest_path + ": scheduler: " + scheduler_restored.message());
+  }
+  if (!defect_active(defects, Defect::kLossScalerResetOnLoad)) {
+    Status scaler_restored = loss_scaler_->restore_state(manifest.loss_scaler);
+    if (!scaler_restored.ok()) return data_loss(manifest_path + ": loss_scaler: " + scaler_restored.message());
+  }
+  // (The data-position defects skip the check below, as the bugs they reproduce had none.)
+  if (counters_.global_samples != manifest.global_samples) return Status();
   // The data order is a pure function of (dataset seed, position): the stream this build
   // computes for the position must be the one the checkpoint recorded.
   const RngState expected_stream = sampler_.shuffle_stream_state(counters_.global_samples);

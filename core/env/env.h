@@ -9,6 +9,7 @@
 
 #include "core/env/clock.h"
 #include "core/env/crash_points.h"
+#include "core/env/defects.h"
 #include "core/env/disk.h"
 
 namespace zerosim {
@@ -17,13 +18,15 @@ struct Env {
   Disk* disk = nullptr;
   Clock* clock = nullptr;
   CrashPointHook* crash_points = nullptr;
+  // Null in real runs: no defect is active (defects.h).
+  const DefectSet* defects = nullptr;
 };
 
 // Owns the real implementations: POSIX disk, steady clock, no crash points.
 class RealEnv {
  public:
   RealEnv() : disk_(make_posix_disk()), clock_(make_steady_clock()) {}
-  Env env() { return Env{disk_.get(), clock_.get(), &crash_points_}; }
+  Env env() { return Env{disk_.get(), clock_.get(), &crash_points_, nullptr}; }
 
  private:
   std::unique_ptr<Disk> disk_;

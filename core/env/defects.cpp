@@ -1,0 +1,49 @@
+#include "core/env/defects.h"
+
+namespace zerosim {
+
+const std::vector<DefectInfo>& all_defects() {
+  static const std::vector<DefectInfo> kDefects = {
+      {Defect::kOptimizerStateNotSaved, "optimizer_state_not_saved",
+       "shards hold zero Adam moments (DeepSpeed PR #7786, PyTorch #140898)"},
+      {Defect::kSwappedStateNotSaved, "swapped_state_not_saved",
+       "NVMe-swapped master and moments are not streamed into the shard; it holds the initial state (the seed report)"},
+      {Defect::kMasterRebuiltFromParams, "master_rebuilt_from_params",
+       "on load the fp32 master is rebuilt from the 16-bit parameters (DeepSpeed PR #4141, Megatron-LM #1359)"},
+      {Defect::kStepCounterNotRestored, "step_counter_not_restored",
+       "Adam's step count restarts at 0, so bias correction differs (DeepSpeed PR #5263)"},
+      {Defect::kSkippedStepsNotRestored, "skipped_steps_not_restored", "the skipped-step counter restarts at 0"},
+      {Defect::kSchedulerNotRestored, "scheduler_not_restored",
+       "the LR scheduler restarts from its first step (HF Trainer + DeepSpeed, ColossalAI #5151)"},
+      {Defect::kLossScalerResetOnLoad, "loss_scaler_reset_on_load",
+       "the dynamic loss scaler restarts from its initial state (transformers #11323, accelerate #4289)"},
+      {Defect::kSamplerPositionLost, "sampler_position_lost",
+       "the data position restarts at sample 0 (transformers #8874, accelerate #2016)"},
+      {Defect::kAccumulationBoundaryLost, "accumulation_boundary_lost",
+       "the data position is counted as steps x micro batch x ranks, forgetting gradient accumulation "
+       "(transformers #5605, #22143)"},
+      {Defect::kLatestBeforeShardsDurable, "latest_before_shards_durable",
+       "shards are not fsynced before the manifest and `latest` are published (transformers #35782)"},
+      {Defect::kAsyncSnapshotNotCopied, "async_snapshot_not_copied",
+       "an async save serializes the live state when it writes, not a copy taken at the step (PyTorch #144657)"},
+      {Defect::kWrongPaddingOnReshard, "wrong_padding_on_reshard",
+       "at another world size, fragments are read at offsets shifted by the old padding (DeepSpeed PR #5105)"},
+  };
+  return kDefects;
+}
+
+std::optional<Defect> defect_from_name(std::string_view name) {
+  for (const DefectInfo& info : all_defects()) {
+    if (name == info.name) return info.defect;
+  }
+  return std::nullopt;
+}
+
+const char* defect_name(Defect defect) {
+  for (const DefectInfo& info : all_defects()) {
+    if (info.defect == defect) return info.name;
+  }
+  return "?";
+}
+
+}  // namespace zerosim

@@ -1,0 +1,59 @@
+// Named defects: compiled-in bugs that reproduce the causes of real resume failures
+// (../shared/reference/resume-bug-catalog.md), so that the harness can show that it catches
+// each one and names the state that diverged.
+//
+// One switch: Env::defects. It is null in every real run (RealEnv never sets it), and then
+// every defect check is a null test that takes the production path; only the simulator and
+// the tests hand the engine a DefectSet with defects switched on.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace zerosim {
+
+enum class Defect : uint32_t {
+  kOptimizerStateNotSaved,      // catalog #2, #3: shards hold zero moments
+  kSwappedStateNotSaved,        // #0 (the seed): NVMe-swapped state not streamed into the shard
+  kMasterRebuiltFromParams,     // #23, #26: the fp32 master reloaded from the 16-bit parameters
+  kStepCounterNotRestored,      // #4, #6: Adam's step count starts again at 0 (bias correction)
+  kSkippedStepsNotRestored,     // counters: skipped steps forgotten on load
+  kSchedulerNotRestored,        // #7, #10: the LR schedule starts again
+  kLossScalerResetOnLoad,       // #11, #12: the dynamic loss scaler starts again
+  kSamplerPositionLost,         // #16, #17: the data order restarts from the first sample
+  kAccumulationBoundaryLost,    // #21, #22: data position counted without gradient accumulation
+  kLatestBeforeShardsDurable,   // #35: `latest` moves before the shards are fsynced
+  kAsyncSnapshotNotCopied,      // #36: the async save writes live state, not a copy
+  kWrongPaddingOnReshard,       // #28: fragments read with the padding of the new world size
+};
+
+struct DefectInfo {
+  Defect defect;
+  const char* name;         // "scheduler_not_restored"
+  const char* description;  // one line
+};
+
+const std::vector<DefectInfo>& all_defects();
+std::optional<Defect> defect_from_name(std::string_view name);
+const char* defect_name(Defect defect);
+
+class DefectSet {
+ public:
+  DefectSet() = default;
+  explicit DefectSet(std::initializer_list<Defect> defects) {
+    for (Defect defect : defects) enable(defect);
+  }
+  void enable(Defect defect) { bits_ |= uint64_t{1} << static_cast<uint32_t>(defect); }
+  bool has(Defect defect) const { return (bits_ >> static_cast<uint32_t>(defect)) & 1u; }
+
+ private:
+  uint64_t bits_ = 0;
+};
+
+// The check the core makes: false whenever no DefectSet is given.
+inline bool defect_active(const DefectSet* defects, Defect defect) { return defects != nullptr && defects->has(defect); }
+
+}  // namespace zerosim
