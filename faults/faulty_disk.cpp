@@ -29,8 +29,14 @@ const char* fault_kind_name(FaultKind kind) {
     case FaultKind::kTornWrite: return "torn_write";
     case FaultKind::kLatency: return "latency";
     case FaultKind::kRefuseDirect: return "refuse_direct";
+    case FaultKind::kBitFlip: return "bit_flip";
   }
   return "unknown";
+}
+
+uint64_t FaultRule::delay_for_us(uint64_t length_bytes) const {
+  if (bandwidth_mb_per_s <= 0.0) return latency_us;
+  return latency_us + static_cast<uint64_t>(static_cast<double>(length_bytes) / bandwidth_mb_per_s);
 }
 
 Result<std::vector<FaultRule>> parse_fault_rules(const nlohmann::json& rules) {
@@ -57,7 +63,7 @@ Result<std::vector<FaultRule>> parse_fault_rules(const nlohmann::json& rules) {
             }
           }
         } else {
-          for (int kind = 0; kind <= static_cast<int>(FaultKind::kRefuseDirect); ++kind) {
+          for (int kind = 0; kind <= static_cast<int>(FaultKind::kBitFlip); ++kind) {
             if (name == fault_kind_name(static_cast<FaultKind>(kind))) {
               out.kind = static_cast<FaultKind>(kind);
               found = true;
@@ -72,8 +78,14 @@ Result<std::vector<FaultRule>> parse_fault_rules(const nlohmann::json& rules) {
         if (key == "occurrence") out.occurrence = value.get<int64_t>();
         else if (key == "bytes") out.bytes = value.get<uint64_t>();
         else out.latency_us = value.get<uint64_t>();
+      } else if (key == "bandwidth_mb_per_s") {
+        if (!value.is_number() || !(value.get<double>() > 0.0)) {
+          return invalid_argument(where + ".bandwidth_mb_per_s: expected a number > 0");
+        }
+        out.bandwidth_mb_per_s = value.get<double>();
       } else {
-        return invalid_argument(where + "." + key + ": unknown key (path, op, occurrence, fault, bytes, latency_us)");
+        return invalid_argument(where + "." + key +
+                                ": unknown key (path, op, occurrence, fault, bytes, latency_us, bandwidth_mb_per_s)");
       }
     }
     parsed.push_back(out);
@@ -94,6 +106,12 @@ Status fault_status(FaultKind kind, FaultOperation operation, const std::string&
 
 namespace {
 
+void flip_bit(std::span<std::byte> buffer, uint64_t bit) {
+  if (buffer.empty()) return;
+  bit %= buffer.size() * 8;
+  buffer[bit / 8] ^= static_cast<std::byte>(1u << (bit % 8));
+}
+
 class FaultyFile final : public File {
  public:
   FaultyFile(FaultyDisk& disk, std::unique_ptr<File> inner) : File(inner->path()), disk_(disk), inner_(std::move(inner)) {}
@@ -101,8 +119,15 @@ class FaultyFile final : public File {
   Status read_exact(uint64_t offset_bytes, std::span<std::byte> buffer) override {
     const FaultyDisk::Decision decision = disk_.decide(FaultOperation::kRead, path());
     if (decision.fires) {
-      if (decision.rule.kind == FaultKind::kLatency) disk_.delay_us(decision.rule.latency_us);
-      else return fault_status(decision.rule.kind, FaultOperation::kRead, path(), offset_bytes, buffer.size());
+      if (decision.rule.kind == FaultKind::kLatency) {
+        disk_.delay_us(decision.rule.delay_for_us(buffer.size()));
+      } else if (decision.rule.kind == FaultKind::kBitFlip) {
+        ZEROSIM_RETURN_IF_ERROR(inner_->read_exact(offset_bytes, buffer));
+        flip_bit(buffer, decision.rule.bytes);
+        return Status();
+      } else {
+        return fault_status(decision.rule.kind, FaultOperation::kRead, path(), offset_bytes, buffer.size());
+      }
     }
     return inner_->read_exact(offset_bytes, buffer);
   }
@@ -111,7 +136,8 @@ class FaultyFile final : public File {
     const FaultyDisk::Decision decision = disk_.decide(FaultOperation::kWrite, path());
     if (decision.fires) {
       switch (decision.rule.kind) {
-        case FaultKind::kLatency: disk_.delay_us(decision.rule.latency_us); break;
+        case FaultKind::kLatency: disk_.delay_us(decision.rule.delay_for_us(data.size())); break;
+        case FaultKind::kBitFlip: break;  // a read fault
         case FaultKind::kShortWrite:
         case FaultKind::kTornWrite: {
           const uint64_t kept = std::min<uint64_t>(decision.rule.bytes, data.size());
@@ -152,7 +178,11 @@ class FaultyAsyncQueue final : public AsyncIoQueue {
  public:
   FaultyAsyncQueue(FaultyDisk& disk, std::unique_ptr<AsyncIoQueue> inner) : disk_(disk), inner_(std::move(inner)) {}
 
-  Status submit(const IoRequest& request) override {
+  Status submit(const IoRequest& outer_request) override {
+    // The inner queue drives the inner file: the rules apply here, once (a queue that calls
+    // File methods, as the simulator's does, must not meet this disk's rules again).
+    IoRequest request = outer_request;
+    if (auto* faulty = dynamic_cast<FaultyFile*>(request.file)) request.file = &faulty->inner();
     const FaultOperation operation =
         request.direction == IoDirection::kRead ? FaultOperation::kRead : FaultOperation::kWrite;
     const FaultyDisk::Decision decision = disk_.decide(operation, request.file->path());
@@ -160,7 +190,12 @@ class FaultyAsyncQueue final : public AsyncIoQueue {
     const FaultRule& rule = decision.rule;
     switch (rule.kind) {
       case FaultKind::kLatency:
-        disk_.delay_us(rule.latency_us);
+        disk_.delay_us(rule.delay_for_us(request.length_bytes));
+        return inner_->submit(request);
+      case FaultKind::kBitFlip:
+        if (operation == FaultOperation::kRead) {
+          flips_.push_back({std::span<std::byte>(request.buffer, request.length_bytes), rule.bytes});
+        }
         return inner_->submit(request);
       case FaultKind::kShortWrite:
       case FaultKind::kTornWrite: {
@@ -191,6 +226,9 @@ class FaultyAsyncQueue final : public AsyncIoQueue {
 
   Status wait_all() override {
     Status inner_status = inner_->wait_all();
+    // The data is in the buffers now: corrupt it as the disk would have.
+    for (const auto& [buffer, bit] : flips_) flip_bit(buffer, bit);
+    flips_.clear();
     Status injected = pending_error_;
     pending_error_ = Status();
     if (!injected.ok()) return injected;
@@ -203,6 +241,7 @@ class FaultyAsyncQueue final : public AsyncIoQueue {
   FaultyDisk& disk_;
   std::unique_ptr<AsyncIoQueue> inner_;
   Status pending_error_;
+  std::vector<std::pair<std::span<std::byte>, uint64_t>> flips_;
 };
 
 }  // namespace

@@ -10,6 +10,11 @@
 //                 reader must catch)
 //   latency       the operation is delayed by latency_us, then proceeds
 //   refuse_direct opening with O_DIRECT fails with EINVAL (as tmpfs used to)
+//   bit_flip      a read returns its data with one bit flipped: bit `bytes` of the transfer
+//                 (modulo its size), as a disk with silent corruption would
+// A latency rule may also give bandwidth_mb_per_s: a read or write then takes latency_us plus
+// its size at that bandwidth (MB = 10^6 bytes), which is how the simulator models a disk on
+// its virtual clock.
 // Faults apply to synchronous File calls and to transfers through the async queue alike.
 #pragma once
 
@@ -27,7 +32,7 @@
 namespace zerosim {
 
 enum class FaultOperation { kOpen, kRead, kWrite, kSync, kRename, kRemove, kCreateDirectory, kSyncDirectory };
-enum class FaultKind { kIoError, kNoSpace, kShortWrite, kTornWrite, kLatency, kRefuseDirect };
+enum class FaultKind { kIoError, kNoSpace, kShortWrite, kTornWrite, kLatency, kRefuseDirect, kBitFlip };
 
 const char* fault_operation_name(FaultOperation operation);
 const char* fault_kind_name(FaultKind kind);
@@ -39,10 +44,14 @@ struct FaultRule {
   FaultKind kind = FaultKind::kIoError;
   uint64_t bytes = 0;       // short_write / torn_write: bytes that reach the file
   uint64_t latency_us = 0;  // latency
+  double bandwidth_mb_per_s = 0.0;  // latency of reads and writes: + size / bandwidth (0: none)
+  // The delay of this rule for a transfer of `length_bytes`, in microseconds.
+  uint64_t delay_for_us(uint64_t length_bytes) const;
 };
 
 // Reads rules from JSON: [{"path": "...", "op": "write", "occurrence": 1, "fault": "io_error",
-// "bytes": 4096, "latency_us": 100}, ...]. Errors name the index and the key.
+// "bytes": 4096, "latency_us": 100, "bandwidth_mb_per_s": 2000}, ...]. Errors name the index
+// and the key.
 Result<std::vector<FaultRule>> parse_fault_rules(const nlohmann::json& rules);
 
 class FaultyDisk final : public Disk {

@@ -775,6 +775,14 @@ Result<FullTrainingState> RankEngine::gather_state() {
 
 Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_count, Env env,
                                  const CheckpointPlan& checkpoints) {
+  RankSeams seams;
+  seams.env_for_rank = [env](int) { return env; };
+  return run_training(options, step_count, seams, checkpoints);
+}
+
+Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_count, const RankSeams& seams,
+                                 const CheckpointPlan& checkpoints) {
+  ZEROSIM_CHECK(static_cast<bool>(seams.env_for_rank), "run_training needs every rank's Env");
   ZEROSIM_RETURN_IF_ERROR(validate_training_options(options));
   if (step_count < 0) return invalid_argument("steps must be non-negative, got " + std::to_string(step_count));
   if (checkpoints.save_every_steps < 0) {
@@ -800,7 +808,9 @@ Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_co
   };
 
   auto run_rank = [&](int rank) -> Status {
-    RankEngine engine(options, world.comm(rank), env, &checkpoint_world.comm(rank));
+    const Env env = seams.env_for_rank(rank);
+    std::unique_ptr<Comm> wrapped = seams.wrap_comm ? seams.wrap_comm(rank, world.comm(rank)) : nullptr;
+    RankEngine engine(options, wrapped ? *wrapped : world.comm(rank), env, &checkpoint_world.comm(rank));
     std::vector<std::string> notes;
     if (checkpoints.resume_directory.empty()) {
       ZEROSIM_RETURN_IF_ERROR(engine.initialize());

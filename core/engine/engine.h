@@ -272,6 +272,16 @@ struct CheckpointPlan {
 // first real error (not a consequent kAborted) is returned.
 Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_count, Env env,
                                  const CheckpointPlan& checkpoints = {});
+// Per-rank seams for the simulator: each rank's Env (its own clock, a disk view that charges
+// that clock), and a wrapper around each rank's training communicator (one that advances and
+// synchronizes the virtual clocks at every collective). Either may be empty.
+struct RankSeams {
+  std::function<Env(int rank)> env_for_rank;
+  std::function<std::unique_ptr<Comm>(int rank, Comm& inner)> wrap_comm;
+};
+Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_count, const RankSeams& seams,
+                                 const CheckpointPlan& checkpoints = {});
+
 // The tag a save at `global_step` gets: "global_step<N>", as DeepSpeed names them.
 std::string checkpoint_tag_for_step(int64_t global_step);
 

@@ -1,0 +1,184 @@
+#include "sim/sim_world.h"
+
+#include <algorithm>
+
+#include "core/config/ds_config.h"
+
+namespace zerosim {
+
+namespace {
+
+using nlohmann::json;
+
+Status check_keys(const json& object, const std::string& where, const std::vector<std::string_view>& valid) {
+  if (!object.is_object()) return invalid_argument(where + ": expected an object");
+  for (auto it = object.begin(); it != object.end(); ++it) {
+    if (std::find(valid.begin(), valid.end(), it.key()) == valid.end()) {
+      return invalid_argument(where + "." + it.key() + ": unknown key; " + unknown_key_hint(it.key(), valid));
+    }
+  }
+  return Status();
+}
+
+Result<double> non_negative_number(const json& object, const std::string& where, const std::string& key, double fallback) {
+  if (!object.contains(key)) return fallback;
+  const json& value = object[key];
+  if (!value.is_number() || value.get<double>() < 0.0) {
+    return invalid_argument(where + "." + key + ": expected a number >= 0, found " + value.dump());
+  }
+  return value.get<double>();
+}
+
+}  // namespace
+
+Result<FaultPlan> parse_fault_plan(const json& document, const std::string& source_name) {
+  ZEROSIM_RETURN_IF_ERROR(check_keys(document, source_name, {"costs", "disk_faults", "crash"}));
+  FaultPlan plan;
+  if (document.contains("costs")) {
+    const json& costs = document["costs"];
+    const std::string where = source_name + ": costs";
+    ZEROSIM_RETURN_IF_ERROR(check_keys(costs, where,
+                                       {"disk_latency_us", "disk_bandwidth_mb_per_s", "collective_latency_us",
+                                        "network_bandwidth_mb_per_s", "compute_ns_per_element"}));
+    ZEROSIM_ASSIGN_OR_RETURN(double disk_latency, non_negative_number(costs, where, "disk_latency_us", 20));
+    ZEROSIM_ASSIGN_OR_RETURN(plan.costs.disk_bandwidth_mb_per_s,
+                             non_negative_number(costs, where, "disk_bandwidth_mb_per_s", 2000));
+    ZEROSIM_ASSIGN_OR_RETURN(double collective_latency, non_negative_number(costs, where, "collective_latency_us", 10));
+    ZEROSIM_ASSIGN_OR_RETURN(plan.costs.network_bandwidth_mb_per_s,
+                             non_negative_number(costs, where, "network_bandwidth_mb_per_s", 20000));
+    ZEROSIM_ASSIGN_OR_RETURN(plan.costs.compute_ns_per_element,
+                             non_negative_number(costs, where, "compute_ns_per_element", 1.0));
+    plan.costs.disk_latency_us = static_cast<uint64_t>(disk_latency);
+    plan.costs.collective_latency_us = static_cast<uint64_t>(collective_latency);
+  }
+  if (document.contains("disk_faults")) {
+    Result<std::vector<FaultRule>> rules = parse_fault_rules(document["disk_faults"]);
+    if (!rules.ok()) return invalid_argument(source_name + ": disk_faults: " + rules.status().message());
+    plan.disk_faults = std::move(rules).value();
+  }
+  if (document.contains("crash")) {
+    const json& crash = document["crash"];
+    const std::string where = source_name + ": crash";
+    ZEROSIM_RETURN_IF_ERROR(check_keys(crash, where, {"site", "rank", "occurrence", "virtual_time_us"}));
+    if (crash.contains("virtual_time_us")) {
+      if (crash.contains("site")) return invalid_argument(where + ": give either site (with rank, occurrence) or virtual_time_us");
+      if (!crash["virtual_time_us"].is_number_unsigned()) {
+        return invalid_argument(where + ".virtual_time_us: expected a non-negative integer");
+      }
+      plan.crash_at_virtual_time_us = crash["virtual_time_us"].get<uint64_t>();
+    } else {
+      if (!crash.contains("site") || !crash["site"].is_string()) return invalid_argument(where + ".site: expected a crash-point name");
+      CrashPoint point;
+      point.site = crash["site"].get<std::string>();
+      if (crash.contains("rank") && !crash["rank"].is_number_unsigned()) return invalid_argument(where + ".rank: expected a rank");
+      if (crash.contains("occurrence") &&
+          (!crash["occurrence"].is_number_unsigned() || crash["occurrence"].get<int64_t>() < 1)) {
+        return invalid_argument(where + ".occurrence: expected an integer >= 1");
+      }
+      point.rank = crash.value("rank", 0);
+      point.occurrence = crash.value("occurrence", int64_t{1});
+      plan.crash_point = point;
+    }
+  }
+  return plan;
+}
+
+Status ClockedComm::synchronize(uint64_t bytes, uint64_t compute_elements) {
+  std::array<double, 1> latest = {static_cast<double>(clock_.now_ns())};
+  ZEROSIM_RETURN_IF_ERROR(inner_.all_reduce_max(latest));
+  clock_.advance_to_ns(static_cast<uint64_t>(latest[0]));
+  const double transfer_ns =
+      costs_.network_bandwidth_mb_per_s > 0 ? static_cast<double>(bytes) * 1000.0 / costs_.network_bandwidth_mb_per_s : 0;
+  clock_.advance_ns(costs_.collective_latency_us * 1000 + static_cast<uint64_t>(transfer_ns) +
+                    static_cast<uint64_t>(static_cast<double>(compute_elements) * costs_.compute_ns_per_element));
+  return Status();
+}
+
+Status ClockedComm::all_gather(std::span<const std::byte> send, std::span<std::byte> receive) {
+  ZEROSIM_RETURN_IF_ERROR(synchronize(receive.size(), receive.size() / 2));
+  return inner_.all_gather(send, receive);
+}
+
+Status ClockedComm::gather(std::span<const std::byte> send, std::span<std::byte> receive, int root_rank) {
+  ZEROSIM_RETURN_IF_ERROR(synchronize(send.size() * static_cast<uint64_t>(world_size()), 0));
+  return inner_.gather(send, receive, root_rank);
+}
+
+Status ClockedComm::reduce_scatter_accumulate(std::span<const std::byte> send, DType dtype, size_t chunk_elements,
+                                              std::span<float> accumulator) {
+  ZEROSIM_RETURN_IF_ERROR(synchronize(send.size(), 0));
+  return inner_.reduce_scatter_accumulate(send, dtype, chunk_elements, accumulator);
+}
+
+Status ClockedComm::all_reduce_max(std::span<double> values) {
+  ZEROSIM_RETURN_IF_ERROR(synchronize(values.size_bytes(), 0));
+  return inner_.all_reduce_max(values);
+}
+
+Status ClockedComm::broadcast(std::span<std::byte> buffer, int root_rank) {
+  ZEROSIM_RETURN_IF_ERROR(synchronize(buffer.size(), 0));
+  return inner_.broadcast(buffer, root_rank);
+}
+
+Status ClockedComm::barrier() {
+  ZEROSIM_RETURN_IF_ERROR(synchronize(0, 0));
+  return inner_.barrier();
+}
+
+SimWorld::SimWorld(SimDisk& disk, int world_size, const FaultPlan& plan, CrashPointHook& crash_points,
+                   const DefectSet* defects)
+    : costs_(plan.costs), crash_points_(crash_points), defects_(defects) {
+  // The plan's faults wrap the shared disk (occurrences count over all ranks); they need no
+  // delay of their own, latency is charged per rank below.
+  faulty_disk_ = std::make_unique<FaultyDisk>(disk, plan.disk_faults, [](uint64_t) {});
+  for (int rank = 0; rank < world_size; ++rank) {
+    clocks_.push_back(std::make_unique<SimClock>());
+    SimClock* clock = clocks_.back().get();
+    std::vector<FaultRule> latency;
+    for (FaultOperation operation : {FaultOperation::kOpen, FaultOperation::kRead, FaultOperation::kWrite,
+                                     FaultOperation::kSync, FaultOperation::kRename, FaultOperation::kRemove,
+                                     FaultOperation::kCreateDirectory, FaultOperation::kSyncDirectory}) {
+      FaultRule rule;
+      rule.path_pattern = "*";
+      rule.operation = operation;
+      rule.occurrence = 0;
+      rule.kind = FaultKind::kLatency;
+      rule.latency_us = plan.costs.disk_latency_us;
+      if (operation == FaultOperation::kRead || operation == FaultOperation::kWrite) {
+        rule.bandwidth_mb_per_s = plan.costs.disk_bandwidth_mb_per_s;
+      }
+      latency.push_back(rule);
+    }
+    rank_disks_.push_back(std::make_unique<FaultyDisk>(
+        *faulty_disk_, latency, [clock](uint64_t latency_us) { clock->advance_ns(latency_us * 1000); }));
+  }
+}
+
+RankSeams SimWorld::seams() {
+  RankSeams seams;
+  seams.env_for_rank = [this](int rank) {
+    return Env{rank_disks_[static_cast<size_t>(rank)].get(), clocks_[static_cast<size_t>(rank)].get(), &crash_points_,
+               defects_};
+  };
+  seams.wrap_comm = [this](int rank, Comm& inner) -> std::unique_ptr<Comm> {
+    return std::make_unique<ClockedComm>(inner, *clocks_[static_cast<size_t>(rank)], costs_);
+  };
+  return seams;
+}
+
+uint64_t SimWorld::virtual_time_ns() const {
+  uint64_t latest = 0;
+  for (const auto& clock : clocks_) latest = std::max(latest, clock->now_ns());
+  return latest;
+}
+
+void VirtualTimeCrash::hit(std::string_view site, int rank) {
+  if (world_ == nullptr || fired_.load()) return;
+  if (world_->clock(rank).now_ns() < time_us_ * 1000) return;
+  bool expected = false;
+  if (!fired_.compare_exchange_strong(expected, true)) return;
+  disk_.freeze();
+  throw SimulatedCrash{std::string(site), rank};
+}
+
+}  // namespace zerosim

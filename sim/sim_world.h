@@ -1,0 +1,129 @@
+// Virtual time and the per-rank seams of a simulated run.
+//
+// Each rank has its own SimClock. It advances by modelled costs only, never by wall time:
+//   * disk operations: each rank sees the shared SimDisk through its own FaultyDisk whose
+//     latency rules (latency_us per operation, plus size / bandwidth for reads and writes)
+//     delay on that rank's clock instead of sleeping;
+//   * collectives: ClockedComm first makes the participants agree on the latest of their
+//     clocks (a collective cannot finish before its last participant arrives), then charges
+//     latency + bytes / network bandwidth, plus, for the all-gather of a layer, the compute
+//     that the gathered elements stand for (compute_ns_per_element; the core's arithmetic is
+//     not timed, so compute is modelled by the work it gathers for).
+// So the virtual time of a run is a pure function of the scenario: a crash can be placed at a
+// virtual time, and "simulated seconds per wall second" measures the simulator.
+//
+// A fault plan (JSON) names the costs, the disk faults in FaultyDisk's vocabulary (so the same
+// rules run against a real directory), and optionally a crash:
+//   {"costs": {"disk_latency_us": 20, "disk_bandwidth_mb_per_s": 2000, "collective_latency_us": 10,
+//              "network_bandwidth_mb_per_s": 20000, "compute_ns_per_element": 1.0},
+//    "disk_faults": [{"path": "*/rank-00001*", "op": "write", "occurrence": 1, "fault": "io_error"}],
+//    "crash": {"site": "ckpt.shard_written", "rank": 1, "occurrence": 2} | {"virtual_time_us": 1500}}
+// Fault occurrences are counted over all ranks (the faults wrap the shared disk).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/engine/engine.h"
+#include "faults/faulty_disk.h"
+#include "sim/crash_explorer.h"
+#include "sim/sim_disk.h"
+
+namespace zerosim {
+
+class SimClock final : public Clock {
+ public:
+  uint64_t now_ns() override { return now_ns_.load(); }
+  void advance_ns(uint64_t duration_ns) { now_ns_ += duration_ns; }
+  void advance_to_ns(uint64_t time_ns) {
+    uint64_t current = now_ns_.load();
+    while (current < time_ns && !now_ns_.compare_exchange_weak(current, time_ns)) {
+    }
+  }
+
+ private:
+  std::atomic<uint64_t> now_ns_{0};
+};
+
+struct SimCostModel {
+  uint64_t disk_latency_us = 20;
+  double disk_bandwidth_mb_per_s = 2000.0;
+  uint64_t collective_latency_us = 10;
+  double network_bandwidth_mb_per_s = 20000.0;
+  double compute_ns_per_element = 1.0;
+};
+
+struct FaultPlan {
+  SimCostModel costs;
+  std::vector<FaultRule> disk_faults;
+  std::optional<CrashPoint> crash_point;
+  std::optional<uint64_t> crash_at_virtual_time_us;
+};
+
+// Parses a fault plan; every error names the key.
+Result<FaultPlan> parse_fault_plan(const nlohmann::json& document, const std::string& source_name);
+
+// Wraps a rank's communicator: every collective synchronizes and advances the virtual clocks.
+class ClockedComm final : public Comm {
+ public:
+  ClockedComm(Comm& inner, SimClock& clock, const SimCostModel& costs) : inner_(inner), clock_(clock), costs_(costs) {}
+  int rank() const override { return inner_.rank(); }
+  int world_size() const override { return inner_.world_size(); }
+  Status all_gather(std::span<const std::byte> send, std::span<std::byte> receive) override;
+  Status gather(std::span<const std::byte> send, std::span<std::byte> receive, int root_rank) override;
+  Status reduce_scatter_accumulate(std::span<const std::byte> send, DType dtype, size_t chunk_elements,
+                                   std::span<float> accumulator) override;
+  Status all_reduce_max(std::span<double> values) override;
+  Status broadcast(std::span<std::byte> buffer, int root_rank) override;
+  Status barrier() override;
+
+ private:
+  // Agree on the latest clock, then charge the collective's cost.
+  Status synchronize(uint64_t bytes, uint64_t compute_elements);
+  Comm& inner_;
+  SimClock& clock_;
+  SimCostModel costs_;
+};
+
+// The seams of one simulated run: a clock per rank, the plan's faults around the shared disk,
+// a per-rank view of it that charges the rank's clock, and clocked communicators.
+class SimWorld {
+ public:
+  SimWorld(SimDisk& disk, int world_size, const FaultPlan& plan, CrashPointHook& crash_points,
+           const DefectSet* defects = nullptr);
+  RankSeams seams();
+  SimClock& clock(int rank) { return *clocks_[static_cast<size_t>(rank)]; }
+  // The latest virtual time of any rank, in nanoseconds.
+  uint64_t virtual_time_ns() const;
+  FaultyDisk& faulty_disk() { return *faulty_disk_; }
+
+ private:
+  SimCostModel costs_;
+  std::unique_ptr<FaultyDisk> faulty_disk_;  // the plan's faults, shared by all ranks
+  std::vector<std::unique_ptr<SimClock>> clocks_;
+  std::vector<std::unique_ptr<FaultyDisk>> rank_disks_;  // latency on each rank's clock
+  CrashPointHook& crash_points_;
+  const DefectSet* defects_;
+};
+
+// Crash-point hook that stops the world at the first hit on a rank whose virtual clock has
+// reached `time_us` (freezing the disk, as ScriptedCrashPoints does).
+class VirtualTimeCrash final : public CrashPointHook {
+ public:
+  VirtualTimeCrash(uint64_t time_us, SimDisk& disk) : time_us_(time_us), disk_(disk) {}
+  void attach(SimWorld& world) { world_ = &world; }
+  void hit(std::string_view site, int rank) override;
+  bool fired() const { return fired_.load(); }
+
+ private:
+  uint64_t time_us_;
+  SimDisk& disk_;
+  SimWorld* world_ = nullptr;
+  std::atomic<bool> fired_{false};
+};
+
+}  // namespace zerosim
