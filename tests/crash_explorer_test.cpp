@@ -8,6 +8,8 @@
 #include <thread>
 
 #include "sim/crash_explorer.h"
+#include "sim/real_kill.h"
+#include "tests/test_directory.h"
 #include "tests/test_training.h"
 
 namespace zerosim {
@@ -113,6 +115,21 @@ TEST(CrashExplorer, ASimulatedRunOfSixtyFourRanksCompletes) {
   const int64_t resumed_at = 4 - static_cast<int64_t>(resumed->steps.size());
   EXPECT_TRUE(resumed_at == 2 || resumed_at == 3) << resumed_at;
   EXPECT_EQ(first_divergence(*reference, *resumed, resumed_at), "");
+}
+
+// The same crash points, each in a child process on real files killed with SIGKILL.
+TEST(CrashExplorer, RealKillModeResumesFromWhatAKilledProcessLeft) {
+  CrashScenario scenario = four_rank_scenario();
+  scenario.options.world_size = 2;
+  scenario.options.config.gradient_accumulation_steps = 2;
+  scenario.resume_world_size = 4;
+  TestDirectory directory;
+  const Result<ExplorationResult> result = explore_with_real_kills(scenario, directory.path() + "/cases");
+  ASSERT_TRUE(result.ok()) << result.status().to_string();
+  std::printf("real-kill exploration (2 ranks, resume at 4): %s\n", report(*result).c_str());
+  EXPECT_EQ(result->crash_points, 9);  // save_begin x2, tag_prepared, shard_written x2, manifest, latest, save_end x2
+  EXPECT_EQ(result->failed, 0) << report(*result);
+  EXPECT_EQ(result->passed + result->refused, result->crash_points);
 }
 
 TEST(CrashExplorer, BadScenariosAreRefusedNamingTheKey) {

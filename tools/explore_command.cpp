@@ -6,6 +6,7 @@
 
 #include "scenarios/scenario_file.h"
 #include "sim/crash_explorer.h"
+#include "sim/real_kill.h"
 #include "tools/train_command.h"
 
 namespace zerosim {
@@ -16,7 +17,9 @@ int run_explore_command(const ExploreFlags& flags) {
     std::fprintf(stderr, "zerosim: explore: %s\n", scenario.status().to_string().c_str());
     return 2;
   }
-  Result<ExplorationResult> result = explore_save_crashes(*scenario);
+  Result<ExplorationResult> result = flags.real_kill_directory.empty()
+                                         ? explore_save_crashes(*scenario)
+                                         : explore_with_real_kills(*scenario, flags.real_kill_directory);
   if (!result.ok()) {
     std::fprintf(stderr, "zerosim: explore failed: %s\n", result.status().to_string().c_str());
     return exit_code_for(result.status());
@@ -37,10 +40,14 @@ int run_explore_command(const ExploreFlags& flags) {
     std::printf("zerosim explore %s: save at step %lld by %d ranks, resumed at %d ranks\n", flags.scenario_path.c_str(),
                 static_cast<long long>(scenario->explored_save_step), scenario->options.world_size,
                 scenario->resume_world_size > 0 ? scenario->resume_world_size : scenario->options.world_size);
-    std::printf("crash points %lld, crash states %lld (at most %lld per point): passed %lld, refused %lld, failed %lld\n",
+    const std::string states_note =
+        flags.real_kill_directory.empty()
+            ? "at most " + std::to_string(scenario->crash_state_bound) + " per point"
+            : "one per point: a SIGKILLed child on real files, whose page cache survives";
+    std::printf("crash points %lld, crash states %lld (%s): passed %lld, refused %lld, failed %lld\n",
                 static_cast<long long>(result->crash_points), static_cast<long long>(result->crash_states),
-                static_cast<long long>(scenario->crash_state_bound), static_cast<long long>(result->passed),
-                static_cast<long long>(result->refused), static_cast<long long>(result->failed));
+                states_note.c_str(), static_cast<long long>(result->passed), static_cast<long long>(result->refused),
+                static_cast<long long>(result->failed));
     for (const CrashCaseFailure& failure : result->failures) {
       std::printf("FAILED at %s: %s\n  crash state: %s\n", failure.crash_point.c_str(), failure.reason.c_str(),
                   failure.crash_state.c_str());

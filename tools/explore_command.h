@@ -10,6 +10,7 @@ namespace zerosim {
 struct ExploreFlags {
   std::string scenario_path;
   bool json = false;
+  std::string real_kill_directory;  // set: run each crash point as a child process SIGKILLed on real files
 };
 
 int run_explore_command(const ExploreFlags& flags);

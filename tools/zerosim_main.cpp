@@ -65,6 +65,9 @@ int main(int argc, char** argv) {
   CLI::App* explore = app.add_subcommand(
       "explore", "Crash-explore one save of a scenario on the simulated disk: every crash point, every crash state");
   explore->add_option("scenario", explore_flags.scenario_path, "Scenario JSON file")->required();
+  explore->add_option("--real-kill", explore_flags.real_kill_directory,
+                      "Instead of SimDisk: run each crash point as a child process on real files under DIR, "
+                      "killed with SIGKILL at the point, then resume and compare");
   explore->add_flag("--json", explore_flags.json,
                     "Print one JSON object: crash_points, crash_states, passed, refused, failed, failures");
 

@@ -513,6 +513,7 @@ Status RankEngine::optimizer_step(StepRecord& record) {
       master = state.master.data();
       exp_avg = state.exp_avg.data();
       exp_avg_sq = state.exp_avg_sq.data();
+      env_.crash_points->hit("swap.sub_group_swapped_in", comm_.rank());
     }
     const float* gradient = gradient_swapper_ ? nullptr : gradient_partition_.data() + offset;
     if (gradient_swapper_) {
@@ -532,7 +533,10 @@ Status RankEngine::optimizer_step(StepRecord& record) {
     adam_update(simd_path_, scalars, grad_multiplier, master, gradient, exp_avg, exp_avg_sq,
                 count);
     ZEROSIM_RETURN_IF_ERROR(store_parameters(group, master, counters_.optimizer_steps));
-    if (swapper_) ZEROSIM_RETURN_IF_ERROR(swapper_->release(static_cast<int>(g), counters_.optimizer_steps));
+    if (swapper_) {
+      ZEROSIM_RETURN_IF_ERROR(swapper_->release(static_cast<int>(g), counters_.optimizer_steps));
+      env_.crash_points->hit("swap.sub_group_swap_out_submitted", comm_.rank());
+    }
     env_.crash_points->hit("optimizer.sub_group_stepped", comm_.rank());
   }
   // Every write has completed when the step returns (DeepSpeed writes the last sub-group

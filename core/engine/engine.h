@@ -1,7 +1,10 @@
 // The ZeRO-3 training engine of one rank, and a driver that runs W ranks on threads.
 //
 // Crash points (Env::crash_points), hit on every rank: "engine.step_begin",
-// "optimizer.sub_group_stepped" (after each sub-group's update), "engine.step_end".
+// "swap.sub_group_swapped_in" (a sub-group's optimizer state read from NVMe),
+// "optimizer.sub_group_stepped" (after each sub-group's update),
+// "swap.sub_group_swap_out_submitted" (its write to NVMe queued), "engine.step_end"; and the
+// save and load sites listed at save_checkpoint.
 //
 // One optimizer step (DeepSpeed's order, deepspeed-semantics.md §1.5-1.7, §3):
 //   for each of the gradient_accumulation_steps micro-steps k, rank r takes global
@@ -146,7 +149,8 @@ class RankEngine {
   // Crash points, in order: "ckpt.save_begin" (every rank, before any I/O of the save),
   // "ckpt.tag_prepared" (rank 0), "ckpt.shard_written" (every rank, all shards durable),
   // "ckpt.manifest_written", "ckpt.latest_published" (rank 0), "ckpt.save_end" (every rank,
-  // synchronous saves). Loading hits "ckpt.load_begin" and "ckpt.load_sub_group_restored".
+  // synchronous saves). Loading hits "ckpt.load_begin", "ckpt.load_sub_group_restored" (each
+  // sub-group written where this run keeps it) and "ckpt.load_end".
   Status save_checkpoint(const std::string& checkpoint_directory, const std::string& tag);
   // Waits for an async save in flight and returns its result (OK when none). Collective
   // when a save is in flight.

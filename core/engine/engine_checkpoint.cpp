@@ -435,6 +435,7 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
                      std::to_string(manifest.shuffle_stream.stream_id) + ", counter " +
                      std::to_string(manifest.shuffle_stream.counter) + ")");
   }
+  env_.crash_points->hit("ckpt.load_end", comm_.rank());
   return Status();
 }
 
