@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/config/ds_config.h"
+#include "core/env/rng.h"
 
 namespace zerosim {
 
@@ -38,8 +39,13 @@ Result<FaultPlan> parse_fault_plan(const json& document, const std::string& sour
     const json& costs = document["costs"];
     const std::string where = source_name + ": costs";
     ZEROSIM_RETURN_IF_ERROR(check_keys(costs, where,
-                                       {"disk_latency_us", "disk_bandwidth_mb_per_s", "collective_latency_us",
-                                        "network_bandwidth_mb_per_s", "compute_ns_per_element"}));
+                                       {"disk_latency_us", "disk_latency_jitter", "seed", "disk_bandwidth_mb_per_s",
+                                        "collective_latency_us", "network_bandwidth_mb_per_s",
+                                        "compute_ns_per_element"}));
+    ZEROSIM_ASSIGN_OR_RETURN(plan.costs.disk_latency_jitter, non_negative_number(costs, where, "disk_latency_jitter", 0.5));
+    if (plan.costs.disk_latency_jitter > 1.0) return invalid_argument(where + ".disk_latency_jitter: expected 0 to 1");
+    ZEROSIM_ASSIGN_OR_RETURN(double seed, non_negative_number(costs, where, "seed", 1));
+    plan.costs.seed = static_cast<uint64_t>(seed);
     ZEROSIM_ASSIGN_OR_RETURN(double disk_latency, non_negative_number(costs, where, "disk_latency_us", 20));
     ZEROSIM_ASSIGN_OR_RETURN(plan.costs.disk_bandwidth_mb_per_s,
                              non_negative_number(costs, where, "disk_bandwidth_mb_per_s", 2000));
@@ -149,8 +155,18 @@ SimWorld::SimWorld(SimDisk& disk, int world_size, const FaultPlan& plan, CrashPo
       }
       latency.push_back(rule);
     }
+    // The delay callback runs on the rank's own threads in program order, so the operation
+    // index, and with it the jittered latency, is the same in every run of the scenario.
+    auto operation_index = std::make_shared<std::atomic<uint64_t>>(0);
+    const SimCostModel costs = plan.costs;
     rank_disks_.push_back(std::make_unique<FaultyDisk>(
-        *faulty_disk_, latency, [clock](uint64_t latency_us) { clock->advance_ns(latency_us * 1000); }));
+        *faulty_disk_, latency, [clock, operation_index, costs, rank](uint64_t latency_us) {
+          const uint64_t index = operation_index->fetch_add(1);
+          const double uniform =
+              static_cast<double>(mix_random_bits(costs.seed, static_cast<uint64_t>(rank), index) >> 11) * 0x1.0p-53;
+          const double factor = 1.0 - costs.disk_latency_jitter + 2.0 * costs.disk_latency_jitter * uniform;
+          clock->advance_ns(static_cast<uint64_t>(static_cast<double>(latency_us) * 1000.0 * factor));
+        }));
   }
 }
 

@@ -9,12 +9,14 @@
 //     latency + bytes / network bandwidth, plus, for the all-gather of a layer, the compute
 //     that the gathered elements stand for (compute_ns_per_element; the core's arithmetic is
 //     not timed, so compute is modelled by the work it gathers for).
-// So the virtual time of a run is a pure function of the scenario: a crash can be placed at a
+// So the virtual time of a run is a pure function of the scenario (except with async saves,
+// whose background writes share the rank's clock with its training thread in racy order): a crash can be placed at a
 // virtual time, and "simulated seconds per wall second" measures the simulator.
 //
 // A fault plan (JSON) names the costs, the disk faults in FaultyDisk's vocabulary (so the same
 // rules run against a real directory), and optionally a crash:
-//   {"costs": {"disk_latency_us": 20, "disk_bandwidth_mb_per_s": 2000, "collective_latency_us": 10,
+//   {"costs": {"disk_latency_us": 20, "disk_latency_jitter": 0.5, "seed": 1,
+//              "disk_bandwidth_mb_per_s": 2000, "collective_latency_us": 10,
 //              "network_bandwidth_mb_per_s": 20000, "compute_ns_per_element": 1.0},
 //    "disk_faults": [{"path": "*/rank-00001*", "op": "write", "occurrence": 1, "fault": "io_error"}],
 //    "crash": {"site": "ckpt.shard_written", "rank": 1, "occurrence": 2} | {"virtual_time_us": 1500}}
@@ -50,7 +52,12 @@ class SimClock final : public Clock {
 };
 
 struct SimCostModel {
+  // A disk operation takes disk_latency_us x (1 - jitter + 2 x jitter x u), u uniform in [0, 1)
+  // from a counter-based stream keyed by (seed, rank, operation index): a distribution, yet
+  // the same for the same scenario.
   uint64_t disk_latency_us = 20;
+  double disk_latency_jitter = 0.5;
+  uint64_t seed = 1;
   double disk_bandwidth_mb_per_s = 2000.0;
   uint64_t collective_latency_us = 10;
   double network_bandwidth_mb_per_s = 20000.0;
