@@ -39,12 +39,14 @@ Fragment owned_fragment(int64_t element_count, int rank, int world_size) {
   return Fragment{begin, end - begin};
 }
 
-static std::string hash_hex(XXH128_hash_t hash) {
+std::string format_hash_128(uint64_t high64, uint64_t low64) {
   char buffer[33];
-  std::snprintf(buffer, sizeof buffer, "%016llx%016llx", static_cast<unsigned long long>(hash.high64),
-                static_cast<unsigned long long>(hash.low64));
+  std::snprintf(buffer, sizeof buffer, "%016llx%016llx", static_cast<unsigned long long>(high64),
+                static_cast<unsigned long long>(low64));
   return buffer;
 }
+
+static std::string hash_hex(XXH128_hash_t hash) { return format_hash_128(hash.high64, hash.low64); }
 
 std::string xxh3_128_hex(std::string_view text) { return hash_hex(XXH3_128bits(text.data(), text.size())); }
 

@@ -146,6 +146,8 @@ struct ResumeTarget {
 Result<ResumeCompatibility> check_resume_compatibility(const CheckpointManifest& manifest,
                                                        const ResumeTarget& target, const std::string& manifest_path);
 
+// A 128-bit hash as 32 hex digits, high half first: how every digest and checksum is written.
+std::string format_hash_128(uint64_t high64, uint64_t low64);
 // XXH3-128 of a string as 32 hex digits.
 std::string xxh3_128_hex(std::string_view text);
 

@@ -9,6 +9,7 @@
 #include <system_error>
 #include <thread>
 
+#include "core/checkpoint/manifest.h"
 #include "core/optim/grad_clip.h"
 #include "core/zero/exact_square_sum.h"
 
@@ -603,10 +604,7 @@ class DigestBuilder {
   }
   std::string hex() const {
     const XXH128_hash_t hash = XXH3_128bits_digest(state_);
-    char buffer[33];
-    std::snprintf(buffer, sizeof buffer, "%016llx%016llx", static_cast<unsigned long long>(hash.high64),
-                  static_cast<unsigned long long>(hash.low64));
-    return buffer;
+    return format_hash_128(hash.high64, hash.low64);
   }
 
  private:

@@ -51,10 +51,7 @@ class RankEngine::ShardSink {
   uint64_t size_bytes() const { return size_bytes_; }
   std::string checksum() const {
     const XXH128_hash_t hash = XXH3_128bits_digest(hash_);
-    char buffer[33];
-    std::snprintf(buffer, sizeof buffer, "%016llx%016llx", static_cast<unsigned long long>(hash.high64),
-                  static_cast<unsigned long long>(hash.low64));
-    return buffer;
+    return format_hash_128(hash.high64, hash.low64);
   }
 
  private:
