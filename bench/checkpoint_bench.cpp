@@ -1,0 +1,495 @@
+// Durable checkpoint save and load throughput (RankEngine::save_checkpoint and
+// initialize_from_checkpoint), to be read beside fio on the same total size
+// (bench/checkpoint_vs_fio.sh runs both and prints the ratios).
+//
+// W ranks on threads, as run_training drives them, train one step (so that the moments are
+// not zero and the shards hold real bytes), then save R times under different tags. Each save
+// is timed on every rank with steady_clock after a barrier; a save's time is the wall time of
+// the collective, from the first rank's start to the last rank's return (the commit waits for
+// every shard, so the slowest rank decides). Then R times: fresh engines at the same W, a
+// barrier, initialize_from_checkpoint of one saved tag, timed the same way. Throughput is the
+// shards' total bytes (from the manifest) over those seconds, in MB/s (1e6 bytes) and MiB/s.
+//
+// The state is sized to about --state-mib: a shard set costs 14 bytes per parameter element
+// (fp16 param 2 + fp32 master, exp_avg, exp_avg_sq 12), so the MLP's widths are chosen for
+// --state-mib * 2^20 / 14 elements.
+//
+// --drop-caches: sync and drop the page cache (needs root) before every load, so that loads
+// read the disk and not the memory the saves just filled. When dropping fails, the output says
+// that loads may come from the page cache (the script then reads fio's file without dropping
+// it either, so the two stay comparable). With --settle-seconds S, the cache is also dropped
+// S seconds before the first save: on a VM that hands free guest memory back to the host
+// (free page reporting), a write into page-cache pages freed moments ago runs several times
+// faster than one into pages the host has taken back, so a series of writes is only
+// comparable with fio's when both start from the same state (the script settles both).
+//
+// Diagnostics (not used by the script):
+//   --phases     after the run, where a load's time can go on this machine, over the last tag's
+//                shards one after the other: first touch of fresh anonymous memory (a load
+//                must fault in the state it builds), the verification pass (file_checksum:
+//                read + XXH3) cold and warm, and a plain read with one reused 8 MiB buffer
+//                (what fio does) cold and warm.
+//   --warm-heap  malloc never returns memory to the kernel (M_MMAP_MAX 0, M_TRIM_THRESHOLD
+//                max), so that a load reuses the pages the save phase already faulted in: the
+//                load's figure without first-touch costs (rank 0 only: it runs on the main
+//                thread, whose arena this governs; use it with --world-size 1).
+//
+// Flags: --dir DIR --state-mib N --world-size W --offload none|nvme --repetitions R
+//        [--drop-caches [--settle-seconds S]] [--keep] [--phases] [--warm-heap]
+// Output: a human summary, then one JSON line (the last line).
+#include <fcntl.h>
+#include <malloc.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/checkpoint/manifest.h"
+#include "core/engine/engine.h"
+
+namespace {
+
+using namespace zerosim;
+using SteadyClock = std::chrono::steady_clock;
+
+constexpr int64_t kStateBytesPerElement = 2 + 3 * 4;  // fp16 param + fp32 master, exp_avg, exp_avg_sq
+constexpr int64_t kInputWidth = 512;
+constexpr int64_t kClassCount = 16;
+// Hidden-to-hidden matrices are kept at or below this width so that one layer (and one
+// sub-group of swapped state) stays a few hundred MB; the depth grows with the size instead.
+constexpr int64_t kMaxHiddenWidth = 4096;
+
+struct BenchFlags {
+  std::string directory = "/tmp";
+  int64_t state_mib = 1024;
+  int world_size = 1;
+  bool offload_nvme = false;
+  int repetitions = 3;
+  bool drop_caches = false;
+  int settle_seconds = 0;
+  bool keep = false;
+  bool phases = false;
+  bool warm_heap = false;
+};
+
+int64_t element_count(const ModelSpec& spec) {
+  int64_t count = 0;
+  for (const ParameterInfo& parameter : mlp_parameters(spec)) count += parameter.element_count;
+  return count;
+}
+
+// [input, hidden x (K + 1), classes]: K hidden-to-hidden matrices of the largest width whose
+// element count does not pass the target.
+ModelSpec model_for_state_bytes(int64_t target_bytes) {
+  const int64_t target_elements = std::max<int64_t>(target_bytes / kStateBytesPerElement, 1);
+  const int64_t square = kMaxHiddenWidth * kMaxHiddenWidth;
+  const int64_t hidden_matrices = std::max<int64_t>(1, (target_elements + square - 1) / square);
+  auto spec_for = [&](int64_t hidden) {
+    ModelSpec spec;
+    spec.layer_widths = {kInputWidth};
+    for (int64_t k = 0; k <= hidden_matrices; ++k) spec.layer_widths.push_back(hidden);
+    spec.layer_widths.push_back(kClassCount);
+    return spec;
+  };
+  int64_t low = 1, high = kMaxHiddenWidth;  // the element count grows with the width
+  while (low < high) {
+    const int64_t middle = (low + high + 1) / 2;
+    if (element_count(spec_for(middle)) <= target_elements) low = middle;
+    else high = middle - 1;
+  }
+  return spec_for(low);
+}
+
+TrainingOptions make_options(const BenchFlags& flags, const std::string& run_id) {
+  TrainingOptions options;
+  options.model = model_for_state_bytes(flags.state_mib << 20);
+  options.world_size = flags.world_size;
+  options.run_id = run_id;
+  ResolvedConfig& config = options.config;
+  config.precision = config.communication_dtype = Precision::kFp16;
+  config.micro_batch_size = 1;
+  config.gradient_accumulation_steps = 1;
+  config.train_batch_size = flags.world_size;
+  config.optimizer.learning_rate = 1e-4;
+  config.optimizer.weight_decay = 0.01;
+  // A static scale of 1: the one step must not be skipped as an fp16 overflow, or the moments
+  // would stay zero.
+  config.loss_scaler.dynamic = false;
+  config.loss_scaler.static_loss_scale = 1.0;
+  // About one hidden matrix per sub-group: with the state on NVMe the swapper's buffers are
+  // sub-group sized, and the save streams one sub-group at a time.
+  config.zero.sub_group_size = 1 << 23;
+  if (flags.offload_nvme) {
+    config.zero.offload_optimizer.device = OffloadDevice::kNvme;
+    config.zero.offload_optimizer.nvme_path = flags.directory + "/swap";
+  }
+  options.data.feature_count = kInputWidth;
+  options.data.class_count = kClassCount;
+  return options;
+}
+
+// Needs root (CAP_SYS_ADMIN); the dirty pages are written first so that nothing is lost.
+bool drop_page_cache(std::string* error) {
+  ::sync();
+  const int descriptor = ::open("/proc/sys/vm/drop_caches", O_WRONLY | O_CLOEXEC);
+  if (descriptor < 0) {
+    *error = std::string("open /proc/sys/vm/drop_caches: ") + std::strerror(errno);
+    return false;
+  }
+  const bool written = ::write(descriptor, "3\n", 2) == 2;
+  const int saved_errno = errno;
+  ::close(descriptor);
+  if (!written) *error = std::string("write /proc/sys/vm/drop_caches: ") + std::strerror(saved_errno);
+  return written;
+}
+
+// Runs `body(rank, comm)` on W threads of one world. The first real error wins (a kAborted is
+// only the echo of another rank's failure), and any error aborts the world so that no rank
+// waits for a collective forever.
+template <typename Body>
+Status run_on_ranks(int world_size, Body body) {
+  ThreadCommWorld world(world_size);
+  std::mutex error_mutex;
+  Status first_error;
+  auto rank_main = [&](int rank) {
+    Status status;
+    try {
+      status = body(rank, world.comm(rank));
+    } catch (const std::exception& error) {
+      status = internal_error(std::string("unexpected exception: ") + error.what());
+    }
+    if (status.ok()) return;
+    std::lock_guard lock(error_mutex);
+    if (first_error.ok() || (first_error.code() == StatusCode::kAborted && status.code() != StatusCode::kAborted)) {
+      first_error = Status(status.code(), "rank " + std::to_string(rank) + ": " + status.message());
+    }
+    world.abort();
+  };
+  std::vector<std::thread> threads;
+  for (int rank = 1; rank < world_size; ++rank) threads.emplace_back(rank_main, rank);
+  rank_main(0);
+  for (std::thread& thread : threads) thread.join();
+  return first_error;
+}
+
+// Per repetition, per rank: when the timed call started and returned.
+struct CollectiveTimes {
+  CollectiveTimes(int repetitions, int world_size)
+      : begin(static_cast<size_t>(repetitions), std::vector<SteadyClock::time_point>(static_cast<size_t>(world_size))),
+        end(begin) {}
+  // The collective's wall time: first start to last return.
+  double seconds(int repetition) const {
+    const auto& b = begin[static_cast<size_t>(repetition)];
+    const auto& e = end[static_cast<size_t>(repetition)];
+    return std::chrono::duration<double>(*std::max_element(e.begin(), e.end()) - *std::min_element(b.begin(), b.end()))
+        .count();
+  }
+  std::vector<std::vector<SteadyClock::time_point>> begin, end;
+};
+
+struct Throughput {
+  double best_mb_per_s = 0.0;
+  double median_mb_per_s = 0.0;
+  std::vector<double> seconds;
+};
+
+Throughput throughput(const CollectiveTimes& times, int repetitions, uint64_t size_bytes) {
+  Throughput result;
+  std::vector<double> rates;
+  for (int r = 0; r < repetitions; ++r) {
+    result.seconds.push_back(times.seconds(r));
+    rates.push_back(static_cast<double>(size_bytes) / result.seconds.back() / 1e6);
+  }
+  std::sort(rates.begin(), rates.end());
+  result.best_mb_per_s = rates.back();
+  // The lower middle for an even count, so that two runs report the slower one as the median.
+  result.median_mb_per_s = rates[(rates.size() - 1) / 2];
+  return result;
+}
+
+std::string seconds_json(const std::vector<double>& seconds) {
+  std::string text = "[";
+  for (size_t i = 0; i < seconds.size(); ++i) {
+    char buffer[32];
+    std::snprintf(buffer, sizeof buffer, "%s%.4f", i == 0 ? "" : ",", seconds[i]);
+    text += buffer;
+  }
+  return text + "]";
+}
+
+std::string tag_for_repetition(int repetition) { return "bench" + std::to_string(repetition); }
+
+double seconds_since(SteadyClock::time_point start) {
+  return std::chrono::duration<double>(SteadyClock::now() - start).count();
+}
+
+// Fresh anonymous pages, written once: what building `size_bytes` of state costs in page
+// faults alone (mmap'd directly, so that no recycled heap memory hides the faults).
+double first_touch_seconds(uint64_t size_bytes) {
+  const SteadyClock::time_point start = SteadyClock::now();
+  void* memory = ::mmap(nullptr, size_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (memory == MAP_FAILED) return -1.0;
+  std::memset(memory, 1, size_bytes);
+  const double seconds = seconds_since(start);
+  ::munmap(memory, size_bytes);
+  return seconds;
+}
+
+// Sequential reads of whole files into one reused, already faulted 8 MiB buffer (fio's way).
+Result<double> plain_read_seconds(Disk& disk, const std::vector<std::string>& paths) {
+  std::vector<std::byte> chunk(8u << 20, std::byte{0});
+  const SteadyClock::time_point start = SteadyClock::now();
+  for (const std::string& path : paths) {
+    ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<File> file, disk.open(path, FileOpenOptions{}));
+    ZEROSIM_ASSIGN_OR_RETURN(uint64_t size, file->size_bytes());
+    for (uint64_t offset = 0; offset < size; offset += chunk.size()) {
+      const size_t length = static_cast<size_t>(std::min<uint64_t>(chunk.size(), size - offset));
+      ZEROSIM_RETURN_IF_ERROR(file->read_exact(offset, std::span<std::byte>(chunk.data(), length)));
+    }
+    ZEROSIM_RETURN_IF_ERROR(file->close());
+  }
+  return seconds_since(start);
+}
+
+// The loader's verification pass over every shard (read + XXH3-128).
+Result<double> checksum_seconds(Disk& disk, const std::vector<std::string>& paths) {
+  const SteadyClock::time_point start = SteadyClock::now();
+  for (const std::string& path : paths) ZEROSIM_RETURN_IF_ERROR(file_checksum(disk, path, nullptr).status());
+  return seconds_since(start);
+}
+
+Status print_phases(Disk& disk, const std::vector<std::string>& shard_paths, uint64_t size_bytes, bool drop_caches) {
+  std::string drop_error;
+  auto cold = [&]() {
+    if (drop_caches && !drop_page_cache(&drop_error)) drop_caches = false;
+  };
+  auto rate = [&](double seconds) { return static_cast<double>(size_bytes) / seconds / 1e6; };
+  std::printf("  phases over the last tag's %zu shard(s), one thread, MB/s of checkpoint bytes:\n", shard_paths.size());
+  const double touch = first_touch_seconds(size_bytes);
+  std::printf("    first touch of fresh memory, checkpoint-sized  %8.1f MB/s  (%.3f s)\n", rate(touch), touch);
+  cold();
+  ZEROSIM_ASSIGN_OR_RETURN(double cold_checksum, checksum_seconds(disk, shard_paths));
+  ZEROSIM_ASSIGN_OR_RETURN(double warm_checksum, checksum_seconds(disk, shard_paths));
+  cold();
+  ZEROSIM_ASSIGN_OR_RETURN(double cold_read, plain_read_seconds(disk, shard_paths));
+  ZEROSIM_ASSIGN_OR_RETURN(double warm_read, plain_read_seconds(disk, shard_paths));
+  const char* cold_label = drop_caches ? "cold" : "cache NOT dropped";
+  std::printf("    verification pass (read + XXH3), %-17s %8.1f MB/s  (%.3f s)\n", cold_label, rate(cold_checksum),
+              cold_checksum);
+  std::printf("    verification pass (read + XXH3), warm              %8.1f MB/s  (%.3f s)\n", rate(warm_checksum),
+              warm_checksum);
+  std::printf("    plain read, reused 8 MiB buffer, %-17s %8.1f MB/s  (%.3f s)\n", cold_label, rate(cold_read), cold_read);
+  std::printf("    plain read, reused 8 MiB buffer, warm              %8.1f MB/s  (%.3f s)\n", rate(warm_read), warm_read);
+  if (!drop_error.empty()) std::printf("    (page cache not dropped: %s)\n", drop_error.c_str());
+  return Status();
+}
+
+int fail(const std::string& what, const Status& status) {
+  std::fprintf(stderr, "checkpoint_bench: %s: %s\n", what.c_str(), status.to_string().c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  BenchFlags flags;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--drop-caches") {
+      flags.drop_caches = true;
+      continue;
+    }
+    if (flag == "--keep") {
+      flags.keep = true;
+      continue;
+    }
+    if (flag == "--phases") {
+      flags.phases = true;
+      continue;
+    }
+    if (flag == "--warm-heap") {
+      flags.warm_heap = true;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "checkpoint_bench: %s needs a value\n", flag.c_str());
+      return 2;
+    }
+    const std::string value = argv[++i];
+    if (flag == "--dir") flags.directory = value;
+    else if (flag == "--state-mib") flags.state_mib = std::atoll(value.c_str());
+    else if (flag == "--world-size") flags.world_size = std::atoi(value.c_str());
+    else if (flag == "--repetitions") flags.repetitions = std::atoi(value.c_str());
+    else if (flag == "--settle-seconds") flags.settle_seconds = std::atoi(value.c_str());
+    else if (flag == "--offload" && (value == "none" || value == "nvme")) flags.offload_nvme = value == "nvme";
+    else {
+      std::fprintf(stderr,
+                   "checkpoint_bench: unknown flag or value %s %s\n"
+                   "flags: --dir DIR --state-mib N --world-size W --offload none|nvme --repetitions R "
+                   "[--drop-caches] [--keep]\n",
+                   flag.c_str(), value.c_str());
+      return 2;
+    }
+  }
+  if (flags.state_mib < 1 || flags.world_size < 1 || flags.repetitions < 1) {
+    std::fprintf(stderr, "checkpoint_bench: --state-mib, --world-size and --repetitions must be positive\n");
+    return 2;
+  }
+
+  if (flags.warm_heap) {
+    mallopt(M_MMAP_MAX, 0);
+    mallopt(M_TRIM_THRESHOLD, INT_MAX);
+  }
+  RealEnv real_env;
+  Env env = real_env.env();
+  Disk& disk = *env.disk;
+  const std::string checkpoint_directory = flags.directory + "/checkpoint-bench";
+  const TrainingOptions save_options = make_options(flags, "checkpoint-bench-save");
+  const TrainingOptions load_options = make_options(flags, "checkpoint-bench-load");
+  // Tags of an earlier run would make the saves fail ("already exists"); this directory is the
+  // bench's own.
+  if (Status cleared = disk.remove_tree(checkpoint_directory); !cleared.ok()) return fail("clear", cleared);
+  if (Status created = disk.create_directories(checkpoint_directory); !created.ok()) return fail("create", created);
+
+  // Save: one world, one engine per rank for the whole phase (train, digest, R saves).
+  const int world_size = flags.world_size;
+  const int repetitions = flags.repetitions;
+  CollectiveTimes save_times(repetitions, world_size);
+  std::string saved_digest;
+  bool settled = false;
+  std::string settle_error;
+  Status saved = run_on_ranks(world_size, [&](int rank, Comm& comm) -> Status {
+    RankEngine engine(save_options, comm, env);
+    ZEROSIM_RETURN_IF_ERROR(engine.initialize());
+    ZEROSIM_ASSIGN_OR_RETURN(StepRecord record, engine.train_step());
+    if (record.skipped) return internal_error("the step was skipped (fp16 overflow): the moments are still zero");
+    ZEROSIM_ASSIGN_OR_RETURN(FullTrainingState state, engine.gather_state());
+    if (rank == 0) saved_digest = state.digests.state;
+    if (flags.drop_caches && flags.settle_seconds > 0) {
+      ZEROSIM_RETURN_IF_ERROR(comm.barrier());
+      if (rank == 0 && drop_page_cache(&settle_error)) {
+        std::this_thread::sleep_for(std::chrono::seconds(flags.settle_seconds));
+        settled = true;
+      }
+    }
+    for (int r = 0; r < repetitions; ++r) {
+      ZEROSIM_RETURN_IF_ERROR(comm.barrier());
+      save_times.begin[static_cast<size_t>(r)][static_cast<size_t>(rank)] = SteadyClock::now();
+      ZEROSIM_RETURN_IF_ERROR(engine.save_checkpoint(checkpoint_directory, tag_for_repetition(r)));
+      save_times.end[static_cast<size_t>(r)][static_cast<size_t>(rank)] = SteadyClock::now();
+    }
+    return Status();
+  });
+  if (!saved.ok()) return fail("save", saved);
+
+  // Every tag has the same shards; the first one's manifest gives their sizes.
+  Result<CheckpointManifest> manifest = read_manifest(disk, checkpoint_directory + "/" + tag_for_repetition(0));
+  if (!manifest.ok()) return fail("read manifest", manifest.status());
+  uint64_t size_bytes = 0;
+  for (const ShardRecord& shard : manifest->shards) size_bytes += shard.size_bytes;
+
+  // Load: R times, fresh engines (a fresh world too, as a resumed job has), each from another
+  // tag. The page cache is dropped, when asked and allowed, before each load.
+  CollectiveTimes load_times(repetitions, world_size);
+  bool caches_dropped = flags.drop_caches;
+  std::string drop_error;
+  std::string loaded_digest;
+  std::vector<std::string> load_notes;
+  for (int r = 0; r < repetitions; ++r) {
+    Status loaded = run_on_ranks(world_size, [&](int rank, Comm& comm) -> Status {
+      RankEngine engine(load_options, comm, env);
+      ZEROSIM_RETURN_IF_ERROR(comm.barrier());
+      if (rank == 0 && caches_dropped) caches_dropped = drop_page_cache(&drop_error);
+      ZEROSIM_RETURN_IF_ERROR(comm.barrier());
+      std::vector<std::string> notes;
+      load_times.begin[static_cast<size_t>(r)][static_cast<size_t>(rank)] = SteadyClock::now();
+      ZEROSIM_RETURN_IF_ERROR(engine.initialize_from_checkpoint(checkpoint_directory, tag_for_repetition(r), &notes));
+      load_times.end[static_cast<size_t>(r)][static_cast<size_t>(rank)] = SteadyClock::now();
+      // The loaded state must be the saved one, or the figure would measure something else.
+      if (r == 0) {
+        ZEROSIM_ASSIGN_OR_RETURN(FullTrainingState state, engine.gather_state());
+        if (rank == 0) {
+          loaded_digest = state.digests.state;
+          load_notes = notes;
+        }
+      }
+      return Status();
+    });
+    if (!loaded.ok()) return fail("load " + tag_for_repetition(r), loaded);
+  }
+  if (loaded_digest != saved_digest) {
+    std::fprintf(stderr, "checkpoint_bench: the loaded state's digest %s differs from the saved %s\n",
+                 loaded_digest.c_str(), saved_digest.c_str());
+    return 1;
+  }
+
+  const Throughput save = throughput(save_times, repetitions, size_bytes);
+  const Throughput load = throughput(load_times, repetitions, size_bytes);
+  const int64_t elements = element_count(save_options.model);
+  std::printf("checkpoint_bench: %s, %lld parameter elements (widths %s), %d shard(s), %llu bytes (%.1f MiB) per "
+              "checkpoint, world size %d, optimizer state %s, %d repetitions%s\n",
+              flags.directory.c_str(), static_cast<long long>(elements),
+              model_spec_to_string(save_options.model).c_str(), static_cast<int>(manifest->shards.size()),
+              static_cast<unsigned long long>(size_bytes), static_cast<double>(size_bytes) / 1048576.0, world_size,
+              flags.offload_nvme ? "on NVMe (swap files under DIR/swap)" : "in memory", repetitions,
+              flags.warm_heap ? ", warm heap (diagnostic)" : "");
+  for (const std::string& note : load_notes) std::printf("  note: %s\n", note.c_str());
+  if (flags.drop_caches && !caches_dropped) {
+    std::printf("  page cache NOT dropped (%s): loads may come from the page cache\n", drop_error.c_str());
+  } else if (!flags.drop_caches) {
+    std::printf("  page cache not dropped (no --drop-caches): loads may come from the page cache\n");
+  } else {
+    std::printf("  page cache dropped before every load\n");
+  }
+  if (settled) {
+    std::printf("  page cache dropped %d s before the first save\n", flags.settle_seconds);
+  } else if (flags.drop_caches && flags.settle_seconds > 0) {
+    std::printf("  page cache NOT dropped before the first save (%s)\n", settle_error.c_str());
+  }
+  const double mib_per_mb = 1e6 / 1048576.0;
+  std::printf("  save (write + fsync + commit): best %8.1f MB/s (%8.1f MiB/s), median %8.1f MB/s, seconds %s\n",
+              save.best_mb_per_s, save.best_mb_per_s * mib_per_mb, save.median_mb_per_s,
+              seconds_json(save.seconds).c_str());
+  std::printf("  load (verify + read):          best %8.1f MB/s (%8.1f MiB/s), median %8.1f MB/s, seconds %s\n",
+              load.best_mb_per_s, load.best_mb_per_s * mib_per_mb, load.median_mb_per_s,
+              seconds_json(load.seconds).c_str());
+  std::printf("  loaded state digest = saved state digest (%s)\n", saved_digest.c_str());
+  if (flags.phases) {
+    std::vector<std::string> shard_paths;
+    for (const ShardRecord& shard : manifest->shards) {
+      shard_paths.push_back(checkpoint_directory + "/" + tag_for_repetition(repetitions - 1) + "/" + shard.file);
+    }
+    if (Status measured = print_phases(disk, shard_paths, size_bytes, flags.drop_caches); !measured.ok()) {
+      return fail("phases", measured);
+    }
+  }
+  if (!flags.keep) {
+    Status removed = disk.remove_tree(checkpoint_directory);
+    if (removed.ok() && flags.offload_nvme) {
+      for (const TrainingOptions* options : {&save_options, &load_options}) {
+        if (removed.ok()) removed = disk.remove_tree(flags.directory + "/swap/zerosim/" + options->run_id);
+      }
+    }
+    if (!removed.ok()) return fail("clean up", removed);
+  }
+  // Last, so that a script takes the last line.
+  std::printf(
+      "{\"save_mb_per_s\": %.1f, \"save_median_mb_per_s\": %.1f, \"load_mb_per_s\": %.1f, \"load_median_mb_per_s\": "
+      "%.1f, \"size_bytes\": %llu, \"world_size\": %d, \"offload\": \"%s\", \"repetitions\": %d, "
+      "\"page_cache_dropped\": %s, \"save_seconds\": %s, \"load_seconds\": %s}\n",
+      save.best_mb_per_s, save.median_mb_per_s, load.best_mb_per_s, load.median_mb_per_s,
+      static_cast<unsigned long long>(size_bytes), world_size, flags.offload_nvme ? "nvme" : "none", repetitions,
+      caches_dropped ? "true" : "false", seconds_json(save.seconds).c_str(), seconds_json(load.seconds).c_str());
+  return 0;
+}
