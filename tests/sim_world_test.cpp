@@ -114,22 +114,32 @@ TEST(SimWorld, ABitFlipOnAShardReadIsRefusedWithTheChecksumNeverTrainedOn) {
   CheckpointPlan saving;
   saving.save_directory = "/ckpt";
   ASSERT_TRUE(simulate(disk, options, 2, FaultPlan{}, no_crash, saving).run.ok());
-  FaultPlan flips;
-  FaultRule flip;
-  flip.path_pattern = "*/rank-00002-of-00004.safetensors";
-  flip.operation = FaultOperation::kRead;
-  flip.occurrence = 0;
-  flip.kind = FaultKind::kBitFlip;
-  flip.bytes = 12345;
-  flips.disk_faults = {flip};
   CheckpointPlan resuming;
   resuming.resume_tag = "global_step2";
   resuming.resume_directory = "/ckpt";
-  const SimulatedRun resumed = simulate(disk, options, 4, flips, no_crash, resuming);
-  ASSERT_FALSE(resumed.run.ok());
-  EXPECT_NE(resumed.run.status().message().find("checksum mismatch"), std::string::npos)
-      << resumed.run.status().to_string();
-  EXPECT_NE(resumed.run.status().message().find("rank-00002-of-00004.safetensors"), std::string::npos);
+  // Every read of rank 2's shard flipped (the header's first), then only the 4th read (the
+  // first tensor's data, after the index and the header): refused either way, by the header
+  // checks or by the checksum of the one-pass load.
+  for (const int64_t occurrence : {int64_t{0}, int64_t{4}}) {
+    SCOPED_TRACE(occurrence);
+    FaultPlan flips;
+    FaultRule flip;
+    flip.path_pattern = "*/rank-00002-of-00004.safetensors";
+    flip.operation = FaultOperation::kRead;
+    flip.occurrence = occurrence;
+    flip.kind = FaultKind::kBitFlip;
+    flip.bytes = 12345;
+    flips.disk_faults = {flip};
+    const SimulatedRun resumed = simulate(disk, options, 4, flips, no_crash, resuming);
+    ASSERT_FALSE(resumed.run.ok());
+    EXPECT_EQ(resumed.run.status().code(), StatusCode::kDataLoss) << resumed.run.status().to_string();
+    EXPECT_NE(resumed.run.status().message().find("rank-00002-of-00004.safetensors"), std::string::npos)
+        << resumed.run.status().to_string();
+    if (occurrence == 4) {
+      EXPECT_NE(resumed.run.status().message().find("checksum mismatch"), std::string::npos)
+          << resumed.run.status().to_string();
+    }
+  }
 }
 
 TEST(SimWorld, LatencyRulesChargeSizeOverBandwidth) {

@@ -50,21 +50,28 @@ static std::string hash_hex(XXH128_hash_t hash) { return format_hash_128(hash.hi
 
 std::string xxh3_128_hex(std::string_view text) { return hash_hex(XXH3_128bits(text.data(), text.size())); }
 
+StreamingHash::StreamingHash() : state_(XXH3_createState()) {
+  ZEROSIM_CHECK(state_ != nullptr, "XXH3_createState failed");
+  XXH3_128bits_reset(static_cast<XXH3_state_t*>(state_));
+}
+StreamingHash::~StreamingHash() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
+void StreamingHash::update(std::span<const std::byte> bytes) {
+  XXH3_128bits_update(static_cast<XXH3_state_t*>(state_), bytes.data(), bytes.size());
+}
+std::string StreamingHash::hex() const { return hash_hex(XXH3_128bits_digest(static_cast<XXH3_state_t*>(state_))); }
+
 Result<std::string> file_checksum(Disk& disk, const std::string& path, uint64_t* size_bytes) {
   ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<File> file, disk.open(path, FileOpenOptions{}));
   ZEROSIM_ASSIGN_OR_RETURN(uint64_t size, file->size_bytes());
-  XXH3_state_t* state = XXH3_createState();
-  XXH3_128bits_reset(state);
+  StreamingHash hash;
   std::vector<std::byte> chunk(std::min<uint64_t>(size, 8u << 20));
-  Status status;
-  for (uint64_t offset = 0; offset < size && status.ok(); offset += chunk.size()) {
+  for (uint64_t offset = 0; offset < size; offset += chunk.size()) {
     const size_t length = static_cast<size_t>(std::min<uint64_t>(chunk.size(), size - offset));
-    status = file->read_exact(offset, std::span<std::byte>(chunk.data(), length));
-    if (status.ok()) XXH3_128bits_update(state, chunk.data(), length);
+    const std::span<std::byte> piece(chunk.data(), length);
+    ZEROSIM_RETURN_IF_ERROR(file->read_exact(offset, piece));
+    hash.update(piece);
   }
-  const std::string hex = hash_hex(XXH3_128bits_digest(state));
-  XXH3_freeState(state);
-  ZEROSIM_RETURN_IF_ERROR(status);
+  const std::string hex = hash.hex();
   ZEROSIM_RETURN_IF_ERROR(file->close());
   if (size_bytes != nullptr) *size_bytes = size;
   return hex;

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -106,6 +107,20 @@ struct Fragment {
   int64_t count = 0;
 };
 Fragment owned_fragment(int64_t element_count, int rank, int world_size);
+
+// XXH3-128 over bytes fed in order, as the manifest's shard checksums are computed.
+class StreamingHash {
+ public:
+  StreamingHash();
+  ~StreamingHash();
+  StreamingHash(const StreamingHash&) = delete;
+  StreamingHash& operator=(const StreamingHash&) = delete;
+  void update(std::span<const std::byte> bytes);
+  std::string hex() const;  // 32 hex digits
+
+ private:
+  void* state_;  // XXH3_state_t, kept out of the header
+};
 
 // Hashes a file as the manifest does (XXH3-128, 32 hex digits), reading it in chunks.
 Result<std::string> file_checksum(Disk& disk, const std::string& path, uint64_t* size_bytes);

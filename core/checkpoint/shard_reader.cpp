@@ -16,6 +16,10 @@ DType CheckpointShardReader::state_dtype(CheckpointState state) const {
 Status CheckpointShardReader::verify_shard(int rank) { return shard(rank).status(); }
 
 Result<CheckpointShardReader::OpenShard*> CheckpointShardReader::shard(int rank) {
+  return open_shard(rank, /*verify_checksum=*/true);
+}
+
+Result<CheckpointShardReader::OpenShard*> CheckpointShardReader::open_shard(int rank, bool verify_checksum) {
   ZEROSIM_CHECK(rank >= 0 && static_cast<size_t>(rank) < shards_.size(), "shard rank out of range");
   std::optional<OpenShard>& slot = shards_[static_cast<size_t>(rank)];
   if (slot) return &*slot;
@@ -23,15 +27,10 @@ Result<CheckpointShardReader::OpenShard*> CheckpointShardReader::shard(int rank)
   const std::string path = tag_directory_ + "/" + record.file;
   ZEROSIM_ASSIGN_OR_RETURN(bool exists, disk_.exists(path));
   if (!exists) return data_loss("missing shard " + path + " (rank " + std::to_string(rank) + " of the manifest)");
-  uint64_t size = 0;
-  ZEROSIM_ASSIGN_OR_RETURN(std::string checksum, file_checksum(disk_, path, &size));
-  if (size != record.size_bytes) {
-    return data_loss("shard " + path + ": expected " + std::to_string(record.size_bytes) + " bytes (manifest), found " +
-                     std::to_string(size) + (size < record.size_bytes ? " (truncated)" : ""));
-  }
-  if (checksum != record.xxh3_128) {
-    return data_loss("shard " + path + ": checksum mismatch: expected xxh3_128 " + record.xxh3_128 +
-                     " (manifest), found " + checksum);
+  if (verify_checksum) {
+    uint64_t size = 0;
+    ZEROSIM_ASSIGN_OR_RETURN(std::string checksum, file_checksum(disk_, path, &size));
+    ZEROSIM_RETURN_IF_ERROR(check_size_and_checksum(rank, size, checksum));
   }
   ZEROSIM_ASSIGN_OR_RETURN(SafetensorsIndex index, read_safetensors_index(disk_, path));
   // Exactly the tensors this rank owns, as the layout says.
@@ -70,6 +69,63 @@ Result<CheckpointShardReader::OpenShard*> CheckpointShardReader::shard(int rank)
   ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<File> file, disk_.open(path, FileOpenOptions{}));
   slot.emplace(OpenShard{std::move(file), std::move(index)});
   return &*slot;
+}
+
+Status CheckpointShardReader::check_size_and_checksum(int rank, uint64_t size, const std::string& checksum) const {
+  const ShardRecord& record = manifest_.shards[static_cast<size_t>(rank)];
+  const std::string path = tag_directory_ + "/" + record.file;
+  if (size != record.size_bytes) {
+    return data_loss("shard " + path + ": expected " + std::to_string(record.size_bytes) + " bytes (manifest), found " +
+                     std::to_string(size) + (size < record.size_bytes ? " (truncated)" : ""));
+  }
+  if (checksum != record.xxh3_128) {
+    return data_loss("shard " + path + ": checksum mismatch: expected xxh3_128 " + record.xxh3_128 +
+                     " (manifest), found " + checksum);
+  }
+  return Status();
+}
+
+Status CheckpointShardReader::begin_sequential(int rank) {
+  ZEROSIM_CHECK(sequential_rank_ < 0, "one sequential read at a time");
+  const ShardRecord& record = manifest_.shards[static_cast<size_t>(rank)];
+  ZEROSIM_ASSIGN_OR_RETURN(uint64_t size, [&]() -> Result<uint64_t> {
+    ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<File> file, disk_.open(tag_directory_ + "/" + record.file, FileOpenOptions{}));
+    return file->size_bytes();
+  }());
+  // A size that differs is refused before anything is read; the checksum waits for the end.
+  if (size != record.size_bytes) return check_size_and_checksum(rank, size, "");
+  ZEROSIM_ASSIGN_OR_RETURN(OpenShard * open, open_shard(rank, /*verify_checksum=*/false));
+  sequential_rank_ = rank;
+  sequential_hash_ = std::make_unique<StreamingHash>();
+  std::vector<std::byte> header(open->index.data_start_bytes);
+  ZEROSIM_RETURN_IF_ERROR(open->file->read_exact(0, header));
+  sequential_hash_->update(header);
+  sequential_offset_ = open->index.data_start_bytes;
+  return Status();
+}
+
+Status CheckpointShardReader::read_next(int64_t parameter, CheckpointState state, std::span<std::byte> destination) {
+  ZEROSIM_CHECK(sequential_rank_ >= 0, "read_next outside a sequential read");
+  OpenShard& open = *shards_[static_cast<size_t>(sequential_rank_)];
+  const std::string name = checkpoint_tensor_name(manifest_.parameters[static_cast<size_t>(parameter)].name, state);
+  const SafetensorsEntry* entry = open.index.find(name);
+  ZEROSIM_CHECK(entry != nullptr, "verified shard lacks a tensor");
+  ZEROSIM_CHECK(open.index.data_start_bytes + entry->begin_bytes == sequential_offset_,
+                "read_next out of the shard's data order");
+  ZEROSIM_CHECK(destination.size() == entry->end_bytes - entry->begin_bytes, "read_next destination size");
+  ZEROSIM_RETURN_IF_ERROR(open.file->read_exact(sequential_offset_, destination));
+  sequential_hash_->update(destination);
+  sequential_offset_ += destination.size();
+  return Status();
+}
+
+Status CheckpointShardReader::finish_sequential() {
+  ZEROSIM_CHECK(sequential_rank_ >= 0, "finish_sequential outside a sequential read");
+  const int rank = sequential_rank_;
+  sequential_rank_ = -1;
+  OpenShard& open = *shards_[static_cast<size_t>(rank)];
+  ZEROSIM_CHECK(sequential_offset_ == open.index.file_size_bytes, "the sequential read left data unread");
+  return check_size_and_checksum(rank, sequential_offset_, sequential_hash_->hex());
 }
 
 Status CheckpointShardReader::read(int64_t parameter, CheckpointState state, int64_t begin, int64_t count,

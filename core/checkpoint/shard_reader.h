@@ -28,6 +28,15 @@ class CheckpointShardReader {
   Status read(int64_t parameter, CheckpointState state, int64_t begin, int64_t count, std::span<std::byte> destination);
   // Opens and verifies one shard (see above).
   Status verify_shard(int rank);
+
+  // One pass over one shard, for a rank that reads exactly its own shard (same world size):
+  // the tensors are read in the shard's data order straight into their destinations, and the
+  // checksum is computed from the same bytes and checked by finish_sequential(), so the file
+  // is read once instead of twice. The caller must not use what it read unless
+  // finish_sequential() returns OK. The size and the header are checked up front.
+  Status begin_sequential(int rank);
+  Status read_next(int64_t parameter, CheckpointState state, std::span<std::byte> destination);
+  Status finish_sequential();
   // The dtype a state is stored in.
   DType state_dtype(CheckpointState state) const;
 
@@ -37,11 +46,16 @@ class CheckpointShardReader {
     SafetensorsIndex index;
   };
   Result<OpenShard*> shard(int rank);
+  Result<OpenShard*> open_shard(int rank, bool verify_checksum);
+  Status check_size_and_checksum(int rank, uint64_t size, const std::string& checksum) const;
 
   Disk& disk_;
   std::string tag_directory_;
   const CheckpointManifest& manifest_;
   std::vector<std::optional<OpenShard>> shards_;
+  int sequential_rank_ = -1;
+  uint64_t sequential_offset_ = 0;
+  std::unique_ptr<StreamingHash> sequential_hash_;
 };
 
 }  // namespace zerosim

@@ -1,7 +1,5 @@
 // RankEngine's checkpoints: save (synchronous or async) and resume at any world size. The
 // format and the commit protocol are described in core/checkpoint/manifest.h.
-#include <xxhash.h>
-
 #include <cstring>
 
 #include "core/checkpoint/commit.h"
@@ -19,14 +17,11 @@ std::string checkpoint_tag_for_step(int64_t global_step) { return "global_step" 
 // are hashed as they pass, so the checksum costs no second read.
 class RankEngine::ShardSink {
  public:
-  explicit ShardSink(File* file) : file_(file) { staging_.reserve(kStagingBytes); init(); }
-  explicit ShardSink(std::vector<std::byte>* memory) : memory_(memory) { init(); }
-  ~ShardSink() { XXH3_freeState(hash_); }
-  ShardSink(const ShardSink&) = delete;
-  ShardSink& operator=(const ShardSink&) = delete;
+  explicit ShardSink(File* file) : file_(file) { staging_.reserve(kStagingBytes); }
+  explicit ShardSink(std::vector<std::byte>* memory) : memory_(memory) {}
 
   Status append(std::span<const std::byte> bytes) {
-    XXH3_128bits_update(hash_, bytes.data(), bytes.size());
+    hash_.update(bytes);
     size_bytes_ += bytes.size();
     if (memory_ != nullptr) {
       memory_->insert(memory_->end(), bytes.begin(), bytes.end());
@@ -49,23 +44,16 @@ class RankEngine::ShardSink {
     return Status();
   }
   uint64_t size_bytes() const { return size_bytes_; }
-  std::string checksum() const {
-    const XXH128_hash_t hash = XXH3_128bits_digest(hash_);
-    return format_hash_128(hash.high64, hash.low64);
-  }
+  std::string checksum() const { return hash_.hex(); }
 
  private:
   static constexpr size_t kStagingBytes = 8u << 20;
-  void init() {
-    hash_ = XXH3_createState();
-    XXH3_128bits_reset(hash_);
-  }
   File* file_ = nullptr;
   std::vector<std::byte>* memory_ = nullptr;
   std::vector<std::byte> staging_;
   uint64_t written_bytes_ = 0;
   uint64_t size_bytes_ = 0;
-  XXH3_state_t* hash_ = nullptr;
+  StreamingHash hash_;
 };
 
 namespace {
@@ -354,53 +342,67 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
   const size_t element_bytes = dtype_size_bytes(model_dtype_);
   const DefectSet* defects = env_.defects;
   const int64_t step = defect_active(defects, Defect::kStepCounterNotRestored) ? 0 : manifest.optimizer_steps;
-  std::vector<float> master, exp_avg, exp_avg_sq;
-  std::vector<std::byte> params;
+  // At the same world size a rank's partition is exactly its own shard, in the shard's order:
+  // one sequential pass reads it and computes its checksum (checked before the state is used).
+  const bool own_shard = manifest.world_size == comm_.world_size();
+  if (own_shard) ZEROSIM_RETURN_IF_ERROR(reader.begin_sequential(rank));
+  // In memory, fragments are read straight into the flat partitions (padding stays zero from
+  // prepare_storage); swapped state goes through one sub-group's buffers.
+  std::vector<float> group_master, group_exp_avg, group_exp_avg_sq;
+  std::vector<std::byte> swapped_params;
   for (size_t g = 0; g < layout_.sub_groups.size(); ++g) {
     const SubGroup& group = layout_.sub_groups[g];
-    const size_t group_count = static_cast<size_t>(group.element_count);
-    master.assign(group_count, 0.0f);  // padding stays zero
-    exp_avg.assign(group_count, 0.0f);
-    exp_avg_sq.assign(group_count, 0.0f);
+    float* master = master_.data() + group.flat_offset;
+    float* exp_avg = exp_avg_.data() + group.flat_offset;
+    float* exp_avg_sq = exp_avg_sq_.data() + group.flat_offset;
+    if (swapper_) {
+      const size_t group_count = static_cast<size_t>(group.element_count);
+      group_master.assign(group_count, 0.0f);
+      group_exp_avg.assign(group_count, 0.0f);
+      group_exp_avg_sq.assign(group_count, 0.0f);
+      master = group_master.data();
+      exp_avg = group_exp_avg.data();
+      exp_avg_sq = group_exp_avg_sq.data();
+    }
     for (int64_t p = group.first_parameter; p < group.end_parameter; ++p) {
       const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
       int64_t begin = partition.owned_begin(rank);
       const int64_t count = partition.owned_count(rank);
       const size_t in_group = static_cast<size_t>(partition.flat_offset - group.flat_offset);
-      if (defect_active(defects, Defect::kWrongPaddingOnReshard) && manifest.world_size != comm_.world_size() && rank > 0) {
+      if (defect_active(defects, Defect::kWrongPaddingOnReshard) && !own_shard && rank > 0) {
         const int64_t old_partition = (partition.element_count + manifest.world_size - 1) / manifest.world_size;
         const int64_t old_padding = old_partition * manifest.world_size - partition.element_count;
         begin = std::max<int64_t>(0, begin - old_padding);
       }
-      auto floats = [&](std::vector<float>& buffer) {
-        return std::as_writable_bytes(std::span<float>(buffer.data() + in_group, static_cast<size_t>(count)));
-      };
-      ZEROSIM_RETURN_IF_ERROR(reader.read(p, CheckpointState::kMaster, begin, count, floats(master)));
-      ZEROSIM_RETURN_IF_ERROR(reader.read(p, CheckpointState::kExpAvg, begin, count, floats(exp_avg)));
-      ZEROSIM_RETURN_IF_ERROR(reader.read(p, CheckpointState::kExpAvgSq, begin, count, floats(exp_avg_sq)));
-      params.assign(static_cast<size_t>(partition.partition_size) * element_bytes, std::byte{0});
-      ZEROSIM_RETURN_IF_ERROR(reader.read(p, CheckpointState::kParam, begin, count,
-                                          std::span<std::byte>(params.data(), static_cast<size_t>(count) * element_bytes)));
-      if (defect_active(defects, Defect::kMasterRebuiltFromParams)) {
-        cast_to_fp32(model_dtype_, params.data(), master.data() + in_group, static_cast<size_t>(count));
-      }
+      std::byte* params = param_partition_.data() + static_cast<size_t>(partition.flat_offset) * element_bytes;
       if (param_swapper_) {
-        ZEROSIM_RETURN_IF_ERROR(param_swapper_->write(static_cast<int>(p), step, params));
-      } else {
-        std::memcpy(param_partition_.data() + static_cast<size_t>(partition.flat_offset) * element_bytes, params.data(),
-                    params.size());
+        swapped_params.assign(static_cast<size_t>(partition.partition_size) * element_bytes, std::byte{0});
+        params = swapped_params.data();
       }
+      // The shard's order: param, master, exp_avg, exp_avg_sq.
+      const std::pair<CheckpointState, std::span<std::byte>> fragments[] = {
+          {CheckpointState::kParam, std::span<std::byte>(params, static_cast<size_t>(count) * element_bytes)},
+          {CheckpointState::kMaster, std::as_writable_bytes(std::span<float>(master + in_group, static_cast<size_t>(count)))},
+          {CheckpointState::kExpAvg, std::as_writable_bytes(std::span<float>(exp_avg + in_group, static_cast<size_t>(count)))},
+          {CheckpointState::kExpAvgSq,
+           std::as_writable_bytes(std::span<float>(exp_avg_sq + in_group, static_cast<size_t>(count)))}};
+      for (const auto& [state, destination] : fragments) {
+        if (count == 0) break;
+        ZEROSIM_RETURN_IF_ERROR(own_shard ? reader.read_next(p, state, destination)
+                                          : reader.read(p, state, begin, count, destination));
+      }
+      if (defect_active(defects, Defect::kMasterRebuiltFromParams)) {
+        cast_to_fp32(model_dtype_, params, master + in_group, static_cast<size_t>(count));
+      }
+      if (param_swapper_) ZEROSIM_RETURN_IF_ERROR(param_swapper_->write(static_cast<int>(p), step, swapped_params));
     }
     if (swapper_) {
-      ZEROSIM_RETURN_IF_ERROR(swapper_->write_state(static_cast<int>(g), step, master, exp_avg, exp_avg_sq));
-    } else {
-      const ptrdiff_t offset = static_cast<ptrdiff_t>(group.flat_offset);
-      std::copy(master.begin(), master.end(), master_.begin() + offset);
-      std::copy(exp_avg.begin(), exp_avg.end(), exp_avg_.begin() + offset);
-      std::copy(exp_avg_sq.begin(), exp_avg_sq.end(), exp_avg_sq_.begin() + offset);
+      ZEROSIM_RETURN_IF_ERROR(
+          swapper_->write_state(static_cast<int>(g), step, group_master, group_exp_avg, group_exp_avg_sq));
     }
     env_.crash_points->hit("ckpt.load_sub_group_restored", comm_.rank());
   }
+  if (own_shard) ZEROSIM_RETURN_IF_ERROR(reader.finish_sequential());
 
   counters_.global_steps = manifest.global_steps;
   counters_.skipped_steps = defect_active(defects, Defect::kSkippedStepsNotRestored) ? 0 : manifest.skipped_steps;
