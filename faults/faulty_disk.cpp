@@ -88,6 +88,10 @@ Result<std::vector<FaultRule>> parse_fault_rules(const nlohmann::json& rules) {
                                 ": unknown key (path, op, occurrence, fault, bytes, latency_us, bandwidth_mb_per_s)");
       }
     }
+    if (out.kind == FaultKind::kBitFlip && out.operation != FaultOperation::kRead) {
+      return invalid_argument(where + ".fault: bit_flip applies to reads; found op '" +
+                              fault_operation_name(out.operation) + "'");
+    }
     parsed.push_back(out);
   }
   return parsed;

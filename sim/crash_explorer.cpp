@@ -7,6 +7,10 @@
 #include "core/checkpoint/manifest.h"
 #include "core/env/rng.h"
 
+#include <xxhash.h>
+
+#include <map>
+
 namespace zerosim {
 
 std::string CrashPoint::describe() const {
@@ -88,16 +92,29 @@ class PlantedHook final : public CrashPointHook {
   CrashPointHook& inner_;
 };
 
-// The fates to try for these pending operations (see crash_explorer.h).
+// The fates to try for these pending operations (see crash_explorer.h). Fates follow what an
+// operation is, not its position (ranks interleave differently from run to run): operations
+// are put in a canonical order (their description, then their rank among equal ones), the
+// checkpoint's own operations are enumerated (or sampled past the bound), and the others
+// (scratch swap files, never read by a resume) get a fate drawn from their identity.
 std::vector<std::vector<CrashFate>> crash_states(const std::vector<PendingOperation>& pending, int64_t bound,
-                                                 uint64_t seed) {
-  std::vector<int> choices;  // per operation: 2 (keep, drop) or 3 (also torn)
-  long double combinations = 1;
-  for (const PendingOperation& operation : pending) {
-    const int count = operation.kind == PendingOperation::Kind::kWrite && operation.sector_count >= 2 ? 3 : 2;
-    choices.push_back(count);
-    combinations *= count;
+                                                 uint64_t seed, const std::string& checkpoint_directory) {
+  std::vector<std::string> keys(pending.size());
+  std::map<std::string, int> seen;
+  for (size_t i = 0; i < pending.size(); ++i) {
+    const std::string described = pending[i].describe();
+    keys[i] = described + "#" + std::to_string(seen[described]++);
   }
+  std::vector<size_t> relevant, scratch;
+  for (size_t i = 0; i < pending.size(); ++i) {
+    const bool in_checkpoint = pending[i].path.rfind(checkpoint_directory + "/", 0) == 0 ||
+                               pending[i].path == checkpoint_directory;
+    (in_checkpoint ? relevant : scratch).push_back(i);
+  }
+  std::sort(relevant.begin(), relevant.end(), [&](size_t a, size_t b) { return keys[a] < keys[b]; });
+  auto choices_of = [&](size_t i) {
+    return pending[i].kind == PendingOperation::Kind::kWrite && pending[i].sector_count >= 2 ? 3 : 2;
+  };
   auto fate_of = [&](size_t i, int choice) {
     CrashFate fate;
     if (choice == 1) fate.kind = CrashFate::Kind::kDrop;
@@ -108,29 +125,32 @@ std::vector<std::vector<CrashFate>> crash_states(const std::vector<PendingOperat
     }
     return fate;
   };
+  auto identity_bits = [&](size_t i, uint64_t n) {
+    return mix_random_bits(seed ^ XXH64(keys[i].data(), keys[i].size(), 0), n, 0);
+  };
+  long double combinations = 1;
+  for (size_t i : relevant) combinations *= choices_of(i);
+  const bool exhaustive = combinations <= static_cast<long double>(bound);
+  const int64_t count = exhaustive ? static_cast<int64_t>(combinations) : bound;
   std::vector<std::vector<CrashFate>> states;
-  if (combinations <= static_cast<long double>(bound)) {
-    const int64_t total = static_cast<int64_t>(combinations);
-    for (int64_t index = 0; index < total; ++index) {
-      std::vector<CrashFate> fates;
-      int64_t rest = index;
-      for (size_t i = 0; i < pending.size(); ++i) {
-        fates.push_back(fate_of(i, static_cast<int>(rest % choices[i])));
-        rest /= choices[i];
+  for (int64_t n = 0; n < count; ++n) {
+    std::vector<CrashFate> fates(pending.size());
+    int64_t rest = n;
+    for (size_t i : relevant) {
+      int choice = 0;
+      if (exhaustive) {
+        choice = static_cast<int>(rest % choices_of(i));
+        rest /= choices_of(i);
+      } else if (n == 1) {
+        choice = 1;  // drop all (n == 0 keeps all)
+      } else if (n >= 2) {
+        choice = static_cast<int>(identity_bits(i, static_cast<uint64_t>(n)) % static_cast<uint64_t>(choices_of(i)));
       }
-      states.push_back(std::move(fates));
+      fates[i] = fate_of(i, choice);
     }
-    return states;
-  }
-  states.push_back(std::vector<CrashFate>(pending.size(), fate_of(0, 0)));  // keep all
-  std::vector<CrashFate> drop_all;
-  for (size_t i = 0; i < pending.size(); ++i) drop_all.push_back(fate_of(i, 1));
-  states.push_back(drop_all);
-  for (int64_t n = 2; n < bound; ++n) {
-    std::vector<CrashFate> fates;
-    for (size_t i = 0; i < pending.size(); ++i) {
-      fates.push_back(fate_of(i, static_cast<int>(mix_random_bits(seed, static_cast<uint64_t>(n), i) %
-                                                  static_cast<uint64_t>(choices[i]))));
+    for (size_t i : scratch) {
+      fates[i] = fate_of(i, static_cast<int>(identity_bits(i, static_cast<uint64_t>(n) + 1000003) %
+                                             static_cast<uint64_t>(choices_of(i))));
     }
     states.push_back(std::move(fates));
   }
@@ -263,7 +283,7 @@ Result<ExplorationResult> explore_save_crashes(const CrashScenario& scenario) {
       return internal_error("crash point " + point.describe() + " was not reached on replay (nondeterminism?)");
     }
     const std::vector<PendingOperation> pending = disk.pending_operations();
-    for (const std::vector<CrashFate>& fates : crash_states(pending, scenario.crash_state_bound, scenario.seed)) {
+    for (const std::vector<CrashFate>& fates : crash_states(pending, scenario.crash_state_bound, scenario.seed, scenario.checkpoint_directory)) {
       ++result.crash_states;
       std::unique_ptr<SimDisk> after = disk.clone();
       after->crash(fates);

@@ -8,10 +8,14 @@
 // each (site, rank, occurrence) of that save ("ckpt.*" sites, discovered by a recording run):
 //   1. a fresh SimDisk, the same run, and at that point the disk freezes (the power goes out:
 //      no rank does any more I/O) and the ranks stop (the hook throws SimulatedCrash);
-//   2. the pending operations at that instant get fates: every combination of keep / drop
-//      (and, for writes of several sectors, torn: the first half of the sectors kept) when
-//      there are at most `crash_state_bound` combinations, otherwise `crash_state_bound`
-//      combinations drawn from the seed, always including "keep all" and "drop all";
+//   2. the pending operations at that instant get fates. Those under the checkpoint directory
+//      get every combination of keep / drop (and, for writes of several sectors, torn: the
+//      first half of the sectors kept) when there are at most `crash_state_bound`
+//      combinations, otherwise `crash_state_bound` combinations drawn from the seed, always
+//      including "keep all" and "drop all"; the others (swap files, scratch state a resume
+//      never reads) get a fate drawn from the seed and the operation's identity. Fates follow
+//      what an operation is, not its position, so an exploration is reproducible although
+//      rank threads interleave their operations differently from run to run;
 //   3. for each crash state, on a copy of the frozen disk: power loss, then a restart from the
 //      config and the durable disk only (`latest`), at resume_world_size, to total_steps.
 // A case passes when the resumed run matches the reference bit for bit from the step it

@@ -535,6 +535,10 @@ Result<std::unique_ptr<AsyncIoQueue>> SimDisk::make_async_queue(const AsyncIoOpt
 
 std::vector<PendingOperation> SimDisk::pending_operations() const {
   std::lock_guard lock(mutex_);
+  return pending_operations_locked();
+}
+
+std::vector<PendingOperation> SimDisk::pending_operations_locked() const {
   std::vector<PendingOperation> out;
   // Content operations need their path: any visible name of the inode (or "(unlinked)").
   auto name_of = [&](const std::shared_ptr<Inode>& inode) {
@@ -600,10 +604,14 @@ void SimDisk::crash(const std::vector<CrashFate>& fates) {
   std::lock_guard lock(mutex_);
   frozen_ = false;
   Namespace names = durable_;
-  std::set<Inode*> touched;
+  // The trace records each operation's fate by what the operation is, not by its position:
+  // ranks interleave their operations differently from run to run.
+  const std::vector<PendingOperation> described = pending_operations_locked();
   for (size_t i = 0; i < pending_content_order_.size(); ++i) {
     const CrashFate fate = i < fates.size() ? fates[i] : CrashFate{};
-    crash_trace_ = XXH64(&fate, sizeof fate, crash_trace_ + i);
+    const std::string decision = described[i].describe() + " " + std::to_string(static_cast<int>(fate.kind)) + " " +
+                                 std::to_string(fate.surviving_sectors_mask);
+    crash_trace_ += XXH64(decision.data(), decision.size(), 0);
     if (fate.kind == CrashFate::Kind::kDrop) continue;
     const auto& [inode, index] = pending_content_order_[i];
     if (!inode) {

@@ -72,7 +72,9 @@ class SimDisk final : public Disk {
   explicit SimDisk(SimDiskOptions options = {});
   ~SimDisk() override;
 
-  // The pending operations, in the order they happened (the order fates are given in).
+  // The pending operations, in the order they happened (the order fates are given in). Ranks
+  // on threads interleave differently from run to run, so callers that must be reproducible
+  // choose fates by what an operation is (describe()), not by its position.
   std::vector<PendingOperation> pending_operations() const;
   // Power loss: `fates` has one entry per pending operation (missing entries mean kKeep).
   void crash(const std::vector<CrashFate>& fates);
@@ -142,6 +144,7 @@ class SimDisk final : public Disk {
   void trace_content(const std::string& path, const std::string& what);
   void trace_unordered(const std::string& path, const std::string& what);
   uint64_t visible_bytes_locked() const;
+  std::vector<PendingOperation> pending_operations_locked() const;
 
   SimDiskOptions options_;
   mutable std::mutex mutex_;

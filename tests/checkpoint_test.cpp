@@ -404,6 +404,13 @@ TEST(Checkpoint, ACrashAtAnyCommitSiteLeavesALoadableCheckpoint) {
     Result<TrainingRun> resumed = train(options, 6, resume_from(checkpoints));
     ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
     EXPECT_EQ(compare_steps(*uninterrupted, *resumed, expected_step), "");
+    // The resumed run saves into the same directory again, through the tag the crash left
+    // complete but unpublished (after ckpt.manifest_written), and publishes it.
+    CheckpointPlan continue_saving = resume_and_save(checkpoints, checkpoints);
+    continue_saving.save_every_steps = 2;
+    Result<TrainingRun> saving_again = train(options, 6, continue_saving);
+    ASSERT_TRUE(saving_again.ok()) << saving_again.status().to_string();
+    EXPECT_EQ(read_latest_tag(*real_env.env().disk, checkpoints).value(), "global_step6");
   }
 }
 
@@ -544,6 +551,55 @@ TEST_F(CheckpointLoader, AManifestThatLiesAboutTheLayoutOrCountersIsRefused) {
     manifest["config"]["steps_per_print"] = 7;  // the hash no longer matches
   });
   expect_error(resume(options_, nullptr, "global_step2"), StatusCode::kDataLoss, {"config_hash"});
+}
+
+TEST_F(CheckpointLoader, HostileManifestsAreRefusedWithoutCrashingOrAllocating) {
+  // Nested a hundred thousand levels deep: refused before parsing (the parser recurses).
+  const std::string path = tag_directory() + "/manifest.json";
+  std::string nested = "{\"config\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+  write_bytes(path, std::vector<char>(nested.begin(), nested.end()));
+  expect_error(resume(options_, nullptr, "global_step2"), StatusCode::kDataLoss, {path, "nested deeper than 64"});
+  // Millions of layer widths: refused before a parameter list is built from them.
+  ASSERT_TRUE(train(options_, 2, save_to(checkpoints() + "-again")).ok());
+  const std::string other = checkpoints() + "-again/global_step2/manifest.json";
+  const std::vector<char> bytes = file_bytes(other);
+  nlohmann::json manifest = nlohmann::json::parse(bytes.begin(), bytes.end());
+  manifest["model"]["layer_widths"] = std::vector<int64_t>(3000000, 1000);
+  const std::string text = manifest.dump();
+  write_bytes(other, std::vector<char>(text.begin(), text.end()));
+  RealEnv real_env;
+  const Result<CheckpointManifest> read = read_manifest(*real_env.env().disk, checkpoints() + "-again/global_step2");
+  ASSERT_FALSE(read.ok());
+  EXPECT_NE(read.status().message().find("at most 4096 widths"), std::string::npos) << read.status().to_string();
+}
+
+TEST_F(CheckpointLoader, ShardMetadataOfTheWrongTypeIsADataLossNamingTheTensor) {
+  // Rank 0's shard rewritten with a string where the global offset belongs (size and checksum
+  // made consistent, so only the metadata is wrong).
+  RealEnv real_env;
+  Disk& disk = *real_env.env().disk;
+  Result<CheckpointManifest> manifest = read_manifest(disk, tag_directory());
+  ASSERT_TRUE(manifest.ok());
+  const std::string path = tag_directory() + "/" + shard_file_name(0, 2);
+  Result<SafetensorsIndex> index = read_safetensors_index(disk, path);
+  ASSERT_TRUE(index.ok());
+  std::vector<std::vector<std::byte>> data;
+  std::vector<SafetensorsTensor> tensors;
+  for (const SafetensorsEntry& entry : index->entries) {
+    data.push_back(read_safetensors_tensor(disk, path, *index, entry.name).value());
+  }
+  for (size_t i = 0; i < index->entries.size(); ++i) {
+    tensors.push_back({index->entries[i].name, index->entries[i].dtype, index->entries[i].shape, data[i]});
+  }
+  std::map<std::string, std::string> metadata = index->metadata;
+  metadata["layers.0.weight/master"] = R"({"global_offset": "0", "global_shape": [37, 13]})";
+  ASSERT_TRUE(write_safetensors(disk, path, tensors, metadata, true).ok());
+  uint64_t size = 0;
+  manifest->shards[0].xxh3_128 = file_checksum(disk, path, &size).value();
+  manifest->shards[0].size_bytes = size;
+  CheckpointShardReader reader(disk, tag_directory(), *manifest);
+  const Status verified = reader.verify_shard(0);
+  expect_error(verified, StatusCode::kDataLoss, {path, "__metadata__.layers.0.weight/master", "global_offset"});
 }
 
 TEST_F(CheckpointLoader, ChangesThatBreakResumeAreRefusedNamingBothValues) {

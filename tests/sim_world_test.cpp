@@ -100,6 +100,11 @@ TEST(SimWorld, FaultPlansParseAndNameTheWrongKey) {
   EXPECT_NE(typo.status().message().find("plan.json: costs.disk_latncy_us: unknown key; did you mean disk_latency_us?"),
             std::string::npos)
       << typo.status().to_string();
+  const Result<FaultPlan> flip_on_write = parse_fault_plan(
+      nlohmann::json::parse(R"({"disk_faults": [{"op": "write", "fault": "bit_flip"}]})"), "plan.json");
+  ASSERT_FALSE(flip_on_write.ok());
+  EXPECT_NE(flip_on_write.status().message().find("bit_flip applies to reads"), std::string::npos)
+      << flip_on_write.status().to_string();
   const Result<FaultPlan> bad_fault = parse_fault_plan(
       nlohmann::json::parse(R"({"disk_faults": [{"op": "read", "fault": "gamma_ray"}]})"), "plan.json");
   ASSERT_FALSE(bad_fault.ok());

@@ -36,7 +36,8 @@ Status create_directories_durably(Disk& disk, const std::string& path) {
   ZEROSIM_RETURN_IF_ERROR(disk.create_directories(path));
   // `at` is the deepest directory that existed: its entry for the first new one, and each new
   // one's entry for the next, must be made durable.
-  if (!at.empty()) ZEROSIM_RETURN_IF_ERROR(disk.sync_directory(at));
+  // A relative path's first new component lives in the working directory.
+  ZEROSIM_RETURN_IF_ERROR(disk.sync_directory(at.empty() ? std::string(".") : at));
   for (auto it = missing.rbegin(); it + 1 != missing.rend(); ++it) ZEROSIM_RETURN_IF_ERROR(disk.sync_directory(*it));
   return Status();
 }

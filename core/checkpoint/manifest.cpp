@@ -240,6 +240,14 @@ Result<CheckpointManifest> manifest_from_json(const json& document, const std::s
 
   ZEROSIM_ASSIGN_OR_RETURN(const json* model, reader.object(document, "", "model"));
   ZEROSIM_ASSIGN_OR_RETURN(manifest.model.layer_widths, reader.integers(*model, "model", "layer_widths"));
+  // Bounded before anything is built from them (a hostile manifest must not allocate or overflow).
+  if (manifest.model.layer_widths.size() > 4096) {
+    return reader.error("model.layer_widths", "expected at most 4096 widths, found " +
+                                                  std::to_string(manifest.model.layer_widths.size()));
+  }
+  for (int64_t width : manifest.model.layer_widths) {
+    if (width > (int64_t{1} << 24)) return reader.error("model.layer_widths", "width " + std::to_string(width) + " exceeds 2^24");
+  }
   Status model_valid = validate_model_spec(manifest.model);
   if (!model_valid.ok()) return reader.error("model.layer_widths", model_valid.message());
   ZEROSIM_ASSIGN_OR_RETURN(const json* data, reader.object(document, "", "data"));
@@ -362,12 +370,14 @@ Result<CheckpointManifest> read_manifest(Disk& disk, const std::string& tag_dire
   std::string text(size, '\0');
   ZEROSIM_RETURN_IF_ERROR(file->read_exact(0, std::as_writable_bytes(std::span<char>(text))));
   ZEROSIM_RETURN_IF_ERROR(file->close());
+  ZEROSIM_RETURN_IF_ERROR(check_json_nesting(text, kMaxManifestJsonDepth, path));
   json document = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (document.is_discarded()) return data_loss(path + ": not valid JSON (torn or corrupted manifest)");
   return manifest_from_json(document, path);
 }
 
-Status check_tag_complete(Disk& disk, const std::string& checkpoint_directory, const std::string& tag) {
+Result<CheckpointManifest> read_complete_tag(Disk& disk, const std::string& checkpoint_directory,
+                                             const std::string& tag) {
   ZEROSIM_RETURN_IF_ERROR(validate_checkpoint_tag(tag));
   const std::string tag_directory = checkpoint_directory + "/" + tag;
   ZEROSIM_ASSIGN_OR_RETURN(CheckpointManifest manifest, read_manifest(disk, tag_directory));
@@ -387,7 +397,11 @@ Status check_tag_complete(Disk& disk, const std::string& checkpoint_directory, c
                        " bytes (manifest), found " + std::to_string(size) + (size < shard.size_bytes ? " (truncated)" : ""));
     }
   }
-  return Status();
+  return manifest;
+}
+
+Status check_tag_complete(Disk& disk, const std::string& checkpoint_directory, const std::string& tag) {
+  return read_complete_tag(disk, checkpoint_directory, tag).status();
 }
 
 Result<std::vector<std::string>> list_complete_tags(Disk& disk, const std::string& checkpoint_directory) {
@@ -395,10 +409,12 @@ Result<std::vector<std::string>> list_complete_tags(Disk& disk, const std::strin
   std::vector<std::pair<int64_t, std::string>> complete;
   for (const std::string& name : names) {
     if (name == "latest" || !validate_checkpoint_tag(name).ok()) continue;
-    ZEROSIM_ASSIGN_OR_RETURN(bool has_manifest, disk.exists(checkpoint_directory + "/" + name + "/" + kManifestFileName));
-    if (!has_manifest || !check_tag_complete(disk, checkpoint_directory, name).ok()) continue;
-    ZEROSIM_ASSIGN_OR_RETURN(CheckpointManifest manifest, read_manifest(disk, checkpoint_directory + "/" + name));
-    complete.emplace_back(manifest.global_steps, name);
+    Result<CheckpointManifest> manifest = read_complete_tag(disk, checkpoint_directory, name);
+    if (manifest.ok()) {
+      complete.emplace_back(manifest->global_steps, name);
+    } else if (manifest.status().code() == StatusCode::kIoError) {
+      return manifest.status();  // not a verdict on the tag: report it
+    }
   }
   std::sort(complete.begin(), complete.end());
   std::vector<std::string> tags;
@@ -414,14 +430,21 @@ Result<std::string> resolve_checkpoint_tag(Disk& disk, const std::string& checkp
     ZEROSIM_RETURN_IF_ERROR(check_tag_complete(disk, checkpoint_directory, requested));
     return requested;
   }
+  // Only a missing or damaged checkpoint is a reason to fall back: an I/O error is reported,
+  // or ranks that see different errors would load different steps.
+  auto falls_back = [](const Status& status) {
+    return status.code() == StatusCode::kNotFound || status.code() == StatusCode::kDataLoss;
+  };
   Result<std::string> pointed = read_latest_tag(disk, checkpoint_directory);
   std::string reason;
   if (pointed.ok()) {
     Status complete = check_tag_complete(disk, checkpoint_directory, pointed.value());
     if (complete.ok()) return pointed.value();
+    if (!falls_back(complete)) return complete;
     reason = checkpoint_directory + "/latest names '" + pointed.value() + "', which is not a complete checkpoint (" +
              complete.message() + ")";
   } else {
+    if (!falls_back(pointed.status())) return pointed.status();
     reason = pointed.status().message();
   }
   ZEROSIM_ASSIGN_OR_RETURN(std::vector<std::string> tags, list_complete_tags(disk, checkpoint_directory));

@@ -41,6 +41,8 @@ namespace zerosim {
 inline constexpr const char* kCheckpointFormatName = "zerosim-checkpoint";
 inline constexpr int64_t kCheckpointFormatVersion = 1;
 inline constexpr const char* kManifestFileName = "manifest.json";
+// Deeper JSON is refused before parsing: the parser and the copies after it recurse.
+inline constexpr int kMaxManifestJsonDepth = 64;
 
 // The four per-parameter states a shard holds, in shard order.
 enum class CheckpointState { kParam, kMaster, kExpAvg, kExpAvgSq };
@@ -127,6 +129,9 @@ Result<std::string> file_checksum(Disk& disk, const std::string& path, uint64_t*
 
 // Whether `<checkpoint_directory>/<tag>` is complete (see above); the reason when it is not.
 Status check_tag_complete(Disk& disk, const std::string& checkpoint_directory, const std::string& tag);
+// The same, returning the manifest of a complete tag.
+Result<CheckpointManifest> read_complete_tag(Disk& disk, const std::string& checkpoint_directory,
+                                             const std::string& tag);
 
 // The complete tags of a checkpoint directory, oldest first (by global step, then name).
 Result<std::vector<std::string>> list_complete_tags(Disk& disk, const std::string& checkpoint_directory);

@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/config/ds_config.h"
+
 namespace zerosim {
 
 const char* safetensors_dtype_name(DType dtype) {
@@ -109,6 +111,11 @@ Result<SafetensorsIndex> read_safetensors_index(Disk& disk, const std::string& p
     }
     return true;
   };
+  // A safetensors header is two levels deep; anything much deeper is hostile (the parser recurses).
+  {
+    Status nesting = check_json_nesting(header_text, 8, "safetensors " + path);
+    if (!nesting.ok()) return nesting;
+  }
   nlohmann::json header = nlohmann::json::parse(header_text, check_duplicates, /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object()) return bad("header is not a JSON object");
   if (!duplicate.empty()) return bad("tensor '" + duplicate + "' appears twice in the header");

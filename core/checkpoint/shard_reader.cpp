@@ -53,8 +53,12 @@ Result<CheckpointShardReader::OpenShard*> CheckpointShardReader::open_shard(int 
       nlohmann::json fragment_metadata =
           metadata == index.metadata.end() ? nlohmann::json()
                                            : nlohmann::json::parse(metadata->second, nullptr, /*allow_exceptions=*/false);
-      if (!fragment_metadata.is_object() || fragment_metadata.value("global_offset", int64_t{-1}) != fragment.global_offset ||
-          fragment_metadata.value("global_shape", nlohmann::json()) != nlohmann::json(parameter.shape)) {
+      const bool offset_matches = fragment_metadata.is_object() && fragment_metadata.contains("global_offset") &&
+                                  fragment_metadata["global_offset"].is_number_integer() &&
+                                  fragment_metadata["global_offset"].get<int64_t>() == fragment.global_offset;
+      const bool shape_matches = fragment_metadata.is_object() && fragment_metadata.contains("global_shape") &&
+                                 fragment_metadata["global_shape"] == nlohmann::json(parameter.shape);
+      if (!offset_matches || !shape_matches) {
         return data_loss("shard " + path + ": __metadata__." + name + ": expected global_offset " +
                          std::to_string(fragment.global_offset) + " and global_shape " +
                          nlohmann::json(parameter.shape).dump() + ", found " +

@@ -1988,6 +1988,10 @@ Status apply_override(nlohmann::json& document, const std::string& assignment) {
 }
 
 Result<nlohmann::json> parse_json_text(const std::string& text, const std::string& source_name) {
+  {
+    Status nesting = check_json_nesting(text, 256, source_name);
+    if (!nesting.ok()) return invalid_argument(nesting.message());
+  }
   // DeepSpeed loads config files with dict_raise_error_on_duplicate_keys; so does this parser.
   struct OpenObject {
     std::set<std::string> keys;
@@ -2058,6 +2062,31 @@ Result<ResolvedConfig> resolve_config(const nlohmann::json& document, const RunS
 
 std::string unknown_key_hint(std::string_view key, const std::vector<std::string_view>& valid_names) {
   return suggestion_text(key, nearest_name(key, valid_names));
+}
+
+Status check_json_nesting(std::string_view text, int max_depth, const std::string& source_name) {
+  int depth = 0;
+  bool in_string = false;
+  bool escaped = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    else if (c == '[' || c == '{') {
+      if (++depth > max_depth) {
+        return data_loss(source_name + ": JSON nested deeper than " + std::to_string(max_depth) + " levels at byte " +
+                         std::to_string(i));
+      }
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return Status();
 }
 
 }  // namespace zerosim

@@ -173,6 +173,11 @@ Status apply_override(nlohmann::json& document, const std::string& assignment);
 // reader of zerosim's JSON files gives.
 std::string unknown_key_hint(std::string_view key, const std::vector<std::string_view>& valid_names);
 
+// Refuses JSON nested deeper than `max_depth` (kDataLoss naming `source_name`), scanning the
+// text without parsing it: nlohmann's parser, copies and dumps recurse, so a hostile file of
+// a few hundred kilobytes of brackets would otherwise overflow the stack.
+Status check_json_nesting(std::string_view text, int max_depth, const std::string& source_name);
+
 // Parses JSON text; a syntax error names the source and the line and column.
 Result<nlohmann::json> parse_json_text(const std::string& text, const std::string& source_name);
 

@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -131,8 +132,12 @@ RankEngine::RankEngine(const TrainingOptions& options, Comm& comm, Env env, Comm
       sampler_(options.data) {}
 
 RankEngine::~RankEngine() {
-  // A background save must not outlive the engine whose swapper and comm it may use.
-  if (pending_save_.valid()) pending_save_.wait();
+  // A background save must not outlive the engine whose swapper and comm it may use. A
+  // deferred one (the async_snapshot_not_copied defect) has not started: it is dropped, not
+  // run from a destructor.
+  if (pending_save_.valid() && pending_save_.wait_for(std::chrono::seconds(0)) != std::future_status::deferred) {
+    pending_save_.wait();
+  }
 }
 
 Status RankEngine::prepare_storage() {
@@ -813,15 +818,40 @@ Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_co
     const Env env = seams.env_for_rank(rank);
     std::unique_ptr<Comm> wrapped = seams.wrap_comm ? seams.wrap_comm(rank, world.comm(rank)) : nullptr;
     RankEngine engine(options, wrapped ? *wrapped : world.comm(rank), env, &checkpoint_world.comm(rank));
+    // Declared after the engine, so destroyed before it: a rank that leaves with an error (or
+    // an exception) aborts both worlds first, and no peer, foreground or background, is left
+    // waiting in a collective while this engine's destructor waits for its own async save.
+    struct AbortWorldsOnFailure {
+      ThreadCommWorld& training;
+      ThreadCommWorld& checkpointing;
+      bool succeeded = false;
+      ~AbortWorldsOnFailure() {
+        if (!succeeded) {
+          training.abort();
+          checkpointing.abort();
+        }
+      }
+    } abort_on_failure{world, checkpoint_world};
     std::vector<std::string> notes;
     if (checkpoints.resume_directory.empty()) {
       ZEROSIM_RETURN_IF_ERROR(engine.initialize());
     } else {
       ZEROSIM_RETURN_IF_ERROR(
           engine.initialize_from_checkpoint(checkpoints.resume_directory, checkpoints.resume_tag, &notes));
+      // Each rank resolved the tag itself: they must have loaded the same step.
+      std::array<double, 2> loaded = {static_cast<double>(engine.counters().global_steps),
+                                      -static_cast<double>(engine.counters().global_steps)};
+      ZEROSIM_RETURN_IF_ERROR(world.comm(rank).all_reduce_max(loaded));
+      if (loaded[0] != -loaded[1]) {
+        return data_loss("ranks loaded different checkpoints from " + checkpoints.resume_directory + " (steps " +
+                         std::to_string(static_cast<int64_t>(-loaded[1])) + " to " +
+                         std::to_string(static_cast<int64_t>(loaded[0])) +
+                         "): the directory changed during the load, or a rank could not read the newest tag");
+      }
       if (engine.counters().global_steps > step_count) {
-        return invalid_argument("the checkpoint is at step " + std::to_string(engine.counters().global_steps) +
-                                ", past the " + std::to_string(step_count) + " steps asked for");
+        return invalid_argument("the checkpoint in " + checkpoints.resume_directory + " is at step " +
+                                std::to_string(engine.counters().global_steps) + ", past the " +
+                                std::to_string(step_count) + " steps asked for");
       }
     }
     if (rank == 0) {
@@ -854,6 +884,7 @@ Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_co
     ZEROSIM_RETURN_IF_ERROR(engine.wait_for_save());
     ZEROSIM_ASSIGN_OR_RETURN(FullTrainingState state, engine.gather_state());
     if (rank == 0) run.final_state = std::move(state);
+    abort_on_failure.succeeded = true;
     return Status();
   };
   // A rank never lets an exception escape its thread: an allocation failure becomes an error

@@ -244,9 +244,14 @@ Status RankEngine::save_checkpoint(const std::string& checkpoint_directory, cons
   Status prepared;
   if (comm_.rank() == 0) {
     prepared = [&]() -> Status {
-      ZEROSIM_ASSIGN_OR_RETURN(bool has_manifest, disk.exists(tag_directory + "/" + kManifestFileName));
-      if (has_manifest) {
-        return failed_precondition("checkpoint " + tag_directory + " already exists (committed); choose another tag");
+      // The tag `latest` names is the committed checkpoint and is never touched. Any other
+      // directory of this tag is replaced: a save that never committed, or a complete tag that
+      // `latest` was never moved to (a crash between the manifest and the pointer), or one
+      // from a history this run has left by resuming from an older tag.
+      Result<std::string> latest = read_latest_tag(disk, checkpoint_directory);
+      if (latest.ok() && latest.value() == tag) {
+        return failed_precondition("checkpoint " + tag_directory + " already exists and " + checkpoint_directory +
+                                   "/latest names it; choose another tag or directory");
       }
       ZEROSIM_RETURN_IF_ERROR(disk.remove_tree(tag_directory));
       // The checkpoint directory may be new too: every new name is made durable.
