@@ -275,6 +275,7 @@ Result<ExplorationResult> explore_save_crashes(const CrashScenario& scenario) {
   for (const CrashPoint& point : points) {
     ++result.crash_points;
     result.explored_points.push_back(point.describe());
+    result.points.push_back(point);
     SimDisk disk(SimDiskOptions{512, uint64_t{1} << 40, scenario.seed});
     ScriptedCrashPoints crash(point, &disk);
     const Result<TrainingRun> killed =

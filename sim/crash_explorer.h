@@ -99,7 +99,8 @@ struct ExplorationResult {
   int64_t refused = 0;  // a clear error: no complete checkpoint to resume from
   int64_t failed = 0;
   std::vector<CrashCaseFailure> failures;  // the first few
-  std::vector<std::string> explored_points;
+  std::vector<std::string> explored_points;  // described, for reports
+  std::vector<CrashPoint> points;
   std::string reference_trace_hash;  // of the reference run's disk (determinism check)
 };
 

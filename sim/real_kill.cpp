@@ -62,13 +62,9 @@ Result<ExplorationResult> explore_with_real_kills(const CrashScenario& scenario,
   result.reference_trace_hash = simulated.reference_trace_hash;
   CheckpointPlan saving;
   saving.save_every_steps = scenario.save_every_steps;
-  for (size_t index = 0; index < simulated.explored_points.size(); ++index) {
-    const std::string described = simulated.explored_points[index];
-    // "site@rankR#N"
-    const size_t at = described.find("@rank");
-    const size_t hash = described.find('#');
-    CrashPoint point{described.substr(0, at), std::stoi(described.substr(at + 5, hash - at - 5)),
-                     std::stoll(described.substr(hash + 1))};
+  for (size_t index = 0; index < simulated.points.size(); ++index) {
+    const CrashPoint& point = simulated.points[index];
+    const std::string described = point.describe();
     const std::string case_directory = directory + "/case-" + std::to_string(index);
     ZEROSIM_RETURN_IF_ERROR(disk.remove_tree(case_directory));
     ZEROSIM_RETURN_IF_ERROR(disk.create_directories(case_directory));

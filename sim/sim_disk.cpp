@@ -348,6 +348,7 @@ Status SimDisk::create_directories(const std::string& raw_path) {
 }
 
 Status SimDisk::remove_file(const std::string& raw_path) {
+  if (raw_path.find("..") != std::string::npos) return invalid_argument("remove " + raw_path + ": '..' in a path");
   std::lock_guard lock(mutex_);
   ZEROSIM_RETURN_IF_ERROR(check_frozen(raw_path));
   const std::string path = normalize(raw_path);
@@ -391,6 +392,9 @@ Status SimDisk::remove_tree(const std::string& raw_path) {
 }
 
 Status SimDisk::rename(const std::string& raw_from, const std::string& raw_to) {
+  if (raw_from.find("..") != std::string::npos || raw_to.find("..") != std::string::npos) {
+    return invalid_argument("rename " + raw_from + " -> " + raw_to + ": '..' in a path");
+  }
   std::lock_guard lock(mutex_);
   ZEROSIM_RETURN_IF_ERROR(check_frozen(raw_from));
   const std::string from = normalize(raw_from);
