@@ -218,6 +218,19 @@ uint64_t SimDisk::visible_bytes_locked() const {
   return total;
 }
 
+void SimDisk::record_directory_operation(PendingOperation::Kind kind, const std::string& path,
+                                         const std::string& source_path, std::shared_ptr<Inode> inode) {
+  DirectoryOperation operation;
+  operation.operation.kind = kind;
+  operation.operation.path = path;
+  operation.operation.source_path = source_path;
+  operation.parent = parent_of(path);
+  operation.inode = std::move(inode);
+  pending_directory_operations_.push_back(operation);
+  pending_content_order_.push_back({nullptr, pending_directory_operations_.size() - 1});
+  trace_unordered(path, operation.operation.describe());
+}
+
 Result<std::unique_ptr<File>> SimDisk::open(const std::string& raw_path, const FileOpenOptions& options) {
   if (raw_path.find("..") != std::string::npos) return invalid_argument("open " + raw_path + ": '..' in a path");
   std::lock_guard lock(mutex_);
@@ -233,14 +246,7 @@ Result<std::unique_ptr<File>> SimDisk::open(const std::string& raw_path, const F
     ZEROSIM_RETURN_IF_ERROR(require_parent_directory(path));
     inode = std::make_shared<Inode>();
     visible_[path] = Entry{false, inode};
-    DirectoryOperation operation;
-    operation.operation.kind = PendingOperation::Kind::kCreate;
-    operation.operation.path = path;
-    operation.parent = parent_of(path);
-    operation.inode = inode;
-    pending_directory_operations_.push_back(operation);
-    pending_content_order_.push_back({nullptr, pending_directory_operations_.size() - 1});
-    trace_unordered(path, "create");
+    record_directory_operation(PendingOperation::Kind::kCreate, path, "", inode);
   } else {
     inode = found->second.inode;
     if (options.mode == OpenMode::kCreateTruncate && !inode->visible.empty()) {
@@ -336,13 +342,7 @@ Status SimDisk::create_directories(const std::string& raw_path) {
   }
   for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
     visible_[*it] = Entry{true, nullptr};
-    DirectoryOperation operation;
-    operation.operation.kind = PendingOperation::Kind::kMakeDirectory;
-    operation.operation.path = *it;
-    operation.parent = parent_of(*it);
-    pending_directory_operations_.push_back(operation);
-    pending_content_order_.push_back({nullptr, pending_directory_operations_.size() - 1});
-    trace_unordered(*it, "mkdir");
+    record_directory_operation(PendingOperation::Kind::kMakeDirectory, *it, "", nullptr);
   }
   return Status();
 }
@@ -356,13 +356,7 @@ Status SimDisk::remove_file(const std::string& raw_path) {
   if (found == visible_.end()) return not_found("remove " + path + ": no such file");
   if (found->second.is_directory) return failed_precondition("remove " + path + ": is a directory");
   visible_.erase(found);
-  DirectoryOperation operation;
-  operation.operation.kind = PendingOperation::Kind::kUnlink;
-  operation.operation.path = path;
-  operation.parent = parent_of(path);
-  pending_directory_operations_.push_back(operation);
-  pending_content_order_.push_back({nullptr, pending_directory_operations_.size() - 1});
-  trace_unordered(path, "unlink");
+  record_directory_operation(PendingOperation::Kind::kUnlink, path, "", nullptr);
   return Status();
 }
 
@@ -380,13 +374,7 @@ Status SimDisk::remove_tree(const std::string& raw_path) {
   std::sort(doomed.begin(), doomed.end(), [](const std::string& a, const std::string& b) { return a > b; });
   for (const std::string& name : doomed) {
     visible_.erase(name);
-    DirectoryOperation operation;
-    operation.operation.kind = PendingOperation::Kind::kUnlink;
-    operation.operation.path = name;
-    operation.parent = parent_of(name);
-    pending_directory_operations_.push_back(operation);
-    pending_content_order_.push_back({nullptr, pending_directory_operations_.size() - 1});
-    trace_unordered(name, "unlink");
+    record_directory_operation(PendingOperation::Kind::kUnlink, name, "", nullptr);
   }
   return Status();
 }
@@ -410,14 +398,7 @@ Status SimDisk::rename(const std::string& raw_from, const std::string& raw_to) {
   Entry entry = found->second;
   visible_.erase(found);
   visible_[to] = entry;
-  DirectoryOperation operation;
-  operation.operation.kind = PendingOperation::Kind::kRename;
-  operation.operation.path = to;
-  operation.operation.source_path = from;
-  operation.parent = parent_of(to);
-  pending_directory_operations_.push_back(operation);
-  pending_content_order_.push_back({nullptr, pending_directory_operations_.size() - 1});
-  trace_unordered(to, "rename from " + from);
+  record_directory_operation(PendingOperation::Kind::kRename, to, from, nullptr);
   return Status();
 }
 

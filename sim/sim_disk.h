@@ -141,6 +141,9 @@ class SimDisk final : public Disk {
   Status check_frozen(const std::string& what) const;
   Status require_parent_directory(const std::string& path) const;
   void apply_directory_operation(Namespace& names, const DirectoryOperation& operation) const;
+  // A pending create, mkdir, rename or unlink, durable once `path`'s directory is fsynced.
+  void record_directory_operation(PendingOperation::Kind kind, const std::string& path, const std::string& source_path,
+                                  std::shared_ptr<Inode> inode);
   void trace_content(const std::string& path, const std::string& what);
   void trace_unordered(const std::string& path, const std::string& what);
   uint64_t visible_bytes_locked() const;
