@@ -6,6 +6,7 @@
 
 #include "core/checkpoint/manifest.h"
 #include "core/env/rng.h"
+#include "sim/sim_world.h"
 
 #include <xxhash.h>
 
@@ -181,17 +182,17 @@ Result<std::string> check_determinism(const CrashScenario& scenario) {
   CheckpointPlan saving;
   saving.save_directory = scenario.checkpoint_directory;
   saving.save_every_steps = scenario.save_every_steps;
+  // Every I/O (the disk's trace), every collective (each rank's, in program order), every
+  // crash decision, and the virtual time the run took.
   std::string hashes[2];
   for (std::string& hash : hashes) {
     SimDisk disk(SimDiskOptions{512, uint64_t{1} << 40, scenario.seed});
     NoCrashPoints no_crash;
     PlantedHook hook(scenario, disk, no_crash);
-    Env env{&disk, nullptr, &hook, nullptr};
-    std::unique_ptr<Clock> clock = make_steady_clock();
-    env.clock = clock.get();
-    ZEROSIM_ASSIGN_OR_RETURN(TrainingRun run, run_training(options, scenario.total_steps, env, saving));
+    SimWorld world(disk, options.world_size, FaultPlan{}, hook);
+    ZEROSIM_ASSIGN_OR_RETURN(TrainingRun run, run_training(options, scenario.total_steps, world.seams(), saving));
     (void)run;
-    hash = disk.trace_hash();
+    hash = disk.trace_hash() + "-" + world.collective_trace_hash() + "-" + std::to_string(world.virtual_time_ns());
   }
   if (hashes[0] != hashes[1]) {
     return internal_error("determinism self-check failed: the same scenario and seed gave trace hashes " + hashes[0] +

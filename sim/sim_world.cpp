@@ -4,6 +4,9 @@
 
 #include "core/config/ds_config.h"
 #include "core/env/rng.h"
+#include "core/checkpoint/manifest.h"
+
+#include <xxhash.h>
 
 namespace zerosim {
 
@@ -89,7 +92,9 @@ Result<FaultPlan> parse_fault_plan(const json& document, const std::string& sour
   return plan;
 }
 
-Status ClockedComm::synchronize(uint64_t bytes, uint64_t compute_elements) {
+Status ClockedComm::synchronize(const char* kind, uint64_t bytes, uint64_t compute_elements) {
+  const std::string entry = std::string(kind) + " " + std::to_string(bytes);
+  trace_.store(XXH64(entry.data(), entry.size(), trace_.load()));
   std::array<double, 1> latest = {static_cast<double>(clock_.now_ns())};
   ZEROSIM_RETURN_IF_ERROR(inner_.all_reduce_max(latest));
   clock_.advance_to_ns(static_cast<uint64_t>(latest[0]));
@@ -101,33 +106,33 @@ Status ClockedComm::synchronize(uint64_t bytes, uint64_t compute_elements) {
 }
 
 Status ClockedComm::all_gather(std::span<const std::byte> send, std::span<std::byte> receive) {
-  ZEROSIM_RETURN_IF_ERROR(synchronize(receive.size(), receive.size() / 2));
+  ZEROSIM_RETURN_IF_ERROR(synchronize("all_gather", receive.size(), receive.size() / 2));
   return inner_.all_gather(send, receive);
 }
 
 Status ClockedComm::gather(std::span<const std::byte> send, std::span<std::byte> receive, int root_rank) {
-  ZEROSIM_RETURN_IF_ERROR(synchronize(send.size() * static_cast<uint64_t>(world_size()), 0));
+  ZEROSIM_RETURN_IF_ERROR(synchronize("gather", send.size() * static_cast<uint64_t>(world_size()), 0));
   return inner_.gather(send, receive, root_rank);
 }
 
 Status ClockedComm::reduce_scatter_accumulate(std::span<const std::byte> send, DType dtype, size_t chunk_elements,
                                               std::span<float> accumulator) {
-  ZEROSIM_RETURN_IF_ERROR(synchronize(send.size(), 0));
+  ZEROSIM_RETURN_IF_ERROR(synchronize("reduce_scatter", send.size(), 0));
   return inner_.reduce_scatter_accumulate(send, dtype, chunk_elements, accumulator);
 }
 
 Status ClockedComm::all_reduce_max(std::span<double> values) {
-  ZEROSIM_RETURN_IF_ERROR(synchronize(values.size_bytes(), 0));
+  ZEROSIM_RETURN_IF_ERROR(synchronize("all_reduce_max", values.size_bytes(), 0));
   return inner_.all_reduce_max(values);
 }
 
 Status ClockedComm::broadcast(std::span<std::byte> buffer, int root_rank) {
-  ZEROSIM_RETURN_IF_ERROR(synchronize(buffer.size(), 0));
+  ZEROSIM_RETURN_IF_ERROR(synchronize("broadcast", buffer.size(), 0));
   return inner_.broadcast(buffer, root_rank);
 }
 
 Status ClockedComm::barrier() {
-  ZEROSIM_RETURN_IF_ERROR(synchronize(0, 0));
+  ZEROSIM_RETURN_IF_ERROR(synchronize("barrier", 0, 0));
   return inner_.barrier();
 }
 
@@ -138,6 +143,7 @@ SimWorld::SimWorld(SimDisk& disk, int world_size, const FaultPlan& plan, CrashPo
   // delay of their own, latency is charged per rank below.
   faulty_disk_ = std::make_unique<FaultyDisk>(disk, plan.disk_faults, [](uint64_t) {});
   for (int rank = 0; rank < world_size; ++rank) {
+    collective_traces_.push_back(std::make_unique<std::atomic<uint64_t>>(0));
     clocks_.push_back(std::make_unique<SimClock>());
     SimClock* clock = clocks_.back().get();
     std::vector<FaultRule> latency;
@@ -177,7 +183,8 @@ RankSeams SimWorld::seams() {
                defects_};
   };
   seams.wrap_comm = [this](int rank, Comm& inner) -> std::unique_ptr<Comm> {
-    return std::make_unique<ClockedComm>(inner, *clocks_[static_cast<size_t>(rank)], costs_);
+    return std::make_unique<ClockedComm>(inner, *clocks_[static_cast<size_t>(rank)], costs_,
+                                         *collective_traces_[static_cast<size_t>(rank)]);
   };
   return seams;
 }
@@ -186,6 +193,15 @@ uint64_t SimWorld::virtual_time_ns() const {
   uint64_t latest = 0;
   for (const auto& clock : clocks_) latest = std::max(latest, clock->now_ns());
   return latest;
+}
+
+std::string SimWorld::collective_trace_hash() const {
+  uint64_t hash = 0;
+  for (const auto& trace : collective_traces_) {
+    const uint64_t value = trace->load();
+    hash = XXH64(&value, sizeof value, hash);
+  }
+  return format_hash_128(hash, collective_traces_.size());
 }
 
 void VirtualTimeCrash::hit(std::string_view site, int rank) {

@@ -77,7 +77,8 @@ Result<FaultPlan> parse_fault_plan(const nlohmann::json& document, const std::st
 // Wraps a rank's communicator: every collective synchronizes and advances the virtual clocks.
 class ClockedComm final : public Comm {
  public:
-  ClockedComm(Comm& inner, SimClock& clock, const SimCostModel& costs) : inner_(inner), clock_(clock), costs_(costs) {}
+  ClockedComm(Comm& inner, SimClock& clock, const SimCostModel& costs, std::atomic<uint64_t>& trace)
+      : inner_(inner), clock_(clock), costs_(costs), trace_(trace) {}
   int rank() const override { return inner_.rank(); }
   int world_size() const override { return inner_.world_size(); }
   Status all_gather(std::span<const std::byte> send, std::span<std::byte> receive) override;
@@ -89,11 +90,13 @@ class ClockedComm final : public Comm {
   Status barrier() override;
 
  private:
-  // Agree on the latest clock, then charge the collective's cost.
-  Status synchronize(uint64_t bytes, uint64_t compute_elements);
+  // Agree on the latest clock, then charge the collective's cost; the collective (its kind
+  // and size) goes into this rank's trace, in program order.
+  Status synchronize(const char* kind, uint64_t bytes, uint64_t compute_elements);
   Comm& inner_;
   SimClock& clock_;
   SimCostModel costs_;
+  std::atomic<uint64_t>& trace_;
 };
 
 // The seams of one simulated run: a clock per rank, the plan's faults around the shared disk,
@@ -106,6 +109,9 @@ class SimWorld {
   SimClock& clock(int rank) { return *clocks_[static_cast<size_t>(rank)]; }
   // The latest virtual time of any rank, in nanoseconds.
   uint64_t virtual_time_ns() const;
+  // Hash of every rank's sequence of collectives (kind and bytes), combined in rank order: with
+  // the disk's trace hash, what the determinism self-check compares.
+  std::string collective_trace_hash() const;
   FaultyDisk& faulty_disk() { return *faulty_disk_; }
 
  private:
@@ -113,6 +119,7 @@ class SimWorld {
   std::unique_ptr<FaultyDisk> faulty_disk_;  // the plan's faults, shared by all ranks
   std::vector<std::unique_ptr<SimClock>> clocks_;
   std::vector<std::unique_ptr<FaultyDisk>> rank_disks_;  // latency on each rank's clock
+  std::vector<std::unique_ptr<std::atomic<uint64_t>>> collective_traces_;  // per rank
   CrashPointHook& crash_points_;
   const DefectSet* defects_;
 };
