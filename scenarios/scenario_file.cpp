@@ -28,7 +28,8 @@ constexpr const char* kDefaultScenarioConfig = R"json({
 const std::vector<std::string_view> kScenarioKeys = {
     "model",   "world_size", "resume_world_size", "precision",         "micro_batch_size", "gradient_accumulation_steps",
     "seed",    "dataset_size", "save_every",      "explored_save_step", "steps",            "crash_state_bound",
-    "config"};
+    "config",  "name",       "description",       "fault_plan",        "operator_actions", "defects",
+    "expect"};
 
 class ScenarioReader {
  public:

@@ -8,6 +8,7 @@
 #include "tools/bench_io_command.h"
 #include "tools/ckpt_command.h"
 #include "tools/explore_command.h"
+#include "tools/run_command.h"
 #include "core/env/defects.h"
 #include "tools/train_command.h"
 
@@ -59,6 +60,18 @@ int main(int argc, char** argv) {
   zerosim::CheckpointCommands checkpoint_commands;
   zerosim::add_checkpoint_commands(app, checkpoint_commands);
 
+  zerosim::RunFlags run_flags;
+  CLI::App* run = app.add_subcommand("run", "Run scenarios: reference, faults, crash, resume, and a verdict per scenario");
+  run->add_option("scenarios", run_flags.scenario_paths, "Scenario JSON files")->required();
+  run->add_option("--defect", run_flags.defect_names, "Switch a named defect on for every scenario (repeatable)");
+  run->add_flag("--json", run_flags.json, "Print one JSON object: scenarios, passed, failed");
+  zerosim::RunFlags suite_flags;
+  suite_flags.suite_directory = "scenarios/library";
+  CLI::App* suite = app.add_subcommand("suite", "Run every scenario of a directory (default scenarios/library)");
+  suite->add_option("directory", suite_flags.suite_directory, "Directory of scenario JSON files");
+  suite->add_option("--defect", suite_flags.defect_names, "Switch a named defect on for every scenario (repeatable)");
+  suite->add_flag("--json", suite_flags.json, "Print one JSON object: scenarios, passed, failed");
+
   CLI::App* defects = app.add_subcommand("defects", "List the named defects the simulator can switch on in the core");
 
   zerosim::ExploreFlags explore_flags;
@@ -81,6 +94,8 @@ int main(int argc, char** argv) {
   if (check->parsed()) return zerosim::run_config_check_command(check_flags);
   if (bench_io->parsed()) return zerosim::run_bench_io_command(io_flags);
   if (explore->parsed()) return zerosim::run_explore_command(explore_flags);
+  if (run->parsed()) return zerosim::run_scenarios_command(run_flags);
+  if (suite->parsed()) return zerosim::run_scenarios_command(suite_flags);
   if (defects->parsed()) {
     for (const zerosim::DefectInfo& info : zerosim::all_defects()) std::printf("%-30s %s\n", info.name, info.description);
     return 0;
