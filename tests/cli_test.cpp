@@ -177,6 +177,26 @@ TEST(Cli, ExplorePrintsTheCountsAndRefusesABadScenario) {
   EXPECT_NE(typo.output.find("world_sise: unknown key; did you mean world_size?"), std::string::npos) << typo.output;
 }
 
+TEST(Cli, SuitePassesOnTheLibraryAndFailsWithADefectNamingTheState) {
+  const std::string library = std::string(" ") + ZEROSIM_SCENARIO_LIBRARY_DIR;
+  const CommandResult clean = run_cli("suite" + library);
+  EXPECT_EQ(clean.exit_code, 0) << clean.output;
+  EXPECT_NE(clean.output.find("6 scenario(s): 6 passed, 0 failed"), std::string::npos) << clean.output;
+  const CommandResult defective = run_cli("suite" + library + " --defect scheduler_not_restored --json");
+  EXPECT_EQ(defective.exit_code, 1) << defective.output;
+  const nlohmann::json report = json_of(defective);
+  ASSERT_TRUE(report.is_object()) << defective.output;
+  EXPECT_GT(report["failed"].get<int>(), 0);
+  bool named = false;
+  for (const nlohmann::json& scenario : report["scenarios"]) {
+    named = named || scenario["diagnosis"].get<std::string>().find("scheduler") != std::string::npos;
+  }
+  EXPECT_TRUE(named) << defective.output;
+  const CommandResult unknown = run_cli("suite" + library + " --defect no_such_defect");
+  EXPECT_EQ(unknown.exit_code, 2) << unknown.output;
+  EXPECT_NE(unknown.output.find("unknown defect"), std::string::npos) << unknown.output;
+}
+
 TEST(Cli, TableHasTheColumns) {
   const CommandResult result = run_cli("train --steps 2 --run-id cli-table");
   ASSERT_EQ(result.exit_code, 0) << result.output;
