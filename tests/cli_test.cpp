@@ -192,6 +192,19 @@ TEST(Cli, SuitePassesOnTheLibraryAndFailsWithADefectNamingTheState) {
     named = named || scenario["diagnosis"].get<std::string>().find("scheduler") != std::string::npos;
   }
   EXPECT_TRUE(named) << defective.output;
+  // The JUnit report of a failing suite: valid for CI readers, the failure carrying the replay.
+  zerosim::TestDirectory directory;
+  const std::string junit = directory.path() + "/suite.xml";
+  const CommandResult reported = run_cli("suite" + library + " --defect scheduler_not_restored --junit " + junit);
+  EXPECT_EQ(reported.exit_code, 1) << reported.output;
+  std::ifstream junit_file(junit);
+  const std::string xml((std::istreambuf_iterator<char>(junit_file)), std::istreambuf_iterator<char>());
+  EXPECT_NE(xml.find("<failure message=\"after load"), std::string::npos) << xml;
+  EXPECT_NE(xml.find("replay: zerosim run "), std::string::npos) << xml;
+  EXPECT_NE(xml.find("--defect scheduler_not_restored"), std::string::npos) << xml;
+  const std::string validate = "xmllint --noout --schema " + std::string(ZEROSIM_TEST_DATA_DIR) + "/junit.xsd " + junit +
+                               " > /dev/null 2>&1";
+  EXPECT_EQ(std::system(validate.c_str()), 0);
   const CommandResult unknown = run_cli("suite" + library + " --defect no_such_defect");
   EXPECT_EQ(unknown.exit_code, 2) << unknown.output;
   EXPECT_NE(unknown.output.find("unknown defect"), std::string::npos) << unknown.output;

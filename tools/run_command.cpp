@@ -1,12 +1,14 @@
 #include "tools/run_command.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
 
 #include "core/env/defects.h"
+#include "reports/junit.h"
 #include "scenarios/scenario_runner.h"
 #include "tools/train_command.h"
 
@@ -39,8 +41,12 @@ int run_scenarios_command(const RunFlags& flags) {
     defects.enable(*defect);
   }
   nlohmann::json results = nlohmann::json::array();
+  std::vector<JunitCase> junit_cases;
+  std::string defect_flags;
+  for (const std::string& name : flags.defect_names) defect_flags += " --defect " + name;
   int failed = 0;
   for (const std::string& path : paths) {
+    const auto started = std::chrono::steady_clock::now();
     Result<Scenario> scenario = read_scenario_file(path);
     if (!scenario.ok()) {
       std::fprintf(stderr, "zerosim: %s\n", scenario.status().to_string().c_str());
@@ -52,11 +58,28 @@ int run_scenarios_command(const RunFlags& flags) {
       return exit_code_for(verdict.status());
     }
     if (!verdict->passed) ++failed;
+    JunitCase junit_case;
+    junit_case.name = verdict->name;
+    junit_case.class_name = path;
+    junit_case.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    junit_case.passed = verdict->passed;
+    junit_case.failure_message = verdict->diagnosis;
+    junit_case.failure_details = verdict->outcome + "\nseed " + std::to_string(scenario->run.seed) +
+                                 "\nreplay: zerosim run " + path + defect_flags;
+    junit_cases.push_back(std::move(junit_case));
     results.push_back({{"scenario", verdict->name}, {"file", path}, {"passed", verdict->passed},
                        {"outcome", verdict->outcome}, {"diagnosis", verdict->diagnosis}});
     if (!flags.json) {
       std::printf("%s  %s: %s%s%s\n", verdict->passed ? "PASS" : "FAIL", verdict->name.c_str(), verdict->outcome.c_str(),
                   verdict->diagnosis.empty() ? "" : "\n      diagnosis: ", verdict->diagnosis.c_str());
+    }
+  }
+  if (!flags.junit_path.empty()) {
+    Status written = write_junit_file(flags.junit_path, flags.suite_directory.empty() ? "zerosim run" : flags.suite_directory,
+                                      junit_cases);
+    if (!written.ok()) {
+      std::fprintf(stderr, "zerosim: --junit: %s\n", written.to_string().c_str());
+      return 3;
     }
   }
   if (flags.json) {

@@ -13,6 +13,7 @@ struct RunFlags {
   std::string suite_directory;  // zerosim suite: every *.json in it, sorted
   std::vector<std::string> defect_names;
   bool json = false;
+  std::string junit_path;  // set: also write a JUnit XML report there
 };
 
 int run_scenarios_command(const RunFlags& flags);

@@ -65,12 +65,14 @@ int main(int argc, char** argv) {
   run->add_option("scenarios", run_flags.scenario_paths, "Scenario JSON files")->required();
   run->add_option("--defect", run_flags.defect_names, "Switch a named defect on for every scenario (repeatable)");
   run->add_flag("--json", run_flags.json, "Print one JSON object: scenarios, passed, failed");
+  run->add_option("--junit", run_flags.junit_path, "Also write a JUnit XML report to FILE");
   zerosim::RunFlags suite_flags;
   suite_flags.suite_directory = "scenarios/library";
   CLI::App* suite = app.add_subcommand("suite", "Run every scenario of a directory (default scenarios/library)");
   suite->add_option("directory", suite_flags.suite_directory, "Directory of scenario JSON files");
   suite->add_option("--defect", suite_flags.defect_names, "Switch a named defect on for every scenario (repeatable)");
   suite->add_flag("--json", suite_flags.json, "Print one JSON object: scenarios, passed, failed");
+  suite->add_option("--junit", suite_flags.junit_path, "Also write a JUnit XML report to FILE");
 
   CLI::App* defects = app.add_subcommand("defects", "List the named defects the simulator can switch on in the core");
 
