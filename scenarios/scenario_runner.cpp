@@ -91,16 +91,7 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
   }
   TrainingOptions options = run.options;
   options.digest_every_step = true;
-  TrainingOptions resume_options = options;
-  if (run.resume_world_size > 0 && run.resume_world_size != options.world_size) {
-    const int64_t per_step = options.config.micro_batch_size * run.resume_world_size;
-    if (options.config.train_batch_size % per_step != 0) {
-      return invalid_argument(scenario.name + ": resume_world_size " + std::to_string(run.resume_world_size) +
-                              " does not divide train_batch_size " + std::to_string(options.config.train_batch_size));
-    }
-    resume_options.world_size = run.resume_world_size;
-    resume_options.config.gradient_accumulation_steps = options.config.train_batch_size / per_step;
-  }
+  ZEROSIM_ASSIGN_OR_RETURN(TrainingOptions resume_options, resume_options_for(run, scenario.name));
   ScenarioVerdict verdict;
   verdict.name = scenario.name;
 

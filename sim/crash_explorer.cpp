@@ -176,6 +176,24 @@ class FixedClock final : public Clock {
 
 }  // namespace
 
+Result<TrainingOptions> resume_options_for(const CrashScenario& scenario, const std::string& source) {
+  TrainingOptions resume_options = scenario.options;
+  resume_options.digest_every_step = true;
+  const int world_size = scenario.resume_world_size;
+  if (world_size <= 0 || world_size == scenario.options.world_size) return resume_options;
+  // Elastic resume keeps the global batch: the accumulation follows the world size.
+  const ResolvedConfig& config = scenario.options.config;
+  const int64_t per_step = config.micro_batch_size * world_size;
+  if (config.train_batch_size % per_step != 0) {
+    return invalid_argument(source + ": resume_world_size " + std::to_string(world_size) +
+                            " does not divide train_batch_size " + std::to_string(config.train_batch_size) +
+                            " by micro batch " + std::to_string(config.micro_batch_size));
+  }
+  resume_options.world_size = world_size;
+  resume_options.config.gradient_accumulation_steps = config.train_batch_size / per_step;
+  return resume_options;
+}
+
 Result<std::string> check_determinism(const CrashScenario& scenario) {
   TrainingOptions options = scenario.options;
   options.digest_every_step = true;
@@ -216,18 +234,7 @@ Result<ExplorationResult> explore_save_crashes(const CrashScenario& scenario) {
   ZEROSIM_RETURN_IF_ERROR(validate_training_options(scenario.options));
   TrainingOptions options = scenario.options;
   options.digest_every_step = true;
-  TrainingOptions resume_options = options;
-  if (scenario.resume_world_size > 0 && scenario.resume_world_size != options.world_size) {
-    // Elastic resume keeps the global batch: the accumulation follows the world size.
-    const int64_t per_step = options.config.micro_batch_size * scenario.resume_world_size;
-    if (options.config.train_batch_size % per_step != 0) {
-      return invalid_argument("scenario: resume_world_size " + std::to_string(scenario.resume_world_size) +
-                              " does not divide train_batch_size " + std::to_string(options.config.train_batch_size) +
-                              " by micro batch " + std::to_string(options.config.micro_batch_size));
-    }
-    resume_options.world_size = scenario.resume_world_size;
-    resume_options.config.gradient_accumulation_steps = options.config.train_batch_size / per_step;
-  }
+  ZEROSIM_ASSIGN_OR_RETURN(TrainingOptions resume_options, resume_options_for(scenario, "scenario"));
   FixedClock clock;
   ExplorationResult result;
   ZEROSIM_ASSIGN_OR_RETURN(std::string trace_hash, check_determinism(scenario));

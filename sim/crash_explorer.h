@@ -109,6 +109,12 @@ struct ExplorationResult {
 // hashes when they differ. explore_save_crashes runs it first.
 Result<std::string> check_determinism(const CrashScenario& scenario);
 
+// The options of the resume: at the scenario's resume_world_size (0: the same), with
+// train_batch_size and the micro batch kept and the accumulation following the world size
+// (elastic resume), and per-step digests on. `source` prefixes the error when the world size
+// does not divide the batch.
+Result<TrainingOptions> resume_options_for(const CrashScenario& scenario, const std::string& source);
+
 // Validates the scenario (names what is wrong) and runs the exploration.
 Result<ExplorationResult> explore_save_crashes(const CrashScenario& scenario);
 

@@ -47,12 +47,7 @@ Result<ExplorationResult> explore_with_real_kills(const CrashScenario& scenario,
 
   TrainingOptions options = scenario.options;
   options.digest_every_step = true;
-  TrainingOptions resume_options = options;
-  if (scenario.resume_world_size > 0 && scenario.resume_world_size != options.world_size) {
-    resume_options.world_size = scenario.resume_world_size;
-    resume_options.config.gradient_accumulation_steps =
-        options.config.train_batch_size / (options.config.micro_batch_size * scenario.resume_world_size);
-  }
+  ZEROSIM_ASSIGN_OR_RETURN(TrainingOptions resume_options, resume_options_for(scenario, "scenario"));
   ZEROSIM_ASSIGN_OR_RETURN(TrainingRun reference,
                            run_training(with_nvme_under(options, directory + "/reference"), scenario.total_steps,
                                         real_env.env()));
