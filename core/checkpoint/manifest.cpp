@@ -392,12 +392,15 @@ Result<CheckpointManifest> read_complete_tag(Disk& disk, const std::string& chec
     ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<File> file, disk.open(path, FileOpenOptions{}));
     ZEROSIM_ASSIGN_OR_RETURN(uint64_t size, file->size_bytes());
     ZEROSIM_RETURN_IF_ERROR(file->close());
-    if (size != shard.size_bytes) {
-      return data_loss("shard " + path + ": expected " + std::to_string(shard.size_bytes) +
-                       " bytes (manifest), found " + std::to_string(size) + (size < shard.size_bytes ? " (truncated)" : ""));
-    }
+    ZEROSIM_RETURN_IF_ERROR(check_shard_size(path, shard, size));
   }
   return manifest;
+}
+
+Status check_shard_size(const std::string& path, const ShardRecord& record, uint64_t size_bytes) {
+  if (size_bytes == record.size_bytes) return Status();
+  return data_loss("shard " + path + ": expected " + std::to_string(record.size_bytes) + " bytes (manifest), found " +
+                   std::to_string(size_bytes) + (size_bytes < record.size_bytes ? " (truncated)" : ""));
 }
 
 Status check_tag_complete(Disk& disk, const std::string& checkpoint_directory, const std::string& tag) {

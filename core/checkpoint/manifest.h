@@ -127,6 +127,9 @@ class StreamingHash {
 // Hashes a file as the manifest does (XXH3-128, 32 hex digits), reading it in chunks.
 Result<std::string> file_checksum(Disk& disk, const std::string& path, uint64_t* size_bytes);
 
+// The size a shard must have: kDataLoss naming the file, both sizes and "truncated" when short.
+Status check_shard_size(const std::string& path, const ShardRecord& record, uint64_t size_bytes);
+
 // Whether `<checkpoint_directory>/<tag>` is complete (see above); the reason when it is not.
 Status check_tag_complete(Disk& disk, const std::string& checkpoint_directory, const std::string& tag);
 // The same, returning the manifest of a complete tag.

@@ -78,10 +78,7 @@ Result<CheckpointShardReader::OpenShard*> CheckpointShardReader::open_shard(int 
 Status CheckpointShardReader::check_size_and_checksum(int rank, uint64_t size, const std::string& checksum) const {
   const ShardRecord& record = manifest_.shards[static_cast<size_t>(rank)];
   const std::string path = tag_directory_ + "/" + record.file;
-  if (size != record.size_bytes) {
-    return data_loss("shard " + path + ": expected " + std::to_string(record.size_bytes) + " bytes (manifest), found " +
-                     std::to_string(size) + (size < record.size_bytes ? " (truncated)" : ""));
-  }
+  ZEROSIM_RETURN_IF_ERROR(check_shard_size(path, record, size));
   if (checksum != record.xxh3_128) {
     return data_loss("shard " + path + ": checksum mismatch: expected xxh3_128 " + record.xxh3_128 +
                      " (manifest), found " + checksum);
