@@ -1,5 +1,6 @@
 #include "scenarios/scenario_runner.h"
 
+#include <atomic>
 #include <fstream>
 #include <sstream>
 
@@ -83,6 +84,43 @@ Result<Scenario> read_scenario_file(const std::string& path) {
   return scenario_from_json(document, path);
 }
 
+namespace {
+
+// Counts rank 0's completed steps of the first phase (for the report's crash marker), then
+// passes every hit on.
+class StepCountingHook final : public CrashPointHook {
+ public:
+  explicit StepCountingHook(CrashPointHook& inner) : inner_(inner) {}
+  void hit(std::string_view site, int rank) override {
+    if (site == "engine.step_end" && rank == 0) steps_.fetch_add(1);
+    inner_.hit(site, rank);
+  }
+  int64_t steps() const { return steps_.load(); }
+
+ private:
+  CrashPointHook& inner_;
+  std::atomic<int64_t> steps_{0};
+};
+
+Status apply_operator_action(OperatorAction action, const TrainingOptions& options, const std::string& checkpoint_directory,
+                             SimDisk& disk) {
+  if (action == OperatorAction::kDeleteSwapDirectory) {
+    for (const OffloadConfig* offload : {&options.config.zero.offload_optimizer, &options.config.zero.offload_param}) {
+      if (!offload->nvme_path.empty()) ZEROSIM_RETURN_IF_ERROR(disk.remove_tree(offload->nvme_path));
+    }
+    return Status();
+  }
+  // A tag directory with a shard and no manifest, and `latest` pointing at it.
+  const std::string tag = "global_step999999";
+  ZEROSIM_RETURN_IF_ERROR(disk.create_directories(checkpoint_directory + "/" + tag));
+  const std::string junk = "partial";
+  ZEROSIM_RETURN_IF_ERROR(write_whole_file(disk, checkpoint_directory + "/" + tag + "/" + shard_file_name(0, 1),
+                                           std::as_bytes(std::span<const char>(junk.data(), junk.size())), true));
+  return publish_latest_tag(disk, checkpoint_directory, tag);
+}
+
+}  // namespace
+
 Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& extra_defects) {
   const CrashScenario& run = scenario.run;
   DefectSet defects = run.defects;
@@ -94,12 +132,18 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
   ZEROSIM_ASSIGN_OR_RETURN(TrainingOptions resume_options, resume_options_for(run, scenario.name));
   ScenarioVerdict verdict;
   verdict.name = scenario.name;
+  verdict.description = scenario.description;
+  verdict.seed = run.seed;
 
   // The reference: no faults, no defects.
-  SimDisk reference_disk(SimDiskOptions{512, uint64_t{1} << 40, run.seed});
   NoCrashPoints no_crash;
-  SimWorld reference_world(reference_disk, options.world_size, FaultPlan{}, no_crash);
-  ZEROSIM_ASSIGN_OR_RETURN(TrainingRun reference, run_training(options, run.total_steps, reference_world.seams()));
+  auto run_reference = [&](const TrainingOptions& reference_options) -> Result<TrainingRun> {
+    SimDisk reference_disk(SimDiskOptions{512, uint64_t{1} << 40, run.seed});
+    SimWorld reference_world(reference_disk, reference_options.world_size, FaultPlan{}, no_crash);
+    return run_training(reference_options, run.total_steps, reference_world.seams());
+  };
+  ZEROSIM_ASSIGN_OR_RETURN(TrainingRun reference, run_reference(options));
+  for (const StepRecord& step : reference.steps) verdict.reference_losses.push_back(step.loss);
 
   // The faulted first phase: saves, the plan's faults, its crash (or a kill after the last save).
   SimDisk disk(SimDiskOptions{512, uint64_t{1} << 40, run.seed});
@@ -111,41 +155,40 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
     VirtualTimeCrash* timed = nullptr;
     if (scenario.fault_plan.crash_point) {
       hook = std::make_unique<ScriptedCrashPoints>(*scenario.fault_plan.crash_point, &disk);
+      verdict.crash = "crash at " + scenario.fault_plan.crash_point->describe();
     } else if (scenario.fault_plan.crash_at_virtual_time_us) {
       auto owned = std::make_unique<VirtualTimeCrash>(*scenario.fault_plan.crash_at_virtual_time_us, disk);
       timed = owned.get();
       hook = std::move(owned);
+      verdict.crash = "crash at virtual time " + std::to_string(*scenario.fault_plan.crash_at_virtual_time_us) + " us";
     } else {
       hook = std::make_unique<NoCrashPoints>();
+      verdict.crash = "killed after step " + std::to_string(run.explored_save_step);
     }
-    SimWorld world(disk, options.world_size, scenario.fault_plan, *hook, &defects);
+    StepCountingHook counting(*hook);
+    SimWorld world(disk, options.world_size, scenario.fault_plan, counting, &defects);
     if (timed != nullptr) timed->attach(world);
     const Result<TrainingRun> first = run_training(options, run.explored_save_step, world.seams(), saving);
-    (void)first;  // a crash or an injected fault ends it; what matters is what is on the disk
+    if (!first.ok() && verdict.crash.rfind("killed", 0) == 0) verdict.crash = "stopped by " + first.status().to_string();
+    verdict.steps_before_crash = counting.steps();
   }
   disk.crash_with_seed(run.seed);  // the power goes out
+  verdict.crash += ", then a power loss";
 
   for (OperatorAction action : scenario.operator_actions) {
-    if (action == OperatorAction::kDeleteSwapDirectory) {
-      for (const OffloadConfig* offload : {&options.config.zero.offload_optimizer, &options.config.zero.offload_param}) {
-        if (!offload->nvme_path.empty()) ZEROSIM_RETURN_IF_ERROR(disk.remove_tree(offload->nvme_path));
-      }
-    } else {
-      // A tag directory with a shard and no manifest, and `latest` pointing at it.
-      const std::string tag = "global_step999999";
-      ZEROSIM_RETURN_IF_ERROR(disk.create_directories(run.checkpoint_directory + "/" + tag));
-      const std::string junk = "partial";
-      ZEROSIM_RETURN_IF_ERROR(write_whole_file(disk, run.checkpoint_directory + "/" + tag + "/" + shard_file_name(0, 1),
-                                               std::as_bytes(std::span<const char>(junk.data(), junk.size())), true));
-      ZEROSIM_RETURN_IF_ERROR(publish_latest_tag(disk, run.checkpoint_directory, tag));
-    }
+    ZEROSIM_RETURN_IF_ERROR(apply_operator_action(action, options, run.checkpoint_directory, disk));
   }
+  // The disk as the restart finds it, kept for a second resume that captures the full state.
+  const std::unique_ptr<SimDisk> restart_disk = disk.clone();
 
   // The restart: config and durable disk only.
-  SimWorld resume_world(disk, resume_options.world_size, FaultPlan{}, no_crash, &defects);
-  CheckpointPlan resuming;
-  resuming.resume_directory = run.checkpoint_directory;
-  const Result<TrainingRun> resumed = run_training(resume_options, run.total_steps, resume_world.seams(), resuming);
+  auto resume = [&](SimDisk& resume_disk, const TrainingOptions& options_of_resume) -> Result<TrainingRun> {
+    SimWorld resume_world(resume_disk, options_of_resume.world_size, FaultPlan{}, no_crash, &defects);
+    CheckpointPlan resuming;
+    resuming.resume_directory = run.checkpoint_directory;
+    return run_training(options_of_resume, run.total_steps, resume_world.seams(), resuming);
+  };
+  const Result<TrainingRun> resumed = resume(disk, resume_options);
   if (!resumed.ok()) {
     verdict.outcome = "refused: " + resumed.status().to_string();
     verdict.passed = !scenario.expect_error.empty() &&
@@ -153,17 +196,36 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
     verdict.diagnosis = verdict.passed ? "" : "the resume failed: " + resumed.status().to_string();
     return verdict;
   }
-  const int64_t resumed_at = run.total_steps - static_cast<int64_t>(resumed->steps.size());
-  const std::string divergence = first_divergence(reference, *resumed, resumed_at);
-  verdict.outcome = "resumed at step " + std::to_string(resumed_at) +
-                    (divergence.empty() ? ", bit-identical to step " + std::to_string(run.total_steps)
-                                        : ", diverged: " + divergence);
+  verdict.notes = resumed->notes;
+  verdict.resumed_at = run.total_steps - static_cast<int64_t>(resumed->steps.size());
+  for (const StepRecord& step : resumed->steps) verdict.resumed_losses.push_back(step.loss);
+  const Divergence divergence = find_first_divergence(reference, *resumed, verdict.resumed_at);
+  if (divergence.found) verdict.divergence = divergence;
+  verdict.outcome = "resumed at step " + std::to_string(verdict.resumed_at) +
+                    (divergence.found ? ", diverged: " + divergence.describe()
+                                      : ", bit-identical to step " + std::to_string(run.total_steps));
   if (!scenario.expect_error.empty()) {
     verdict.diagnosis = "expected a refusal containing '" + scenario.expect_error + "', but the run resumed";
-  } else if (scenario.expect_bit_identical && !divergence.empty()) {
-    verdict.diagnosis = divergence;
+  } else if (scenario.expect_bit_identical && divergence.found) {
+    verdict.diagnosis = divergence.describe();
   } else {
     verdict.passed = true;
+  }
+  if (divergence.found && divergence.state_step >= 0) {
+    // Narrow the component down to its first element: both runs again, capturing that step.
+    TrainingOptions capturing_reference = options;
+    capturing_reference.capture_state_at_step = divergence.state_step;
+    TrainingOptions capturing_resume = resume_options;
+    capturing_resume.capture_state_at_step = divergence.state_step;
+    ZEROSIM_ASSIGN_OR_RETURN(TrainingRun reference_again, run_reference(capturing_reference));
+    ZEROSIM_ASSIGN_OR_RETURN(TrainingRun resumed_again, resume(*restart_disk, capturing_resume));
+    if (reference_again.captured && resumed_again.captured) {
+      verdict.element = diagnose_component(*reference_again.captured, *resumed_again.captured, divergence.component);
+      if (!verdict.passed) verdict.diagnosis += "; " + verdict.element->describe();
+    }
+  } else if (divergence.found && !divergence.expected_value.empty() && !verdict.passed) {
+    verdict.diagnosis += ": expected " + divergence.expected_value + ", found " + divergence.actual_value +
+                         (divergence.ulp_distance > 0 ? ", ulp distance " + std::to_string(divergence.ulp_distance) : "");
   }
   for (const std::string& note : resumed->notes) {
     if (note.rfind("warning:", 0) == 0 && verdict.outcome.find("(with a warning)") == std::string::npos) {

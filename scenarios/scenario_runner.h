@@ -13,11 +13,13 @@
 // acts, and a restart at resume_world_size resumes from `latest` to `steps`.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "scenarios/diagnosis.h"
 #include "sim/crash_explorer.h"
 #include "sim/sim_world.h"
 
@@ -40,12 +42,27 @@ Result<Scenario> read_scenario_file(const std::string& path);
 
 struct ScenarioVerdict {
   std::string name;
+  std::string description;
+  uint64_t seed = 0;
   bool passed = false;
   std::string outcome;    // "resumed at step S, bit-identical to step K" or the refusal
   std::string diagnosis;  // the first divergence ("after load (step 4): scheduler") or why it failed
+  // When the resumed run diverged: where, and (for a component of the state) the element.
+  std::optional<Divergence> divergence;
+  std::optional<ElementDiagnosis> element;
+  // For the reports' loss curves: the reference's loss at steps 1..steps, the resumed run's
+  // from resumed_at + 1 on (empty when it was refused).
+  std::vector<float> reference_losses;
+  std::vector<float> resumed_losses;
+  int64_t resumed_at = -1;
+  std::string crash;              // what ended the first phase: "crash at engine.step_end@rank0#5", ...
+  int64_t steps_before_crash = 0;  // steps the first phase completed
+  std::vector<std::string> notes;  // the resumed run's notes (warnings, fallbacks)
 };
 
 // `extra_defects` are switched on in addition to the scenario's own (zerosim run --defect).
+// A divergence in a component of the state is narrowed down to its first element by running
+// the reference and the resume once more, capturing the full state at that step.
 Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& extra_defects);
 
 }  // namespace zerosim

@@ -1,11 +1,14 @@
 #include "sim/crash_explorer.h"
 
 #include <algorithm>
+#include <bit>
+#include <cstdio>
 #include <cstring>
 #include <iterator>
 
 #include "core/checkpoint/manifest.h"
 #include "core/env/rng.h"
+#include "core/tensor/dtype.h"
 #include "sim/sim_world.h"
 
 #include <xxhash.h>
@@ -42,33 +45,96 @@ bool ScriptedCrashPoints::fired() const {
   return fired_;
 }
 
-std::string first_divergence(const TrainingRun& reference, const TrainingRun& resumed, int64_t first_step) {
-  if (reference.step_digests.size() != reference.steps.size()) return "the reference has no per-step digests";
+std::string Divergence::describe() const {
+  if (!found) return "";
+  return component.empty() ? where : where + ": " + component;
+}
+
+namespace {
+
+template <typename Value>
+std::string value_with_bits(Value value) {
+  using Bits = std::conditional_t<sizeof(Value) == 4, uint32_t, uint64_t>;
+  char text[96];
+  std::snprintf(text, sizeof text, "%.17g (0x%0*llx)", static_cast<double>(value), static_cast<int>(sizeof(Value) * 2),
+                static_cast<unsigned long long>(std::bit_cast<Bits>(value)));
+  return text;
+}
+
+}  // namespace
+
+Divergence find_first_divergence(const TrainingRun& reference, const TrainingRun& resumed, int64_t first_step) {
+  Divergence divergence;
+  divergence.found = true;
+  if (reference.step_digests.size() != reference.steps.size()) {
+    divergence.where = "the reference has no per-step digests";
+    return divergence;
+  }
   if (first_step < 0 || static_cast<size_t>(first_step) > reference.steps.size() ||
       resumed.steps.size() != reference.steps.size() - static_cast<size_t>(first_step)) {
-    return "the resumed run ran " + std::to_string(resumed.steps.size()) + " steps from step " +
-           std::to_string(first_step) + ", the reference " + std::to_string(reference.steps.size());
+    divergence.where = "the resumed run ran " + std::to_string(resumed.steps.size()) + " steps from step " +
+                       std::to_string(first_step) + ", the reference " + std::to_string(reference.steps.size());
+    return divergence;
   }
-  if (resumed.step_digests.size() != resumed.steps.size()) return "the resumed run has no per-step digests";
+  if (resumed.step_digests.size() != resumed.steps.size()) {
+    divergence.where = "the resumed run has no per-step digests";
+    return divergence;
+  }
   // Right after the load, before any step: where a lost or mangled state shows first.
   const ComponentDigests& saved = first_step == 0 ? reference.initial_digests : reference.step_digests[first_step - 1];
-  const std::string loaded = first_differing_component(saved, resumed.initial_digests);
-  if (!loaded.empty()) return "after load (step " + std::to_string(first_step) + "): " + loaded;
+  divergence.component = first_differing_component(saved, resumed.initial_digests);
+  if (!divergence.component.empty()) {
+    divergence.where = "after load (step " + std::to_string(first_step) + ")";
+    divergence.state_step = first_step;
+    divergence.at_step = first_step;
+    return divergence;
+  }
   for (size_t k = 0; k < resumed.steps.size(); ++k) {
     const size_t r = k + static_cast<size_t>(first_step);
-    const std::string step = "step " + std::to_string(r + 1) + ": ";
+    divergence.where = "step " + std::to_string(r + 1);
+    divergence.at_step = static_cast<int64_t>(r) + 1;
     const StepRecord& expected = reference.steps[r];
     const StepRecord& actual = resumed.steps[k];
-    if (expected.step != actual.step) return step + "step number";
-    if (std::memcmp(&expected.loss, &actual.loss, sizeof(float)) != 0) return step + "loss";
-    if (std::memcmp(&expected.learning_rate, &actual.learning_rate, sizeof(double)) != 0) return step + "learning rate";
-    if (std::memcmp(&expected.loss_scale, &actual.loss_scale, sizeof(double)) != 0) return step + "loss scale";
-    if (std::memcmp(&expected.grad_norm, &actual.grad_norm, sizeof(double)) != 0) return step + "grad norm";
-    if (expected.skipped != actual.skipped) return step + "skipped";
-    const std::string component = first_differing_component(reference.step_digests[r], resumed.step_digests[k]);
-    if (!component.empty()) return step + component;
+    auto record_field = [&](const char* field, auto expected_value, auto actual_value) {
+      divergence.component = field;
+      divergence.expected_value = value_with_bits(expected_value);
+      divergence.actual_value = value_with_bits(actual_value);
+      divergence.ulp_distance = ulp_distance(expected_value, actual_value);
+      return divergence;
+    };
+    if (expected.step != actual.step) {
+      divergence.component = "step number";
+      divergence.expected_value = std::to_string(expected.step);
+      divergence.actual_value = std::to_string(actual.step);
+      return divergence;
+    }
+    if (std::memcmp(&expected.loss, &actual.loss, sizeof(float)) != 0) return record_field("loss", expected.loss, actual.loss);
+    if (std::memcmp(&expected.learning_rate, &actual.learning_rate, sizeof(double)) != 0) {
+      return record_field("learning rate", expected.learning_rate, actual.learning_rate);
+    }
+    if (std::memcmp(&expected.loss_scale, &actual.loss_scale, sizeof(double)) != 0) {
+      return record_field("loss scale", expected.loss_scale, actual.loss_scale);
+    }
+    if (std::memcmp(&expected.grad_norm, &actual.grad_norm, sizeof(double)) != 0) {
+      return record_field("grad norm", expected.grad_norm, actual.grad_norm);
+    }
+    if (expected.skipped != actual.skipped) {
+      divergence.component = "skipped";
+      divergence.expected_value = expected.skipped ? "true" : "false";
+      divergence.actual_value = actual.skipped ? "true" : "false";
+      return divergence;
+    }
+    divergence.component = first_differing_component(reference.step_digests[r], resumed.step_digests[k]);
+    if (!divergence.component.empty()) {
+      divergence.state_step = static_cast<int64_t>(r) + 1;
+      return divergence;
+    }
   }
-  return "";
+  return Divergence{};
+}
+
+std::string first_divergence(const TrainingRun& reference, const TrainingRun& resumed, int64_t first_step) {
+  return find_first_divergence(reference, resumed, first_step).describe();
 }
 
 namespace {

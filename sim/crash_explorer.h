@@ -118,9 +118,29 @@ Result<TrainingOptions> resume_options_for(const CrashScenario& scenario, const 
 // Validates the scenario (names what is wrong) and runs the exploration.
 Result<ExplorationResult> explore_save_crashes(const CrashScenario& scenario);
 
+// The first place where a resumed run leaves the reference.
+struct Divergence {
+  bool found = false;
+  std::string where;      // "after load (step 4)", "step 5", or why the runs cannot be compared
+  std::string component;  // "params" ... "data" (ComponentDigests' order), or a step record's
+                          // "loss", "learning rate", "loss scale", "grad norm", "skipped", "step number"
+  // The global step whose state differs (a component of the state), for a capture that
+  // narrows it down to an element; -1 for a step record's field or a structural mismatch.
+  int64_t state_step = -1;
+  // Where it shows: S for "after load (step S)", N for "step N"; -1 for a structural mismatch.
+  int64_t at_step = -1;
+  // A step record's field: both values, as text with their bits, and their ULP distance.
+  std::string expected_value, actual_value;
+  uint64_t ulp_distance = 0;
+  std::string describe() const;  // "after load (step 4): scheduler"; empty when not found
+};
+
 // Compares a resumed run with the reference from `first_step` on: the state right after the
-// load against the reference's state at first_step ("after load (step S): <component>"), then
-// every step ("step N: <record field or component>"). Empty when identical.
+// load against the reference's state at first_step, then every step (the step record's fields,
+// then every component of the state after it).
+Divergence find_first_divergence(const TrainingRun& reference, const TrainingRun& resumed, int64_t first_step);
+// find_first_divergence(...).describe(): "after load (step S): <component>", "step N: <field or
+// component>", or empty when identical.
 std::string first_divergence(const TrainingRun& reference, const TrainingRun& resumed, int64_t first_step);
 
 }  // namespace zerosim

@@ -71,7 +71,7 @@ Result<FaultPlan> parse_fault_plan(const json& document, const std::string& sour
     ZEROSIM_RETURN_IF_ERROR(check_keys(crash, where, {"site", "rank", "occurrence", "virtual_time_us"}));
     if (crash.contains("virtual_time_us")) {
       if (crash.contains("site")) return invalid_argument(where + ": give either site (with rank, occurrence) or virtual_time_us");
-      if (!crash["virtual_time_us"].is_number_unsigned()) {
+      if (!crash["virtual_time_us"].is_number_integer() || crash["virtual_time_us"].get<int64_t>() < 0) {
         return invalid_argument(where + ".virtual_time_us: expected a non-negative integer");
       }
       plan.crash_at_virtual_time_us = crash["virtual_time_us"].get<uint64_t>();
@@ -79,9 +79,9 @@ Result<FaultPlan> parse_fault_plan(const json& document, const std::string& sour
       if (!crash.contains("site") || !crash["site"].is_string()) return invalid_argument(where + ".site: expected a crash-point name");
       CrashPoint point;
       point.site = crash["site"].get<std::string>();
-      if (crash.contains("rank") && !crash["rank"].is_number_unsigned()) return invalid_argument(where + ".rank: expected a rank");
+      if (crash.contains("rank") && !(crash["rank"].is_number_integer() && crash["rank"].get<int64_t>() >= 0)) return invalid_argument(where + ".rank: expected a rank");
       if (crash.contains("occurrence") &&
-          (!crash["occurrence"].is_number_unsigned() || crash["occurrence"].get<int64_t>() < 1)) {
+          (!crash["occurrence"].is_number_integer() || crash["occurrence"].get<int64_t>() < 1)) {
         return invalid_argument(where + ".occurrence: expected an integer >= 1");
       }
       point.rank = crash.value("rank", 0);

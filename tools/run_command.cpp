@@ -1,18 +1,116 @@
 #include "tools/run_command.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
 #include "core/env/defects.h"
-#include "reports/junit.h"
+#include "reports/report_file.h"
+#include "reports/suite_report.h"
+#include "scenarios/generator.h"
 #include "scenarios/scenario_runner.h"
 #include "tools/train_command.h"
 
 namespace zerosim {
+
+namespace {
+
+using WallClock = std::chrono::steady_clock;  // for the report's seconds only
+
+// A one-line progress bar on stderr when it is a terminal; nothing otherwise (CI logs).
+class ProgressBar {
+ public:
+  explicit ProgressBar(bool enabled) : enabled_(enabled && ::isatty(STDERR_FILENO) == 1) {}
+  ~ProgressBar() { clear(); }
+  void show(int64_t done, int64_t total, int64_t failed, const std::string& current) {
+    if (!enabled_) return;
+    constexpr int kWidth = 24;
+    const int filled = total > 0 ? static_cast<int>(kWidth * done / total) : 0;
+    std::string bar(static_cast<size_t>(filled), '#');
+    bar.resize(kWidth, '.');
+    std::string name = current.size() > 48 ? current.substr(0, 45) + "..." : current;
+    std::fprintf(stderr, "\r\033[K[%s] %lld/%lld, %lld failed  %s", bar.c_str(), static_cast<long long>(done),
+                 static_cast<long long>(total), static_cast<long long>(failed), name.c_str());
+    std::fflush(stderr);
+    shown_ = true;
+  }
+  void clear() {
+    if (!shown_) return;
+    std::fprintf(stderr, "\r\033[K");
+    std::fflush(stderr);
+    shown_ = false;
+  }
+
+ private:
+  bool enabled_ = false;
+  bool shown_ = false;
+};
+
+std::optional<DefectSet> parse_defects(const std::vector<std::string>& names) {
+  DefectSet defects;
+  for (const std::string& name : names) {
+    std::optional<Defect> defect = defect_from_name(name);
+    if (!defect) {
+      std::fprintf(stderr, "zerosim: --defect %s: unknown defect (zerosim defects lists them)\n", name.c_str());
+      return std::nullopt;
+    }
+    defects.enable(*defect);
+  }
+  return defects;
+}
+
+std::string defect_flags(const std::vector<std::string>& names) {
+  std::string flags;
+  for (const std::string& name : names) flags += " --defect " + name;
+  return flags;
+}
+
+void print_verdict(const ReportFlags& flags, const ScenarioVerdict& verdict, ProgressBar& progress) {
+  if (flags.json) return;
+  progress.clear();
+  std::printf("%s  %s: %s%s%s\n", verdict.passed ? "PASS" : "FAIL", verdict.name.c_str(), verdict.outcome.c_str(),
+              verdict.diagnosis.empty() ? "" : "\n      diagnosis: ", verdict.diagnosis.c_str());
+  std::fflush(stdout);
+}
+
+// Prints the summary (or the JSON object) and writes the reports; the command's exit code.
+int finish(const ReportFlags& flags, const SuiteReport& report, const nlohmann::json& extra = {}) {
+  if (!flags.junit_path.empty()) {
+    Status written = write_junit_file(flags.junit_path, report.title, report_junit_cases(report));
+    if (!written.ok()) {
+      std::fprintf(stderr, "zerosim: --junit: %s\n", written.to_string().c_str());
+      return 3;
+    }
+  }
+  if (!flags.report_directory.empty()) {
+    Status written = write_report_directory(flags.report_directory, report);
+    if (!written.ok()) {
+      std::fprintf(stderr, "zerosim: --report-dir: %s\n", written.to_string().c_str());
+      return 3;
+    }
+  }
+  const int failed = report.failed();
+  if (flags.json) {
+    nlohmann::json document = report_json(report);
+    for (const auto& [key, value] : extra.items()) document[key] = value;
+    std::printf("%s\n", document.dump(2).c_str());
+  } else {
+    std::printf("%zu scenario(s): %zu passed, %d failed\n", report.scenarios.size(),
+                report.scenarios.size() - static_cast<size_t>(failed), failed);
+    if (!flags.report_directory.empty()) {
+      std::printf("report: %s/report.html (also report.json, report.md, junit.xml)\n", flags.report_directory.c_str());
+    }
+  }
+  return failed == 0 ? 0 : 1;
+}
+
+}  // namespace
 
 int run_scenarios_command(const RunFlags& flags) {
   std::vector<std::string> paths = flags.scenario_paths;
@@ -31,67 +129,144 @@ int run_scenarios_command(const RunFlags& flags) {
       return 2;
     }
   }
-  DefectSet defects;
-  for (const std::string& name : flags.defect_names) {
-    std::optional<Defect> defect = defect_from_name(name);
-    if (!defect) {
-      std::fprintf(stderr, "zerosim: --defect %s: unknown defect (zerosim defects lists them)\n", name.c_str());
-      return 2;
-    }
-    defects.enable(*defect);
-  }
-  nlohmann::json results = nlohmann::json::array();
-  std::vector<JunitCase> junit_cases;
-  std::string defect_flags;
-  for (const std::string& name : flags.defect_names) defect_flags += " --defect " + name;
-  int failed = 0;
+  const std::optional<DefectSet> defects = parse_defects(flags.report.defect_names);
+  if (!defects) return 2;
+  // Every file is read before any runs, so a typo in the last one does not cost a whole suite.
+  std::vector<Scenario> scenarios;
   for (const std::string& path : paths) {
-    const auto started = std::chrono::steady_clock::now();
     Result<Scenario> scenario = read_scenario_file(path);
     if (!scenario.ok()) {
       std::fprintf(stderr, "zerosim: %s\n", scenario.status().to_string().c_str());
-      return 2;
+      return scenario.status().code() == StatusCode::kNotFound ? 2 : exit_code_for(scenario.status());
     }
-    Result<ScenarioVerdict> verdict = run_scenario(*scenario, defects);
+    scenarios.push_back(std::move(scenario).value());
+  }
+  SuiteReport report;
+  report.title = "zerosim " + flags.command_name + " " + (flags.suite_directory.empty() ? "" : flags.suite_directory);
+  if (flags.suite_directory.empty()) report.title += std::to_string(paths.size()) + " scenario(s)";
+  report.defects = flags.report.defect_names;
+  ProgressBar progress(!flags.report.json);
+  for (size_t i = 0; i < scenarios.size(); ++i) {
+    progress.show(static_cast<int64_t>(i), static_cast<int64_t>(scenarios.size()), report.failed(), scenarios[i].name);
+    const auto started = WallClock::now();
+    Result<ScenarioVerdict> verdict = run_scenario(scenarios[i], *defects);
     if (!verdict.ok()) {
-      std::fprintf(stderr, "zerosim: %s: %s\n", path.c_str(), verdict.status().to_string().c_str());
+      progress.clear();
+      std::fprintf(stderr, "zerosim: %s: %s\n", paths[i].c_str(), verdict.status().to_string().c_str());
       return exit_code_for(verdict.status());
     }
-    if (!verdict->passed) ++failed;
-    JunitCase junit_case;
-    junit_case.name = verdict->name;
-    junit_case.class_name = path;
-    junit_case.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    junit_case.passed = verdict->passed;
-    junit_case.failure_message = verdict->diagnosis;
-    junit_case.failure_details = verdict->outcome + "\nseed " + std::to_string(scenario->run.seed) +
-                                 "\nreplay: zerosim run " + path + defect_flags;
-    junit_cases.push_back(std::move(junit_case));
-    results.push_back({{"scenario", verdict->name}, {"file", path}, {"passed", verdict->passed},
-                       {"outcome", verdict->outcome}, {"diagnosis", verdict->diagnosis}});
-    if (!flags.json) {
-      std::printf("%s  %s: %s%s%s\n", verdict->passed ? "PASS" : "FAIL", verdict->name.c_str(), verdict->outcome.c_str(),
-                  verdict->diagnosis.empty() ? "" : "\n      diagnosis: ", verdict->diagnosis.c_str());
+    print_verdict(flags.report, *verdict, progress);
+    ReportedScenario entry;
+    entry.file = paths[i];
+    entry.replay_command = "zerosim run " + paths[i] + defect_flags(flags.report.defect_names);
+    entry.seconds = std::chrono::duration<double>(WallClock::now() - started).count();
+    entry.verdict = std::move(verdict).value();
+    report.scenarios.push_back(std::move(entry));
+  }
+  progress.clear();
+  return finish(flags.report, report);
+}
+
+int run_fuzz_command(const FuzzFlags& flags) {
+  uint64_t shard_index = 0, shard_count = 1;
+  {
+    unsigned long long index = 0, count = 0;
+    char trailing = 0;
+    if (std::sscanf(flags.shard.c_str(), "%llu/%llu%c", &index, &count, &trailing) != 2 || count == 0 || index >= count) {
+      std::fprintf(stderr, "zerosim: --shard %s: expected I/N with 0 <= I < N (e.g. 0/4)\n", flags.shard.c_str());
+      return 2;
     }
+    shard_index = index;
+    shard_count = count;
   }
-  if (!flags.junit_path.empty()) {
-    Status written = write_junit_file(flags.junit_path, flags.suite_directory.empty() ? "zerosim run" : flags.suite_directory,
-                                      junit_cases);
-    if (!written.ok()) {
-      std::fprintf(stderr, "zerosim: --junit: %s\n", written.to_string().c_str());
-      return 3;
+  const std::optional<DefectSet> defects = parse_defects(flags.report.defect_names);
+  if (!defects) return 2;
+  std::string failures_directory = flags.failures_directory;
+  if (failures_directory.empty()) failures_directory = flags.report.report_directory.empty() ? "." : flags.report.report_directory;
+
+  SuiteReport report;
+  report.title = "zerosim fuzz --seed " + std::to_string(flags.seed) + " --shard " + flags.shard;
+  report.defects = flags.report.defect_names;
+  ProgressBar progress(!flags.report.json);
+  const auto campaign_started = WallClock::now();
+  int64_t cases_run = 0, shrink_runs = 0;
+  const int64_t cases_in_shard =
+      flags.cases > static_cast<int64_t>(shard_index)
+          ? (flags.cases - static_cast<int64_t>(shard_index) + static_cast<int64_t>(shard_count) - 1) /
+                static_cast<int64_t>(shard_count)
+          : 0;
+  bool out_of_time = false;
+  for (uint64_t index = shard_index; index < static_cast<uint64_t>(flags.cases); index += shard_count) {
+    const double elapsed_minutes = std::chrono::duration<double>(WallClock::now() - campaign_started).count() / 60.0;
+    if (flags.minutes > 0.0 && elapsed_minutes >= flags.minutes) {
+      out_of_time = true;
+      break;
     }
+    const uint64_t seed = case_seed(flags.seed, index);
+    const ScenarioShape shape = generate_shape(seed);
+    const std::string name = "fuzz seed " + std::to_string(flags.seed) + " case " + std::to_string(index);
+    progress.show(cases_run, cases_in_shard, report.failed(), name + ": " + describe_shape(shape));
+    const auto started = WallClock::now();
+    Result<ScenarioVerdict> verdict = run_shape(shape, name, *defects);
+    if (!verdict.ok()) {
+      progress.clear();
+      std::fprintf(stderr, "zerosim: %s (%s): %s\n", name.c_str(), describe_shape(shape).c_str(),
+                   verdict.status().to_string().c_str());
+      return exit_code_for(verdict.status());
+    }
+    ++cases_run;
+    ReportedScenario entry;
+    entry.replay_command = "zerosim fuzz --seed " + std::to_string(flags.seed) + " --cases " + std::to_string(index + 1) +
+                           " --shard " + std::to_string(index) + "/" + std::to_string(index + 1) +
+                           defect_flags(flags.report.defect_names);
+    if (!verdict->passed) {
+      // Shrink, then write the smallest failing scenario (with its defects) to replay.
+      progress.show(cases_run, cases_in_shard, report.failed() + 1, name + ": shrinking");
+      Result<ShrinkResult> shrunk = shrink_failure(shape, *verdict, *defects, flags.shrink_attempts);
+      if (!shrunk.ok()) {
+        progress.clear();
+        std::fprintf(stderr, "zerosim: %s: shrinking: %s\n", name.c_str(), shrunk.status().to_string().c_str());
+        return exit_code_for(shrunk.status());
+      }
+      shrink_runs += shrunk->attempts;
+      nlohmann::json document = scenario_document(shrunk->shape, name + " (shrunk)");
+      document["description"] = "Shrunk by zerosim fuzz from case " + std::to_string(index) + " of seed " +
+                                std::to_string(flags.seed) + " (" + describe_shape(shape) + "). Diagnosis: " +
+                                shrunk->verdict.diagnosis;
+      if (!flags.report.defect_names.empty()) document["defects"] = flags.report.defect_names;
+      std::error_code error;
+      std::filesystem::create_directories(failures_directory, error);
+      const std::string path = failures_directory + "/fuzz-seed" + std::to_string(flags.seed) + "-case" +
+                               std::to_string(index) + ".json";
+      Status written = error ? io_error("failures directory " + failures_directory + ": " + error.message())
+                             : write_report_file(path, document.dump(2) + "\n", "shrunk scenario");
+      if (!written.ok()) {
+        progress.clear();
+        std::fprintf(stderr, "zerosim: %s\n", written.to_string().c_str());
+        return 3;
+      }
+      entry.file = path;
+      entry.replay_command = "zerosim replay " + path;
+      entry.verdict = std::move(shrunk->verdict);
+      entry.verdict.name = name + " (shrunk from: " + describe_shape(shape) + ", to: " + describe_shape(shrunk->shape) + ")";
+    } else {
+      entry.verdict = std::move(verdict).value();
+      entry.verdict.name = name + ": " + describe_shape(shape);
+    }
+    entry.seconds = std::chrono::duration<double>(WallClock::now() - started).count();
+    print_verdict(flags.report, entry.verdict, progress);
+    if (!entry.verdict.passed && !flags.report.json) std::printf("      replay: %s\n", entry.replay_command.c_str());
+    report.scenarios.push_back(std::move(entry));
   }
-  if (flags.json) {
-    std::printf("%s\n", nlohmann::json{{"scenarios", results}, {"passed", static_cast<int>(paths.size()) - failed},
-                                       {"failed", failed}}
-                            .dump(2)
-                            .c_str());
-  } else {
-    std::printf("%zu scenario(s): %zu passed, %d failed\n", paths.size(), paths.size() - static_cast<size_t>(failed),
-                failed);
+  progress.clear();
+  const double seconds = std::chrono::duration<double>(WallClock::now() - campaign_started).count();
+  if (!flags.report.json) {
+    std::printf("fuzz: %lld case(s) in %.1f s (%.1f cases/min)%s, %lld shrinking run(s)\n",
+                static_cast<long long>(cases_run), seconds, seconds > 0 ? 60.0 * static_cast<double>(cases_run) / seconds : 0.0,
+                out_of_time ? ", stopped by --minutes" : "", static_cast<long long>(shrink_runs));
   }
-  return failed == 0 ? 0 : 1;
+  return finish(flags.report, report,
+                {{"cases_run", cases_run}, {"seconds", seconds}, {"shrink_runs", shrink_runs}, {"stopped_by_minutes", out_of_time}});
 }
 
 }  // namespace zerosim

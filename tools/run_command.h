@@ -1,21 +1,48 @@
-// `zerosim run FILE... [--json] [--defect NAME]...` and `zerosim suite [DIR]`: run scenarios
-// (scenarios/scenario_runner.h) and print one verdict line each, or one JSON object.
+// The scenario commands (scenarios/, reports/):
+//   zerosim run FILE...        run scenario files
+//   zerosim suite [DIR]        every *.json of DIR (default scenarios/library), sorted
+//   zerosim replay FILE        run one scenario (a shrunk failure written by fuzz replays its
+//                              diagnosis: the file carries its defects)
+//   zerosim fuzz [--seed S] [--cases N] [--minutes M] [--shard I/N]
+//                              generated scenarios (scenarios/generator.h); a failure is
+//                              shrunk and written as a scenario file to replay
+// Each prints one verdict line per scenario (or one JSON object with --json), a progress bar
+// on a terminal, and with --junit FILE / --report-dir DIR writes the reports
+// (reports/suite_report.h). --defect NAME (repeatable) switches a defect on for every run.
 // Exit codes: 0 all passed, 1 a scenario failed, 2 bad input, 3 an environment error.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 namespace zerosim {
 
+struct ReportFlags {
+  std::vector<std::string> defect_names;
+  bool json = false;
+  std::string junit_path;       // set: also write a JUnit XML report there
+  std::string report_directory;  // set: report.json, report.html, report.md, junit.xml there
+};
+
 struct RunFlags {
   std::vector<std::string> scenario_paths;
   std::string suite_directory;  // zerosim suite: every *.json in it, sorted
-  std::vector<std::string> defect_names;
-  bool json = false;
-  std::string junit_path;  // set: also write a JUnit XML report there
+  std::string command_name = "run";  // for the report's title and the replay commands
+  ReportFlags report;
+};
+
+struct FuzzFlags {
+  uint64_t seed = 1;
+  int64_t cases = 20;         // in the whole campaign (all shards together)
+  double minutes = 0.0;       // 0: no time limit; else stop starting cases after this long
+  std::string shard = "0/1";  // I/N: this process runs the cases whose index is I modulo N
+  std::string failures_directory;  // shrunk failures go here (default: the report directory, or .)
+  int64_t shrink_attempts = 200;
+  ReportFlags report;
 };
 
 int run_scenarios_command(const RunFlags& flags);
+int run_fuzz_command(const FuzzFlags& flags);
 
 }  // namespace zerosim

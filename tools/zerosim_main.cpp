@@ -60,19 +60,43 @@ int main(int argc, char** argv) {
   zerosim::CheckpointCommands checkpoint_commands;
   zerosim::add_checkpoint_commands(app, checkpoint_commands);
 
+  auto add_report_flags = [](CLI::App& command, zerosim::ReportFlags& flags) {
+    command.add_option("--defect", flags.defect_names, "Switch a named defect on for every scenario (repeatable)");
+    command.add_flag("--json", flags.json, "Print one JSON object: the scenarios with their verdicts, passed, failed");
+    command.add_option("--junit", flags.junit_path, "Also write a JUnit XML report to FILE");
+    command.add_option("--report-dir", flags.report_directory,
+                       "Write report.html, report.json, report.md and junit.xml into DIR");
+  };
   zerosim::RunFlags run_flags;
   CLI::App* run = app.add_subcommand("run", "Run scenarios: reference, faults, crash, resume, and a verdict per scenario");
   run->add_option("scenarios", run_flags.scenario_paths, "Scenario JSON files")->required();
-  run->add_option("--defect", run_flags.defect_names, "Switch a named defect on for every scenario (repeatable)");
-  run->add_flag("--json", run_flags.json, "Print one JSON object: scenarios, passed, failed");
-  run->add_option("--junit", run_flags.junit_path, "Also write a JUnit XML report to FILE");
+  add_report_flags(*run, run_flags.report);
   zerosim::RunFlags suite_flags;
   suite_flags.suite_directory = "scenarios/library";
+  suite_flags.command_name = "suite";
   CLI::App* suite = app.add_subcommand("suite", "Run every scenario of a directory (default scenarios/library)");
   suite->add_option("directory", suite_flags.suite_directory, "Directory of scenario JSON files");
-  suite->add_option("--defect", suite_flags.defect_names, "Switch a named defect on for every scenario (repeatable)");
-  suite->add_flag("--json", suite_flags.json, "Print one JSON object: scenarios, passed, failed");
-  suite->add_option("--junit", suite_flags.junit_path, "Also write a JUnit XML report to FILE");
+  add_report_flags(*suite, suite_flags.report);
+  zerosim::RunFlags replay_flags;
+  replay_flags.command_name = "replay";
+  std::string replay_path;
+  CLI::App* replay = app.add_subcommand("replay", "Replay one scenario file (a shrunk failure from zerosim fuzz)");
+  replay->add_option("scenario", replay_path, "Scenario JSON file")->required();
+  add_report_flags(*replay, replay_flags.report);
+  zerosim::FuzzFlags fuzz_flags;
+  CLI::App* fuzz = app.add_subcommand(
+      "fuzz", "Generated scenarios that demand recovery; a failure is shrunk and written as a scenario to replay");
+  fuzz->add_option("--seed", fuzz_flags.seed, "Campaign seed: case i is a pure function of (seed, i)");
+  fuzz->add_option("--cases", fuzz_flags.cases, "Cases in the campaign (all shards together)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  fuzz->add_option("--minutes", fuzz_flags.minutes, "Stop starting cases after this many minutes (0: no limit)")
+      ->check(CLI::Range(0.0, 1e6));
+  fuzz->add_option("--shard", fuzz_flags.shard, "I/N: run the cases whose index is I modulo N (a CI matrix, a Slurm array)");
+  fuzz->add_option("--failures-dir", fuzz_flags.failures_directory,
+                   "Write shrunk failing scenarios here (default: the report directory, else .)");
+  fuzz->add_option("--shrink-attempts", fuzz_flags.shrink_attempts, "Most candidate runs when shrinking one failure")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  add_report_flags(*fuzz, fuzz_flags.report);
 
   CLI::App* defects = app.add_subcommand("defects", "List the named defects the simulator can switch on in the core");
 
@@ -98,6 +122,11 @@ int main(int argc, char** argv) {
   if (explore->parsed()) return zerosim::run_explore_command(explore_flags);
   if (run->parsed()) return zerosim::run_scenarios_command(run_flags);
   if (suite->parsed()) return zerosim::run_scenarios_command(suite_flags);
+  if (replay->parsed()) {
+    replay_flags.scenario_paths = {replay_path};
+    return zerosim::run_scenarios_command(replay_flags);
+  }
+  if (fuzz->parsed()) return zerosim::run_fuzz_command(fuzz_flags);
   if (defects->parsed()) {
     for (const zerosim::DefectInfo& info : zerosim::all_defects()) std::printf("%-30s %s\n", info.name, info.description);
     return 0;

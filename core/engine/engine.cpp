@@ -723,18 +723,23 @@ std::string first_differing_component(const ComponentDigests& expected, const Co
   return "";
 }
 
-Result<FullTrainingState> RankEngine::gather_state() {
+Result<FullTrainingState> RankEngine::gather_state(CapturedState* capture) {
   // Streams the state to rank 0 one parameter at a time (one gather per tensor kind), where it
   // is unpadded and fed to the digests: memory is one parameter's full tensors, whatever the
   // model size, and swapped state is read sub-group by sub-group.
   const bool is_root = comm_.rank() == 0;
   const int world_size = comm_.world_size();
-  const size_t element_bytes = dtype_size_bytes(model_dtype_);
   DigestBuilder params_digest, master_digest, exp_avg_digest, exp_avg_sq_digest;
   params_digest.text(dtype_name(model_dtype_));
   std::vector<std::byte> gathered, full;
+  struct TensorKind {
+    const char* component;
+    DigestBuilder* digest;
+    DType dtype;
+  };
   auto gather_and_digest = [&](const ParameterPartition& partition, const std::string& name, const std::byte* data,
-                               size_t bytes_per_element, DigestBuilder& digest) -> Status {
+                               const TensorKind& kind) -> Status {
+    const size_t bytes_per_element = dtype_size_bytes(kind.dtype);
     const size_t partition_bytes = static_cast<size_t>(partition.partition_size) * bytes_per_element;
     gathered.resize(is_root ? partition_bytes * static_cast<size_t>(world_size) : 0);
     ZEROSIM_RETURN_IF_ERROR(comm_.gather(std::span<const std::byte>(data, partition_bytes), gathered, 0));
@@ -745,18 +750,23 @@ Result<FullTrainingState> RankEngine::gather_state() {
                   gathered.data() + static_cast<size_t>(source) * partition_bytes,
                   static_cast<size_t>(partition.owned_count(source)) * bytes_per_element);
     }
-    digest.tensor(name, static_cast<uint64_t>(partition.element_count), full.data(), full.size());
+    kind.digest->tensor(name, static_cast<uint64_t>(partition.element_count), full.data(), full.size());
+    if (capture != nullptr) {
+      capture->tensors.push_back(CapturedTensor{kind.component, name, kind.dtype, partition.partition_size, full});
+    }
     return Status();
   };
   // Per-tensor digests must follow parameter order within each kind, which is the visit's order.
   ZEROSIM_RETURN_IF_ERROR(for_each_partition_state([&](int64_t p, const PartitionStateView& state) -> Status {
     const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
     const std::string& name = parameters_[static_cast<size_t>(p)].name;
-    ZEROSIM_RETURN_IF_ERROR(gather_and_digest(partition, name, state.params, element_bytes, params_digest));
-    for (auto [tensor, digest] : {std::pair{state.master, &master_digest}, std::pair{state.exp_avg, &exp_avg_digest},
-                                  std::pair{state.exp_avg_sq, &exp_avg_sq_digest}}) {
-      ZEROSIM_RETURN_IF_ERROR(
-          gather_and_digest(partition, name, reinterpret_cast<const std::byte*>(tensor), sizeof(float), *digest));
+    ZEROSIM_RETURN_IF_ERROR(gather_and_digest(partition, name, state.params, {"params", &params_digest, model_dtype_}));
+    const std::pair<const float*, TensorKind> optimizer_tensors[] = {
+        {state.master, {"master", &master_digest, DType::kFp32}},
+        {state.exp_avg, {"exp_avg", &exp_avg_digest, DType::kFp32}},
+        {state.exp_avg_sq, {"exp_avg_sq", &exp_avg_sq_digest, DType::kFp32}}};
+    for (const auto& [tensor, kind] : optimizer_tensors) {
+      ZEROSIM_RETURN_IF_ERROR(gather_and_digest(partition, name, reinterpret_cast<const std::byte*>(tensor), kind));
     }
     return Status();
   }));
@@ -777,6 +787,7 @@ Result<FullTrainingState> RankEngine::gather_state() {
   state.digests.exp_avg = exp_avg_digest.hex();
   state.digests.exp_avg_sq = exp_avg_sq_digest.hex();
   finish_digests(state, state.digests);
+  if (capture != nullptr) capture->scalars = state;
   return state;
 }
 
@@ -859,17 +870,24 @@ Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_co
       if (!engine.swap_engine_note().empty()) run.notes.push_back(engine.swap_engine_note());
     }
     // A resumed run does not save its starting point again into the directory it came from.
-    if (options.digest_every_step) {
-      ZEROSIM_ASSIGN_OR_RETURN(FullTrainingState state, engine.gather_state());
+    // The full state at options.capture_state_at_step, kept on rank 0 (a diagnosis's input).
+    auto capture_here = [&]() -> CapturedState* {
+      if (rank != 0 || engine.counters().global_steps != options.capture_state_at_step) return nullptr;
+      run.captured.emplace();
+      return &*run.captured;
+    };
+    const bool capture_initial = options.capture_state_at_step == engine.counters().global_steps;
+    if (options.digest_every_step || capture_initial) {
+      ZEROSIM_ASSIGN_OR_RETURN(FullTrainingState state, engine.gather_state(capture_here()));
       if (rank == 0) run.initial_digests = state.digests;
     }
     int64_t last_saved_step = checkpoints.resume_directory == checkpoints.save_directory ? engine.counters().global_steps : -1;
     while (engine.counters().global_steps < step_count) {
       ZEROSIM_ASSIGN_OR_RETURN(StepRecord record, engine.train_step());
       if (rank == 0) run.steps.push_back(record);
-      if (options.digest_every_step) {
-        ZEROSIM_ASSIGN_OR_RETURN(FullTrainingState state, engine.gather_state());
-        if (rank == 0) run.step_digests.push_back(state.digests);
+      if (options.digest_every_step || engine.counters().global_steps == options.capture_state_at_step) {
+        ZEROSIM_ASSIGN_OR_RETURN(FullTrainingState state, engine.gather_state(capture_here()));
+        if (rank == 0 && options.digest_every_step) run.step_digests.push_back(state.digests);
       }
       const int64_t step = engine.counters().global_steps;
       if (checkpoints.save_every_steps > 0 && step % checkpoints.save_every_steps == 0) {

@@ -67,6 +67,10 @@ struct TrainingOptions {
   // For oracles: digest the whole state after every step (TrainingRun::step_digests). Costs a
   // gather of the state per step.
   bool digest_every_step = false;
+  // For a divergence diagnosis: rank 0 keeps the full state at this global step (after the
+  // step, or right after the load when the run starts there) in TrainingRun::captured. Costs
+  // the whole model's tensors in memory once; -1 = none.
+  int64_t capture_state_at_step = -1;
 };
 
 // An upper estimate of one rank's host memory for these options: its flat partitions, the
@@ -121,6 +125,20 @@ struct FullTrainingState {
   ComponentDigests digests;
 };
 
+// One full tensor of a captured state (TrainingOptions::capture_state_at_step).
+struct CapturedTensor {
+  std::string component;   // "params", "master", "exp_avg" or "exp_avg_sq"
+  std::string parameter;   // the parameter's name
+  DType dtype = DType::kFp32;  // params: the model dtype; the optimizer state: fp32
+  // ceil(N / W) of the run that captured it: element e is owned by rank e / partition_size.
+  int64_t partition_size = 0;
+  std::vector<std::byte> bytes;  // unpadded, in element order, little-endian
+};
+struct CapturedState {
+  FullTrainingState scalars;  // counters, scheduler, scaler, RNG, data position, digests
+  std::vector<CapturedTensor> tensors;  // per parameter: params, master, exp_avg, exp_avg_sq
+};
+
 class RankEngine {
  public:
   // `checkpoint_comm` is a second communicator over the same ranks, used only by the
@@ -159,7 +177,8 @@ class RankEngine {
   Result<StepRecord> train_step();
   // Streams the state to rank 0 and digests it there (other ranks return an empty state).
   // Collective; memory is one parameter's full tensors at a time.
-  Result<FullTrainingState> gather_state();
+  // With `capture` (rank 0 only uses it), the full tensors are also kept there.
+  Result<FullTrainingState> gather_state(CapturedState* capture = nullptr);
 
   const PartitionLayout& layout() const { return layout_; }
   const TrainingCounters& counters() const { return counters_; }
@@ -257,6 +276,8 @@ struct TrainingRun {
   // initialization or load (before any step of this run), and after each step, in step order.
   ComponentDigests initial_digests;
   std::vector<ComponentDigests> step_digests;
+  // With TrainingOptions::capture_state_at_step, when the run passed that step.
+  std::optional<CapturedState> captured;
 };
 
 // The name of the first component ("params", "master", ..., "data", in ComponentDigests'

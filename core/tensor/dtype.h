@@ -5,6 +5,7 @@
 // sign kept); values beyond the target's range become infinity, as IEEE requires.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -36,6 +37,30 @@ uint16_t fp32_to_fp16_bits(float value);
 float fp16_bits_to_fp32(uint16_t bits);
 uint16_t fp32_to_bf16_bits(float value);
 inline float bf16_bits_to_fp32(uint16_t bits) { return bits_to_float(static_cast<uint32_t>(bits) << 16); }
+
+// Distance in units in the last place between two IEEE-754 values of `width_bits` (16 for fp16
+// and bf16, 32, 64), given as bit patterns: the number of representable values one has to
+// step through to go from one to the other. The sign-magnitude patterns are mapped onto one
+// monotonic unsigned order (negative values below the bias, positive above it, both zeros on
+// it), so the distance across zero is the sum of both sides' distances to zero and +0/-0 are
+// 0 apart. NaN patterns order beyond the infinities: their distance is defined, not meaningful.
+constexpr uint64_t ordered_float_key(uint64_t bits, int width_bits) {
+  const uint64_t sign = uint64_t{1} << (width_bits - 1);
+  const uint64_t magnitude = bits & (sign - 1);
+  return (bits & sign) != 0 ? sign - magnitude : sign + magnitude;
+}
+constexpr uint64_t ulp_distance_bits(uint64_t bits_a, uint64_t bits_b, int width_bits) {
+  const uint64_t key_a = ordered_float_key(bits_a, width_bits);
+  const uint64_t key_b = ordered_float_key(bits_b, width_bits);
+  return key_a > key_b ? key_a - key_b : key_b - key_a;
+}
+constexpr uint64_t ulp_distance(float a, float b) {
+  return ulp_distance_bits(std::bit_cast<uint32_t>(a), std::bit_cast<uint32_t>(b), 32);
+}
+constexpr uint64_t ulp_distance(double a, double b) {
+  return ulp_distance_bits(std::bit_cast<uint64_t>(a), std::bit_cast<uint64_t>(b), 64);
+}
+
 
 // Rounds a value through a dtype and back: what a tensor of that dtype would hold.
 float round_through(DType dtype, float value);

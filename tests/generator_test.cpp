@@ -1,0 +1,170 @@
+// Generated scenarios: every shape is a valid scenario, every generated case resumes bit for bit
+// with no defect (resume equivalence under crashes, disk faults, elastic resume, deleted swap
+// directories), and a failure through a defect shrinks to a scenario of a few steps whose file
+// replays to the same diagnosis.
+//
+// A failing property prints RapidCheck's seed (replay: RC_PARAMS="seed=<seed>" ./generator_test)
+// and the failing scenario's file, written under the build directory for `zerosim replay FILE`.
+#include <gtest/gtest.h>
+#include <rapidcheck.h>
+#include <rapidcheck/gtest.h>
+
+#include <fstream>
+#include <set>
+
+#include "scenarios/generator.h"
+#include "sim/sim_world.h"
+
+namespace zerosim {
+namespace {
+
+// The same fields as generate_shape, drawn through RapidCheck so that its shrinking works on them.
+ScenarioShape arbitrary_shape() {
+  ScenarioShape shape;
+  shape.seed = *rc::gen::inRange<uint64_t>(1, 100000);
+  shape.save_every = *rc::gen::inRange<int64_t>(1, 4);
+  shape.saves_before_kill = *rc::gen::inRange<int64_t>(2, 4);
+  shape.steps_after = *rc::gen::inRange<int64_t>(1, 4);
+  shape.world_size = *rc::gen::inRange(1, 5);
+  shape.resume_world_size = *rc::gen::inRange(0, 5);
+  shape.input_width = *rc::gen::inRange<int64_t>(1, 12);
+  shape.hidden_widths = *rc::gen::container<std::vector<int64_t>>(*rc::gen::inRange<size_t>(0, 3),
+                                                                   rc::gen::inRange<int64_t>(1, 24));
+  shape.class_count = *rc::gen::inRange<int64_t>(2, 6);
+  shape.precision = *rc::gen::element<std::string>("fp32", "fp16", "bf16");
+  shape.micro_batch_size = *rc::gen::inRange<int64_t>(1, 3);
+  shape.gradient_accumulation_steps = *rc::gen::inRange<int64_t>(1, 3);
+  shape.sub_group_size = *rc::gen::element<int64_t>(7, 16, 64, 1000000000);
+  shape.offload_optimizer = *rc::gen::element<std::string>("none", "cpu", "nvme");
+  shape.offload_param_nvme = *rc::gen::arbitrary<bool>();
+  shape.async_save = *rc::gen::arbitrary<bool>();
+  shape.delete_swap_directory = *rc::gen::arbitrary<bool>();
+  shape.fault = *rc::gen::element(GeneratedFault::kNone, GeneratedFault::kCrashAtStepEnd, GeneratedFault::kCrashInSave,
+                                  GeneratedFault::kNoSpaceOnSave, GeneratedFault::kIoErrorOnSave);
+  shape.fault_rank = *rc::gen::inRange(0, 4);
+  shape.fault_occurrence = *rc::gen::inRange<int64_t>(1, 12);
+  shape.fault_site = *rc::gen::element<std::string>("ckpt.save_begin", "ckpt.tag_prepared", "ckpt.shard_written",
+                                                    "ckpt.manifest_written", "ckpt.latest_published", "ckpt.save_end");
+  return normalize_shape(shape);
+}
+
+// Writes the failing case where `zerosim replay` can read it, and returns the line to print.
+std::string replay_hint(const ScenarioShape& shape, const std::string& name) {
+  const std::string path = std::string(ZEROSIM_BINARY_DIR) + "/generator_test_failure.json";
+  std::ofstream(path) << scenario_document(shape, name).dump(2) << "\n";
+  return "scenario: " + describe_shape(shape) + "; replay: zerosim replay " + path;
+}
+
+TEST(Generator, ShapesAreValidScenariosAndNormalizingIsIdempotent) {
+  for (uint64_t index = 0; index < 300; ++index) {
+    const ScenarioShape shape = generate_shape(case_seed(42, index));
+    const ScenarioShape again = normalize_shape(shape);
+    EXPECT_EQ(describe_shape(again), describe_shape(shape));
+    EXPECT_EQ(scenario_document(again, "x"), scenario_document(shape, "x"));
+    const Result<Scenario> scenario = scenario_from_json(scenario_document(shape, "x"), "x");
+    EXPECT_TRUE(scenario.ok()) << describe_shape(shape) << ": " << scenario.status().to_string();
+  }
+}
+
+TEST(Generator, CaseSeedsAreDisjointAcrossIndicesAndShards) {
+  std::set<uint64_t> seeds;
+  for (uint64_t index = 0; index < 20000; ++index) seeds.insert(case_seed(7, index));
+  EXPECT_EQ(seeds.size(), 20000u);
+  EXPECT_NE(case_seed(7, 0), case_seed(8, 0));
+  EXPECT_EQ(describe_shape(generate_shape(case_seed(7, 11))), describe_shape(generate_shape(case_seed(7, 11))));
+}
+
+RC_GTEST_PROP(GeneratedScenarios, ResumeAfterRecoverableFaultsIsBitIdentical, ()) {
+  const ScenarioShape shape = arbitrary_shape();
+  RC_TAG(static_cast<int>(shape.fault), shape.offload_optimizer, shape.resume_world_size > 0);
+  const Result<ScenarioVerdict> verdict = run_shape(shape, "property case", DefectSet{});
+  if (!verdict.ok()) RC_FAIL(verdict.status().to_string() + "; " + replay_hint(shape, "property case"));
+  if (!verdict->passed) RC_FAIL(verdict->outcome + "; " + verdict->diagnosis + "; " + replay_hint(shape, "property case"));
+}
+
+// Offload and world-size invariance: where the state lives and how many ranks hold it change
+// no bit of the trajectory.
+RC_GTEST_PROP(GeneratedScenarios, OffloadAndWorldSizeChangeNoBit, ()) {
+  ScenarioShape shape = arbitrary_shape();
+  shape.offload_optimizer = "none";
+  shape.offload_param_nvme = false;
+  auto final_digest = [&](const ScenarioShape& variant) -> std::string {
+    Result<Scenario> scenario = scenario_from_json(scenario_document(variant, "x"), "x");
+    RC_ASSERT(scenario.ok());
+    SimDisk disk(SimDiskOptions{512, uint64_t{1} << 40, 1});
+    NoCrashPoints no_crash;
+    SimWorld world(disk, scenario->run.options.world_size, FaultPlan{}, no_crash);
+    Result<TrainingRun> run = run_training(scenario->run.options, 4, world.seams());
+    if (!run.ok()) RC_FAIL(run.status().to_string() + "; " + replay_hint(variant, "x"));
+    return run->digests.state;
+  };
+  const std::string reference = final_digest(shape);
+  ScenarioShape offloaded = shape;
+  offloaded.offload_optimizer = *rc::gen::element<std::string>("cpu", "nvme");
+  offloaded.offload_param_nvme = *rc::gen::arbitrary<bool>();
+  RC_ASSERT(final_digest(offloaded) == reference);
+  // One rank with the whole batch: W x accumulation micro-batches per step.
+  ScenarioShape one_rank = shape;
+  one_rank.gradient_accumulation_steps = shape.gradient_accumulation_steps * shape.world_size;
+  one_rank.world_size = 1;
+  if (one_rank.gradient_accumulation_steps <= 3) RC_ASSERT(final_digest(one_rank) == reference);
+}
+
+TEST(Shrinking, ADefectFailureShrinksToAFewStepsAndItsFileReplaysTheSameDiagnosis) {
+  // A big case: 4 ranks resuming on 2, three hidden layers, NVMe offload, accumulation, a crash
+  // in the third save. The defect loses the scheduler on load.
+  ScenarioShape big;
+  big.seed = 4242;
+  big.save_every = 3;
+  big.saves_before_kill = 3;
+  big.steps_after = 4;
+  big.world_size = 4;
+  big.resume_world_size = 2;
+  big.input_width = 12;
+  big.hidden_widths = {24, 17, 9};
+  big.class_count = 6;
+  big.precision = "bf16";
+  big.gradient_accumulation_steps = 3;
+  big.micro_batch_size = 2;
+  big.offload_optimizer = "nvme";
+  big.offload_param_nvme = true;
+  big.delete_swap_directory = true;
+  big.fault = GeneratedFault::kCrashInSave;
+  big.fault_site = "ckpt.manifest_written";
+  big.fault_occurrence = 3;
+  big = normalize_shape(big);
+  const DefectSet defects{Defect::kSchedulerNotRestored};
+  const Result<ScenarioVerdict> failing = run_shape(big, "big", defects);
+  ASSERT_TRUE(failing.ok()) << failing.status().to_string();
+  ASSERT_FALSE(failing->passed) << failing->outcome;
+  ASSERT_EQ(failure_class(*failing), "scheduler") << failing->diagnosis;
+
+  const Result<ShrinkResult> shrunk = shrink_failure(big, *failing, defects);
+  ASSERT_TRUE(shrunk.ok()) << shrunk.status().to_string();
+  const ScenarioShape& small = shrunk->shape;
+  const int64_t total_steps = small.save_every * small.saves_before_kill + small.steps_after;
+  EXPECT_LE(total_steps, 4) << describe_shape(small);
+  EXPECT_EQ(small.world_size, 1) << describe_shape(small);
+  EXPECT_TRUE(small.hidden_widths.empty()) << describe_shape(small);
+  EXPECT_EQ(small.offload_optimizer, "none") << describe_shape(small);
+  EXPECT_EQ(failure_class(shrunk->verdict), "scheduler");
+  EXPECT_GT(shrunk->accepted, 3);
+
+  // The file fuzz would write (with the defect in it) replays to the same diagnosis.
+  nlohmann::json document = scenario_document(small, "shrunk");
+  document["defects"] = {"scheduler_not_restored"};
+  const Result<Scenario> replayed_scenario = scenario_from_json(nlohmann::json::parse(document.dump()), "shrunk.json");
+  ASSERT_TRUE(replayed_scenario.ok()) << replayed_scenario.status().to_string();
+  const Result<ScenarioVerdict> replayed = run_scenario(*replayed_scenario, DefectSet{});
+  ASSERT_TRUE(replayed.ok());
+  EXPECT_FALSE(replayed->passed);
+  EXPECT_EQ(replayed->diagnosis, shrunk->verdict.diagnosis);
+  EXPECT_NE(replayed->diagnosis.find("scheduler: last_batch_iteration"), std::string::npos) << replayed->diagnosis;
+  // Without the defect the shrunk scenario passes: the failure is the defect's, not the shape's.
+  const Result<ScenarioVerdict> clean = run_shape(small, "shrunk", DefectSet{});
+  ASSERT_TRUE(clean.ok());
+  EXPECT_TRUE(clean->passed) << clean->diagnosis;
+}
+
+}  // namespace
+}  // namespace zerosim
