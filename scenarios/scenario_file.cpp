@@ -1,5 +1,7 @@
 #include "scenarios/scenario_file.h"
 
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -29,7 +31,7 @@ const std::vector<std::string_view> kScenarioKeys = {
     "model",   "world_size", "resume_world_size", "precision",         "micro_batch_size", "gradient_accumulation_steps",
     "seed",    "dataset_size", "save_every",      "explored_save_step", "steps",            "crash_state_bound",
     "config",  "name",       "description",       "fault_plan",        "operator_actions", "defects",
-    "expect"};
+    "expect",  "resume_tag", "resume_config",     "cause_class",       "catches"};
 
 class ScenarioReader {
  public:
@@ -63,6 +65,55 @@ class ScenarioReader {
 
 }  // namespace
 
+Result<nlohmann::json> read_config_beside(const std::string& scenario_path, const std::string& config_path) {
+  std::filesystem::path path(config_path);
+  if (path.is_relative()) path = std::filesystem::path(scenario_path).parent_path() / path;
+  std::ifstream stream(path, std::ios::binary);
+  if (!stream) return invalid_argument(scenario_path + ": config: the DeepSpeed config " + path.string() + " cannot be opened");
+  std::stringstream buffer;
+  buffer << stream.rdbuf();
+  return parse_json_text(buffer.str(), path.string());
+}
+
+std::string with_line_number(const std::string& text, const std::string& source_name, const std::string& message) {
+  // The message reads "<source>: <key>[.<key>|[i]]...: what"; find the innermost key that the
+  // text holds, walking the path from the first key's line on.
+  const std::string prefix = source_name + ": ";
+  if (message.rfind(prefix, 0) != 0) return message;
+  // Leading "key.path: " parts (no spaces) are joined: "config: zero_optimization.stage: ...".
+  std::string key_path;
+  size_t part_begin = prefix.size();
+  while (true) {
+    const size_t part_end = message.find(": ", part_begin);
+    if (part_end == std::string::npos) break;
+    const std::string part = message.substr(part_begin, part_end - part_begin);
+    if (part.empty() || part.find(' ') != std::string::npos) break;
+    key_path += (key_path.empty() ? "" : ".") + part;
+    part_begin = part_end + 2;
+  }
+  if (key_path.empty()) return message;
+  size_t position = 0;
+  bool found_any = false;
+  size_t segment_begin = 0;
+  while (segment_begin <= key_path.size()) {
+    size_t segment_end = key_path.find_first_of(".[", segment_begin);
+    if (segment_end == std::string::npos) segment_end = key_path.size();
+    const std::string segment = key_path.substr(segment_begin, segment_end - segment_begin);
+    if (!segment.empty() && segment.find_first_of(" ]") == std::string::npos) {
+      const size_t at = text.find("\"" + segment + "\"", position);
+      if (at == std::string::npos) break;
+      position = at;
+      found_any = true;
+    }
+    if (segment_end == key_path.size()) break;
+    segment_begin = key_path.find_first_not_of(".[]0123456789", segment_end);
+    if (segment_begin == std::string::npos) break;
+  }
+  if (!found_any) return message;
+  const int64_t line = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(position), '\n');
+  return source_name + ":" + std::to_string(line) + ": " + message.substr(prefix.size());
+}
+
 Result<CrashScenario> crash_scenario_from_json(const json& document, const std::string& source_name) {
   if (!document.is_object()) return invalid_argument(source_name + ": expected a JSON object");
   for (auto it = document.begin(); it != document.end(); ++it) {
@@ -94,7 +145,11 @@ Result<CrashScenario> crash_scenario_from_json(const json& document, const std::
   scenario.seed = static_cast<uint64_t>(seed);
 
   json config = document.contains("config") ? document["config"] : json::parse(kDefaultScenarioConfig);
-  if (!config.is_object()) return reader.error("config", "expected a DeepSpeed config object");
+  if (config.is_string()) {
+    // A DeepSpeed config file, verbatim, relative to the scenario file.
+    ZEROSIM_ASSIGN_OR_RETURN(config, read_config_beside(source_name, config.get<std::string>()));
+  }
+  if (!config.is_object()) return reader.error("config", "expected a DeepSpeed config object or the path of one");
   RunSettings settings;
   settings.world_size = world_size;
   settings.micro_batch_size = micro_batch;

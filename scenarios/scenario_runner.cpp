@@ -63,13 +63,59 @@ Result<Scenario> scenario_from_json(const json& document, const std::string& sou
       if (it.key() == "bit_identical") {
         if (!it->is_boolean()) return invalid_argument(where + ".bit_identical: expected true or false");
         scenario.expect_bit_identical = it->get<bool>();
+      } else if (it.key() == "resumed_at_step") {
+        if (!it->is_number_integer() || it->get<int64_t>() < 0) {
+          return invalid_argument(where + ".resumed_at_step: expected a step >= 0");
+        }
+        scenario.expect_resumed_at_step = it->get<int64_t>();
       } else if (it.key() == "error") {
         if (!it->is_string() || it->get<std::string>().empty()) return invalid_argument(where + ".error: expected a message part");
         scenario.expect_error = it->get<std::string>();
         scenario.expect_bit_identical = false;
       } else {
-        return invalid_argument(where + "." + it.key() + ": unknown key; " + unknown_key_hint(it.key(), {"bit_identical", "error"}));
+        return invalid_argument(where + "." + it.key() + ": unknown key; " + unknown_key_hint(it.key(), {"bit_identical", "error", "resumed_at_step"}));
       }
+    }
+  }
+  if (document.contains("resume_tag")) {
+    const json& tag = document["resume_tag"];
+    if (!tag.is_string()) return invalid_argument(source_name + ": resume_tag: expected a tag name or \"latest\"");
+    scenario.resume_tag = tag.get<std::string>();
+    if (scenario.resume_tag != "latest") {
+      Status valid = validate_checkpoint_tag(scenario.resume_tag);
+      if (!valid.ok()) return invalid_argument(source_name + ": resume_tag: " + valid.message());
+    }
+  }
+  if (document.contains("resume_config")) {
+    // The same scenario with the restart's config: resolved with the same run settings.
+    json restart = document;
+    restart["config"] = document["resume_config"];
+    restart.erase("resume_config");
+    Result<CrashScenario> resolved = crash_scenario_from_json(restart, source_name);
+    if (!resolved.ok()) {
+      std::string message = resolved.status().message();
+      const std::string prefix = source_name + ": config";
+      if (message.rfind(prefix, 0) == 0) message = source_name + ": resume_config" + message.substr(prefix.size());
+      return invalid_argument(message);
+    }
+    scenario.resume_config = resolved->options.config;
+  }
+  if (document.contains("cause_class")) {
+    const json& cause = document["cause_class"];
+    if (!cause.is_string() || cause.get<std::string>().size() != 1 || cause.get<std::string>()[0] < 'A' ||
+        cause.get<std::string>()[0] > 'N') {
+      return invalid_argument(source_name + ": cause_class: expected a class letter A to N of the resume-bug catalog");
+    }
+    scenario.cause_class = cause.get<std::string>();
+  }
+  if (document.contains("catches")) {
+    const std::string where = source_name + ": catches";
+    ZEROSIM_RETURN_IF_ERROR(require_string_list(document["catches"], where));
+    for (const json& name : document["catches"]) {
+      if (!defect_from_name(name.get<std::string>())) {
+        return invalid_argument(where + ": unknown defect '" + name.get<std::string>() + "' (zerosim defects lists them)");
+      }
+      scenario.catches.push_back(name.get<std::string>());
     }
   }
   return scenario;
@@ -81,7 +127,11 @@ Result<Scenario> read_scenario_file(const std::string& path) {
   std::stringstream buffer;
   buffer << stream.rdbuf();
   ZEROSIM_ASSIGN_OR_RETURN(nlohmann::json document, parse_json_text(buffer.str(), path));
-  return scenario_from_json(document, path);
+  Result<Scenario> scenario = scenario_from_json(document, path);
+  if (!scenario.ok()) {
+    return Status(scenario.status().code(), with_line_number(buffer.str(), path, scenario.status().message()));
+  }
+  return scenario;
 }
 
 namespace {
@@ -130,6 +180,11 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
   TrainingOptions options = run.options;
   options.digest_every_step = true;
   ZEROSIM_ASSIGN_OR_RETURN(TrainingOptions resume_options, resume_options_for(run, scenario.name));
+  if (scenario.resume_config) {
+    const int64_t accumulation = resume_options.config.gradient_accumulation_steps;
+    resume_options.config = *scenario.resume_config;
+    resume_options.config.gradient_accumulation_steps = accumulation;
+  }
   ScenarioVerdict verdict;
   verdict.name = scenario.name;
   verdict.description = scenario.description;
@@ -186,6 +241,7 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
     SimWorld resume_world(resume_disk, options_of_resume.world_size, FaultPlan{}, no_crash, &defects);
     CheckpointPlan resuming;
     resuming.resume_directory = run.checkpoint_directory;
+    resuming.resume_tag = scenario.resume_tag;
     return run_training(options_of_resume, run.total_steps, resume_world.seams(), resuming);
   };
   const Result<TrainingRun> resumed = resume(disk, resume_options);
@@ -206,6 +262,9 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
                                       : ", bit-identical to step " + std::to_string(run.total_steps));
   if (!scenario.expect_error.empty()) {
     verdict.diagnosis = "expected a refusal containing '" + scenario.expect_error + "', but the run resumed";
+  } else if (scenario.expect_resumed_at_step >= 0 && verdict.resumed_at != scenario.expect_resumed_at_step) {
+    verdict.diagnosis = "expected the resume to start at step " + std::to_string(scenario.expect_resumed_at_step) +
+                        " (tag " + scenario.resume_tag + "), it started at step " + std::to_string(verdict.resumed_at);
   } else if (scenario.expect_bit_identical && divergence.found) {
     verdict.diagnosis = divergence.describe();
   } else {

@@ -8,6 +8,10 @@
 //   "operator_actions": ["delete_swap_directory", "point_latest_at_partial_tag"]
 //   "defects": ["scheduler_not_restored", ...] (zerosim defects lists the names)
 //   "expect": {"bit_identical": true} or {"error": "a part of the refusal's message"}
+//   "expect": {"resumed_at_step": 2} as well: the step the resume must start from
+//   "resume_tag": "global_step2" (default "latest"): the tag the restart asks for
+//   "resume_config": a DeepSpeed config (or its path) for the restart
+//   "cause_class": "C", "catches": ["scheduler_not_restored"]: what the scenario stands for
 // The first phase trains to explored_save_step saving every save_every steps (or stops at the
 // plan's crash), then the power goes out (pending operations get seeded fates), the operator
 // acts, and a restart at resume_world_size resumes from `latest` to `steps`.
@@ -35,6 +39,14 @@ struct Scenario {
   std::vector<OperatorAction> operator_actions;
   bool expect_bit_identical = true;
   std::string expect_error;  // when set: the resume must be refused with this in its message
+  int64_t expect_resumed_at_step = -1;  // when >= 0: the step the resume must start from
+  std::string resume_tag = "latest";    // the tag the restart asks for
+  // The restart's DeepSpeed config when it differs from the first phase's (an operator who
+  // changed the offload device, the sub-group size, ...); the batch arithmetic follows the
+  // resume world size as without it.
+  std::optional<ResolvedConfig> resume_config;
+  std::string cause_class;           // the catalog's root-cause class (A..N) it stands for
+  std::vector<std::string> catches;  // defects this scenario is built to catch (checked by the tests)
 };
 
 Result<Scenario> scenario_from_json(const nlohmann::json& document, const std::string& source_name);

@@ -44,6 +44,10 @@ std::string resume_divergence(const ResumeCase& test_case, const DefectSet* defe
   resume.resume_tag = test_case.resume_tag;
   Result<TrainingRun> resumed = run_training(resume_options, test_case.total_steps, env, resume);
   if (!resumed.ok()) return "resume failed: " + resumed.status().to_string();
+  const int64_t resumed_at = test_case.total_steps - static_cast<int64_t>(resumed->steps.size());
+  if (test_case.resume_tag != "latest" && checkpoint_tag_for_step(resumed_at) != test_case.resume_tag) {
+    return "resumed at step " + std::to_string(resumed_at) + ", not from " + test_case.resume_tag;
+  }
   return first_divergence(*reference, *resumed, test_case.total_steps - static_cast<int64_t>(resumed->steps.size()));
 }
 
@@ -107,11 +111,28 @@ std::vector<DefectCase> defect_cases() {
     reshard.resume_options = make_options(ModelSpec{{5, 4, 3}}, Precision::kFp32, 1, 3, 2, 20, 41);
     add(Defect::kWrongPaddingOnReshard, reshard, "after load (step 3): params");
   }
+  {
+    ResumeCase later_epoch = base_case();  // 4 samples a step, 20 samples: step 6 is in epoch 1
+    later_epoch.options.data.sample_count = 20;
+    later_epoch.resume_options = later_epoch.options;
+    later_epoch.save_step = 6;
+    later_epoch.first_phase_steps = 6;
+    later_epoch.total_steps = 8;
+    add(Defect::kShuffleEpochNotRestored, later_epoch, "after load (step 6): rng");
+  }
+  add(Defect::kParamsNotRefreshedAfterLoad, base_case(), "after load (step 3): params");
+  {
+    ResumeCase tagged = base_case();  // saves at 3 and 6, the restart asks for step 3
+    tagged.first_phase_steps = 6;
+    tagged.total_steps = 7;
+    tagged.resume_tag = "global_step3";
+    add(Defect::kRequestedTagIgnored, tagged, "resumed at step 6, not from global_step3");
+  }
   return cases;
 }
 
 TEST(Defects, EveryDefectIsListedWithANameAndADescription) {
-  EXPECT_EQ(all_defects().size(), 12u);
+  EXPECT_EQ(all_defects().size(), 15u);
   for (const DefectInfo& info : all_defects()) {
     EXPECT_EQ(defect_from_name(info.name), info.defect) << info.name;
     EXPECT_GT(std::string(info.description).size(), 20u) << info.name;

@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <set>
 
 #include "scenarios/scenario_runner.h"
+#include "tests/test_directory.h"
 
 namespace zerosim {
 namespace {
@@ -27,7 +30,7 @@ std::vector<Scenario> library() {
 
 TEST(ScenarioLibrary, EveryScenarioPassesWithNoDefect) {
   const std::vector<Scenario> scenarios = library();
-  ASSERT_GE(scenarios.size(), 6u);
+  ASSERT_GE(scenarios.size(), 19u);
   for (const Scenario& scenario : scenarios) {
     const Result<ScenarioVerdict> verdict = run_scenario(scenario, DefectSet{});
     ASSERT_TRUE(verdict.ok()) << scenario.name << ": " << verdict.status().to_string();
@@ -38,7 +41,8 @@ TEST(ScenarioLibrary, EveryScenarioPassesWithNoDefect) {
 TEST(ScenarioLibrary, EveryDefectFailsAScenarioNamingWhatDiverged) {
   const std::vector<Scenario> scenarios = library();
   const char* const kComponents[] = {"params", "master", "exp_avg", "exp_avg_sq", "counters", "scheduler",
-                                     "loss_scaler", "rng", "data", "loss", "learning rate", "no complete checkpoint"};
+                                     "loss_scaler", "rng", "data", "loss", "learning rate", "no complete checkpoint",
+                                     "expected the resume to start at step"};
   for (const DefectInfo& info : all_defects()) {
     SCOPED_TRACE(info.name);
     std::string diagnosis;
@@ -56,6 +60,64 @@ TEST(ScenarioLibrary, EveryDefectFailsAScenarioNamingWhatDiverged) {
     });
     EXPECT_TRUE(named) << diagnosis;
   }
+}
+
+// Every cause class of ../shared/reference/resume-bug-catalog.md has a scenario (M, state
+// outside the state dict, has no counterpart: the model has no buffers and the digests cover
+// every piece of state the engine holds), and each scenario fails, naming what diverged, for
+// every defect it says it catches.
+TEST(ScenarioLibrary, EachCauseClassHasAScenarioThatCatchesItsDefects) {
+  const std::vector<Scenario> scenarios = library();
+  std::set<std::string> classes;
+  for (const Scenario& scenario : scenarios) {
+    classes.insert(scenario.cause_class);
+    for (const std::string& name : scenario.catches) {
+      SCOPED_TRACE(scenario.name + " with " + name);
+      const Result<ScenarioVerdict> verdict = run_scenario(scenario, DefectSet{*defect_from_name(name)});
+      ASSERT_TRUE(verdict.ok()) << verdict.status().to_string();
+      EXPECT_FALSE(verdict->passed) << verdict->outcome;
+      EXPECT_FALSE(verdict->diagnosis.empty());
+    }
+  }
+  for (const char* cause_class : {"A", "B", "C", "D", "E", "F", "G", "H", "I", "J", "K", "L", "N"}) {
+    EXPECT_TRUE(classes.count(cause_class)) << "no library scenario for cause class " << cause_class;
+  }
+  std::set<std::string> caught;
+  for (const Scenario& scenario : scenarios) caught.insert(scenario.catches.begin(), scenario.catches.end());
+  for (const DefectInfo& info : all_defects()) {
+    EXPECT_TRUE(caught.count(info.name)) << info.name << " is in no scenario's \"catches\"";
+  }
+}
+
+TEST(ScenarioFile, ErrorsNameTheKeyAndTheLine) {
+  TestDirectory directory;
+  const std::string path = directory.path() + "/bad.json";
+  std::ofstream(path) << "{\n  \"name\": \"x\",\n  \"config\": {\n    \"zero_optimization\": {\n      \"stage\": 7\n    }\n  }\n}\n";
+  const Result<Scenario> scenario = read_scenario_file(path);
+  ASSERT_FALSE(scenario.ok());
+  EXPECT_NE(scenario.status().message().find(path + ":5: config: zero_optimization.stage"), std::string::npos)
+      << scenario.status().to_string();
+  std::ofstream(path) << "{\n  \"name\": \"x\",\n  \"world_size\": 0\n}\n";
+  const Result<Scenario> world = read_scenario_file(path);
+  ASSERT_FALSE(world.ok());
+  EXPECT_NE(world.status().message().find(path + ":3: world_size: expected 1 to 256, found 0"), std::string::npos)
+      << world.status().to_string();
+}
+
+TEST(ScenarioFile, TheConfigMayBeAFileBesideTheScenario) {
+  TestDirectory directory;
+  std::ofstream(directory.path() + "/ds_config.json")
+      << R"({"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 3, "sub_group_size": 5},
+             "optimizer": {"type": "AdamW", "params": {"lr": "auto"}}})";
+  std::ofstream(directory.path() + "/scenario.json") << R"({"model": "4,3", "world_size": 2, "config": "ds_config.json"})";
+  const Result<Scenario> scenario = read_scenario_file(directory.path() + "/scenario.json");
+  ASSERT_TRUE(scenario.ok()) << scenario.status().to_string();
+  EXPECT_EQ(scenario->run.options.config.zero.sub_group_size, 5);
+  std::ofstream(directory.path() + "/missing.json") << R"({"config": "nowhere.json"})";
+  const Result<Scenario> missing = read_scenario_file(directory.path() + "/missing.json");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("nowhere.json cannot be opened"), std::string::npos)
+      << missing.status().to_string();
 }
 
 TEST(ScenarioFile, BadKeysAndNamesAreRefusedNamingThem) {

@@ -1,5 +1,7 @@
 #include "core/data/dataset.h"
 
+#include <algorithm>
+
 
 namespace zerosim {
 namespace {
@@ -47,7 +49,7 @@ ShuffledSampler::ShuffledSampler(const DatasetSpec& spec) : spec_(spec) {
 }
 
 RngState ShuffledSampler::shuffle_stream_state(int64_t position) const {
-  const int64_t epoch = position / spec_.sample_count;
+  const int64_t epoch = std::max<int64_t>(0, position / spec_.sample_count - first_epoch_);
   return RngState{spec_.seed, kShuffleStreamBase + static_cast<uint64_t>(epoch), 0};
 }
 

@@ -46,9 +46,13 @@ class ShuffledSampler {
   int64_t sample_at(int64_t position) const;
   // The RNG stream state that keys the order of the epoch containing `position`.
   RngState shuffle_stream_state(int64_t position) const;
+  // Defect kShuffleEpochNotRestored only: epochs are counted from `epoch` as if it were epoch 0
+  // (the shuffle of a resumed run restarting at epoch 0's order). 0 in every real run.
+  void restart_epoch_count_at(int64_t epoch) { first_epoch_ = epoch; }
 
  private:
   DatasetSpec spec_;
+  int64_t first_epoch_ = 0;
   int half_bits_ = 1;  // the Feistel halves: the domain is 2^(2*half_bits) >= sample_count
 };
 

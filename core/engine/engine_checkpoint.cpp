@@ -329,7 +329,9 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
   ZEROSIM_RETURN_IF_ERROR(prepare_storage());
   Disk& disk = *env_.disk;
   std::string warning;
-  ZEROSIM_ASSIGN_OR_RETURN(std::string resolved_tag, resolve_checkpoint_tag(disk, checkpoint_directory, tag, &warning));
+  const std::string& requested_tag = defect_active(env_.defects, Defect::kRequestedTagIgnored) ? "latest" : tag;
+  ZEROSIM_ASSIGN_OR_RETURN(std::string resolved_tag,
+                           resolve_checkpoint_tag(disk, checkpoint_directory, requested_tag, &warning));
   if (!warning.empty() && notes != nullptr) notes->push_back(warning);
   const std::string tag_directory = checkpoint_directory + "/" + resolved_tag;
   const std::string manifest_path = tag_directory + "/" + kManifestFileName;
@@ -354,7 +356,7 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
   // In memory, fragments are read straight into the flat partitions (padding stays zero from
   // prepare_storage); swapped state goes through one sub-group's buffers.
   std::vector<float> group_master, group_exp_avg, group_exp_avg_sq;
-  std::vector<std::byte> swapped_params;
+  std::vector<std::byte> swapped_params, stale_params;
   for (size_t g = 0; g < layout_.sub_groups.size(); ++g) {
     const SubGroup& group = layout_.sub_groups[g];
     float* master = master_.data() + group.flat_offset;
@@ -393,8 +395,12 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
            std::as_writable_bytes(std::span<float>(exp_avg_sq + in_group, static_cast<size_t>(count)))}};
       for (const auto& [state, destination] : fragments) {
         if (count == 0) break;
-        ZEROSIM_RETURN_IF_ERROR(own_shard ? reader.read_next(p, state, destination)
-                                          : reader.read(p, state, begin, count, destination));
+        std::span<std::byte> target = destination;
+        if (state == CheckpointState::kParam && defect_active(defects, Defect::kParamsNotRefreshedAfterLoad)) {
+          stale_params.resize(destination.size());  // read (the sequential pass needs it) and dropped
+          target = stale_params;
+        }
+        ZEROSIM_RETURN_IF_ERROR(own_shard ? reader.read_next(p, state, target) : reader.read(p, state, begin, count, target));
       }
       if (defect_active(defects, Defect::kMasterRebuiltFromParams)) {
         cast_to_fp32(model_dtype_, params, master + in_group, static_cast<size_t>(count));
@@ -438,6 +444,9 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
                      std::to_string(manifest.shuffle_stream.seed) + ", stream " +
                      std::to_string(manifest.shuffle_stream.stream_id) + ", counter " +
                      std::to_string(manifest.shuffle_stream.counter) + ")");
+  }
+  if (defect_active(defects, Defect::kShuffleEpochNotRestored)) {
+    sampler_.restart_epoch_count_at(counters_.global_samples / options_.data.sample_count);
   }
   env_.crash_points->hit("ckpt.load_end", comm_.rank());
   return Status();

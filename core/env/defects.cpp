@@ -28,6 +28,13 @@ const std::vector<DefectInfo>& all_defects() {
        "an async save serializes the live state when it writes, not a copy taken at the step (PyTorch #144657)"},
       {Defect::kWrongPaddingOnReshard, "wrong_padding_on_reshard",
        "at another world size, fragments are read at offsets shifted by the old padding (DeepSpeed PR #5105)"},
+      {Defect::kShuffleEpochNotRestored, "shuffle_epoch_not_restored",
+       "the shuffling RNG restarts from epoch 0's stream after a resume (transformers #17032, #23045)"},
+      {Defect::kParamsNotRefreshedAfterLoad, "params_not_refreshed_after_load",
+       "the 16-bit parameters are not refreshed from the checkpoint; they keep what the new process built "
+       "(Megatron-Core PR #6920, #5071)"},
+      {Defect::kRequestedTagIgnored, "requested_tag_ignored",
+       "the loader resumes from `latest` whatever tag was asked for (DeepSpeed #8499)"},
   };
   return kDefects;
 }

@@ -28,6 +28,9 @@ enum class Defect : uint32_t {
   kLatestBeforeShardsDurable,   // #35: `latest` moves before the shards are fsynced
   kAsyncSnapshotNotCopied,      // #36: the async save writes live state, not a copy
   kWrongPaddingOnReshard,       // #28: fragments read with the padding of the new world size
+  kShuffleEpochNotRestored,     // #13, #14: the shuffling RNG restarts at epoch 0 after a resume
+  kParamsNotRefreshedAfterLoad, // #31, #25: the 16-bit parameters keep what the new process built
+  kRequestedTagIgnored,         // #33: the loader follows `latest`, not the tag asked for
 };
 
 struct DefectInfo {
