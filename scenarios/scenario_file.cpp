@@ -163,6 +163,15 @@ Result<CrashScenario> crash_scenario_from_json(const json& document, const std::
   settings.warmup_steps = 3;
   settings.total_steps = 1000;
   settings.hidden_size = model->layer_widths.size() > 2 ? model->layer_widths[1] : model->layer_widths.back();
+  // The hyperparameters above only fill "auto": a concrete value in the config (a user's real
+  // config) wins, as it does over a command line's defaults. So do the batch sizes the
+  // scenario does not set itself.
+  settings.defaulted_flags = {"--learning-rate", "--adam-beta1",   "--adam-beta2",  "--adam-epsilon", "--weight-decay",
+                              "--max-grad-norm", "--warmup-steps", "--total-steps", "--hidden-size"};
+  if (!document.contains("micro_batch_size")) settings.defaulted_flags.push_back("--micro-batch-size");
+  if (!document.contains("gradient_accumulation_steps")) {
+    settings.defaulted_flags.push_back("--gradient-accumulation-steps");
+  }
   settings.auto_precision = precision == "fp16" ? Precision::kFp16 : precision == "bf16" ? Precision::kBf16 : Precision::kFp32;
   Result<ResolvedConfig> resolved = resolve_config(config, settings);
   if (!resolved.ok()) return reader.error("config", resolved.status().message());

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <set>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -208,6 +209,68 @@ TEST(Cli, SuitePassesOnTheLibraryAndFailsWithADefectNamingTheState) {
   const CommandResult unknown = run_cli("suite" + library + " --defect no_such_defect");
   EXPECT_EQ(unknown.exit_code, 2) << unknown.output;
   EXPECT_NE(unknown.output.find("unknown defect"), std::string::npos) << unknown.output;
+}
+
+TEST(Cli, FuzzShrinksADefectFailureToAFileThatReplaysTheSameDiagnosis) {
+  zerosim::TestDirectory directory;
+  const std::string reports = directory.path() + "/reports";
+  const CommandResult clean = run_cli("fuzz --seed 3 --cases 6 --json");
+  EXPECT_EQ(clean.exit_code, 0) << clean.output;
+  EXPECT_EQ(json_of(clean)["cases_run"], 6) << clean.output;
+  // Shards split one campaign: 0/2 and 1/2 together run the cases of the whole.
+  const nlohmann::json shard0 = json_of(run_cli("fuzz --seed 3 --cases 6 --shard 0/2 --json"));
+  const nlohmann::json shard1 = json_of(run_cli("fuzz --seed 3 --cases 6 --shard 1/2 --json"));
+  ASSERT_TRUE(shard0.is_object() && shard1.is_object());
+  EXPECT_EQ(shard0["cases_run"].get<int>() + shard1["cases_run"].get<int>(), 6);
+  std::set<std::string> names;
+  for (const nlohmann::json* shard : {&shard0, &shard1}) {
+    for (const nlohmann::json& scenario : (*shard)["scenarios"]) names.insert(scenario["scenario"].get<std::string>());
+  }
+  for (const nlohmann::json& scenario : json_of(clean)["scenarios"]) {
+    EXPECT_TRUE(names.count(scenario["scenario"].get<std::string>())) << scenario["scenario"];
+  }
+
+  const CommandResult failing =
+      run_cli("fuzz --seed 3 --cases 4 --defect optimizer_state_not_saved --report-dir " + reports);
+  EXPECT_EQ(failing.exit_code, 1) << failing.output;
+  const size_t replay_at = failing.output.find("replay: zerosim replay ");
+  ASSERT_NE(replay_at, std::string::npos) << failing.output;
+  const size_t path_begin = replay_at + std::string("replay: zerosim replay ").size();
+  const std::string shrunk_path = failing.output.substr(path_begin, failing.output.find('\n', path_begin) - path_begin);
+  std::ifstream shrunk_file(shrunk_path);
+  const nlohmann::json shrunk = nlohmann::json::parse(shrunk_file, nullptr, false);
+  ASSERT_TRUE(shrunk.is_object()) << shrunk_path;
+  EXPECT_EQ(shrunk["defects"], nlohmann::json::array({"optimizer_state_not_saved"})) << "the file carries its defect";
+  EXPECT_LE(shrunk["steps"].get<int>(), 7) << shrunk.dump(2);
+  // The diagnosis fuzz printed for the shrunk case is the one the replay prints.
+  const size_t diagnosis_at = failing.output.find("diagnosis: ");
+  ASSERT_NE(diagnosis_at, std::string::npos);
+  const std::string diagnosis = failing.output.substr(diagnosis_at, failing.output.find('\n', diagnosis_at) - diagnosis_at);
+  const CommandResult replayed = run_cli("replay " + shrunk_path);
+  EXPECT_EQ(replayed.exit_code, 1) << replayed.output;
+  EXPECT_NE(replayed.output.find(diagnosis), std::string::npos) << diagnosis << "\n---\n" << replayed.output;
+  for (const char* file : {"/report.html", "/report.json", "/report.md", "/junit.xml"}) {
+    EXPECT_TRUE(std::ifstream(reports + file).good()) << file;
+  }
+
+  const CommandResult bad_shard = run_cli("fuzz --shard 2/2");
+  EXPECT_EQ(bad_shard.exit_code, 2) << bad_shard.output;
+  EXPECT_NE(bad_shard.output.find("--shard 2/2: expected I/N with 0 <= I < N"), std::string::npos) << bad_shard.output;
+}
+
+TEST(Cli, ImportDsWritesAScenarioThatRuns) {
+  zerosim::TestDirectory directory;
+  const std::string scenario = directory.path() + "/seed.json";
+  const CommandResult imported = run_cli("import-ds " + std::string(ZEROSIM_TEST_DATA_DIR) +
+                                         "/seed_ds_config.json --crash engine.step_end@0#5 --saved-step 6 --steps 7 "
+                                         "--delete-swap-directory -o " + scenario);
+  ASSERT_EQ(imported.exit_code, 0) << imported.output;
+  const CommandResult ran = run_cli("run " + scenario + " --report-dir " + directory.path() + "/report");
+  EXPECT_EQ(ran.exit_code, 0) << ran.output;
+  EXPECT_NE(ran.output.find("resumed at step 4, bit-identical to step 7"), std::string::npos) << ran.output;
+  const CommandResult bad = run_cli("import-ds " + std::string(ZEROSIM_TEST_DATA_DIR) + "/seed_ds_config.json --crash @");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--crash @: expected SITE[@RANK][#OCCURRENCE]"), std::string::npos) << bad.output;
 }
 
 TEST(Cli, TableHasTheColumns) {

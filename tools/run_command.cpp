@@ -14,6 +14,7 @@
 #include "reports/report_file.h"
 #include "reports/suite_report.h"
 #include "scenarios/generator.h"
+#include "scenarios/import_ds.h"
 #include "scenarios/scenario_runner.h"
 #include "tools/train_command.h"
 
@@ -165,6 +166,26 @@ int run_scenarios_command(const RunFlags& flags) {
   }
   progress.clear();
   return finish(flags.report, report);
+}
+
+int run_import_command(const ImportOptions& options, const std::string& output_path) {
+  Result<nlohmann::ordered_json> scenario = import_deepspeed_config(options);
+  if (!scenario.ok()) {
+    std::fprintf(stderr, "zerosim: import-ds: %s\n", scenario.status().to_string().c_str());
+    return exit_code_for(scenario.status());
+  }
+  const std::string text = scenario->dump(2) + "\n";
+  if (output_path.empty()) {
+    std::printf("%s", text.c_str());
+    return 0;
+  }
+  Status written = write_report_file(output_path, text, "scenario");
+  if (!written.ok()) {
+    std::fprintf(stderr, "zerosim: import-ds: %s\n", written.to_string().c_str());
+    return 3;
+  }
+  std::printf("wrote %s; run it with: zerosim run %s\n", output_path.c_str(), output_path.c_str());
+  return 0;
 }
 
 int run_fuzz_command(const FuzzFlags& flags) {

@@ -3,6 +3,7 @@
 //   zerosim suite [DIR]        every *.json of DIR (default scenarios/library), sorted
 //   zerosim replay FILE        run one scenario (a shrunk failure written by fuzz replays its
 //                              diagnosis: the file carries its defects)
+//   zerosim import-ds CONFIG   a scenario from a DeepSpeed config (scenarios/import_ds.h)
 //   zerosim fuzz [--seed S] [--cases N] [--minutes M] [--shard I/N]
 //                              generated scenarios (scenarios/generator.h); a failure is
 //                              shrunk and written as a scenario file to replay
@@ -43,6 +44,9 @@ struct FuzzFlags {
 };
 
 int run_scenarios_command(const RunFlags& flags);
+// zerosim import-ds: prints the scenario (or writes it to `output_path`); exit 2 on bad input.
+struct ImportOptions;
+int run_import_command(const ImportOptions& options, const std::string& output_path);
 int run_fuzz_command(const FuzzFlags& flags);
 
 }  // namespace zerosim

@@ -9,6 +9,7 @@
 #include "tools/ckpt_command.h"
 #include "tools/explore_command.h"
 #include "tools/run_command.h"
+#include "scenarios/import_ds.h"
 #include "core/env/defects.h"
 #include "tools/train_command.h"
 
@@ -98,6 +99,32 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   add_report_flags(*fuzz, fuzz_flags.report);
 
+  zerosim::ImportOptions import_options;
+  std::string import_output;
+  CLI::App* import_ds = app.add_subcommand(
+      "import-ds", "Write a scenario from a DeepSpeed config: train, save, crash, resume, compare every component");
+  import_ds->add_option("config", import_options.config_path, "DeepSpeed config JSON (kept verbatim)")->required();
+  import_ds->add_option("--world-size", import_options.world_size, "Ranks of the run")->check(CLI::Range(1, 256));
+  import_ds->add_option("--resume-world-size", import_options.resume_world_size, "Ranks of the resume (0: the same)")
+      ->check(CLI::Range(0, 256));
+  import_ds->add_option("--steps", import_options.steps, "Steps of the whole run")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  import_ds->add_option("--save-every", import_options.save_every, "Save every S steps")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  import_ds->add_option("--saved-step", import_options.saved_step, "The first phase ends after this step (a multiple of --save-every)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  import_ds->add_option("--crash", import_options.crash,
+                        "Crash at SITE[@RANK][#OCCURRENCE] (e.g. ckpt.shard_written@1#2, engine.step_end@0#5)");
+  import_ds->add_flag("--delete-swap-directory", import_options.delete_swap_directory,
+                      "The operator deletes the NVMe swap directories before the restart");
+  import_ds->add_option("--model", import_options.model, "MLP layer widths: input,hidden...,classes");
+  import_ds->add_option("--precision", import_options.precision, "fp32, fp16 or bf16 (default: from the config)")
+      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
+  import_ds->add_option("--seed", import_options.seed, "Seed of parameters and data");
+  import_ds->add_option("--name", import_options.name, "The scenario's name");
+  import_ds->add_flag("--config-by-path", import_options.config_by_path,
+                      "Refer to the config by its path instead of copying it in (relative paths are read beside the scenario)");
+  import_ds->add_option("-o,--output", import_output, "Write the scenario here (default: standard output)");
+
   CLI::App* defects = app.add_subcommand("defects", "List the named defects the simulator can switch on in the core");
 
   zerosim::ExploreFlags explore_flags;
@@ -127,6 +154,7 @@ int main(int argc, char** argv) {
     return zerosim::run_scenarios_command(replay_flags);
   }
   if (fuzz->parsed()) return zerosim::run_fuzz_command(fuzz_flags);
+  if (import_ds->parsed()) return zerosim::run_import_command(import_options, import_output);
   if (defects->parsed()) {
     for (const zerosim::DefectInfo& info : zerosim::all_defects()) std::printf("%-30s %s\n", info.name, info.description);
     return 0;
