@@ -1,0 +1,121 @@
+// The scenario harness's speed, beside its floor from the same run:
+//   * fuzz: generated cases per minute (scenarios/generator.h, the default sizes `zerosim fuzz`
+//     draws, campaign seed --seed, --cases cases, one after another as `zerosim fuzz` runs
+//     them). A case is the reference run with per-step digests, the faulted first phase with
+//     its saves, a power loss, the restart and the comparison at every step.
+//   * suite: the wall time of every scenario of scenarios/library (--library DIR).
+// Peer (the floor): the same cases' training alone, on the same simulated disk without
+// digests, saves, crash or comparison: the reference's steps plus the steps of the first phase
+// and of the resume. What the harness adds is the ratio of the two.
+// Flags: --seed S (1), --cases N (200), --library DIR (scenarios/library).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "scenarios/generator.h"
+#include "sim/sim_world.h"
+
+using namespace zerosim;
+
+namespace {
+
+using WallClock = std::chrono::steady_clock;
+
+double seconds_since(WallClock::time_point start) {
+  return std::chrono::duration<double>(WallClock::now() - start).count();
+}
+
+// The training a scenario contains, without the harness: the reference run, the first phase
+// and the resume, each a plain run on a fresh simulated disk.
+Status bare_training(const Scenario& scenario) {
+  const CrashScenario& run = scenario.run;
+  ZEROSIM_ASSIGN_OR_RETURN(TrainingOptions resume_options, resume_options_for(run, scenario.name));
+  resume_options.digest_every_step = false;
+  const int64_t resume_steps = run.total_steps - run.explored_save_step;
+  const std::pair<const TrainingOptions*, int64_t> runs[] = {
+      {&run.options, run.total_steps}, {&run.options, run.explored_save_step}, {&resume_options, resume_steps}};
+  for (const auto& [options, steps] : runs) {
+    SimDisk disk(SimDiskOptions{512, uint64_t{1} << 40, run.seed});
+    NoCrashPoints no_crash;
+    SimWorld world(disk, options->world_size, FaultPlan{}, no_crash);
+    ZEROSIM_RETURN_IF_ERROR(run_training(*options, steps, world.seams()).status());
+  }
+  return Status();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  uint64_t seed = 1;
+  int64_t cases = 200;
+  std::string library = "scenarios/library";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--seed") == 0) seed = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (std::strcmp(argv[i], "--cases") == 0) cases = std::atoll(argv[i + 1]);
+    else if (std::strcmp(argv[i], "--library") == 0) library = argv[i + 1];
+    else {
+      std::fprintf(stderr, "usage: scenario_bench [--seed S] [--cases N] [--library DIR]\n");
+      return 2;
+    }
+  }
+  std::vector<Scenario> generated;
+  for (int64_t index = 0; index < cases; ++index) {
+    const ScenarioShape shape = generate_shape(case_seed(seed, static_cast<uint64_t>(index)));
+    Result<Scenario> scenario = scenario_from_json(scenario_document(shape, "case"), "case");
+    if (!scenario.ok()) {
+      std::fprintf(stderr, "case %lld: %s\n", static_cast<long long>(index), scenario.status().to_string().c_str());
+      return 1;
+    }
+    generated.push_back(std::move(scenario).value());
+  }
+  std::vector<Scenario> suite;
+  std::vector<std::string> paths;
+  for (const auto& entry : std::filesystem::directory_iterator(library)) {
+    if (entry.path().extension() == ".json") paths.push_back(entry.path().string());
+  }
+  std::sort(paths.begin(), paths.end());
+  for (const std::string& path : paths) {
+    Result<Scenario> scenario = read_scenario_file(path);
+    if (!scenario.ok()) {
+      std::fprintf(stderr, "%s\n", scenario.status().to_string().c_str());
+      return 1;
+    }
+    suite.push_back(std::move(scenario).value());
+  }
+
+  auto time_harness = [](const std::vector<Scenario>& scenarios, int* failed) {
+    const auto start = WallClock::now();
+    for (const Scenario& scenario : scenarios) {
+      Result<ScenarioVerdict> verdict = run_scenario(scenario, DefectSet{});
+      if (!verdict.ok() || !verdict->passed) ++*failed;
+    }
+    return seconds_since(start);
+  };
+  auto time_floor = [](const std::vector<Scenario>& scenarios, int* failed) {
+    const auto start = WallClock::now();
+    for (const Scenario& scenario : scenarios) {
+      if (!bare_training(scenario).ok()) ++*failed;
+    }
+    return seconds_since(start);
+  };
+  int fuzz_failed = 0, floor_failed = 0, suite_failed = 0, suite_floor_failed = 0;
+  const double fuzz_seconds = time_harness(generated, &fuzz_failed);
+  const double floor_seconds = time_floor(generated, &floor_failed);
+  const double suite_seconds = time_harness(suite, &suite_failed);
+  const double suite_floor_seconds = time_floor(suite, &suite_floor_failed);
+  const double fuzz_rate = 60.0 * static_cast<double>(cases) / fuzz_seconds;
+  const double floor_rate = 60.0 * static_cast<double>(cases) / floor_seconds;
+  std::printf("%-44s %14s %14s %8s\n", "", "harness", "floor (peer)", "ratio");
+  std::printf("%-44s %14.0f %14.0f %8.2f\n", ("fuzz cases/min (seed " + std::to_string(seed) + ", " +
+                                              std::to_string(cases) + " cases)").c_str(),
+              fuzz_rate, floor_rate, fuzz_rate / floor_rate);
+  std::printf("%-44s %14.2f %14.2f %8.2f\n", ("suite wall s (" + std::to_string(suite.size()) + " scenarios)").c_str(),
+              suite_seconds, suite_floor_seconds, suite_seconds / suite_floor_seconds);
+  std::printf("failed: fuzz %d, floor %d, suite %d, suite floor %d\n", fuzz_failed, floor_failed, suite_failed,
+              suite_floor_failed);
+  return fuzz_failed + floor_failed + suite_failed + suite_floor_failed == 0 ? 0 : 1;
+}
