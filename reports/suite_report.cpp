@@ -27,7 +27,7 @@ int64_t crash_step(const ScenarioVerdict& verdict) { return verdict.steps_before
 // marked with vertical lines, the first divergence with a circle.
 std::string loss_curve_svg(const ScenarioVerdict& verdict) {
   const std::vector<float>& reference = verdict.reference_losses;
-  if (reference.empty()) return "<p class=\"muted\">no loss curve: the reference ran no step</p>";
+  if (reference.empty()) return "<p class=\"muted\">(no loss curve recorded for this entry)</p>";
   constexpr double kWidth = 640, kHeight = 220, kLeft = 64, kRight = 16, kTop = 16, kBottom = 34;
   double low = INFINITY, high = -INFINITY;
   for (const std::vector<float>* curve : {&reference, &verdict.resumed_losses}) {

@@ -347,6 +347,7 @@ Result<ExplorationResult> explore_save_crashes(const CrashScenario& scenario) {
   CheckpointPlan resuming;
   resuming.resume_directory = scenario.checkpoint_directory;
   for (const CrashPoint& point : points) {
+    const CrashPointTallyScope tally(result, point.describe());
     ++result.crash_points;
     result.explored_points.push_back(point.describe());
     result.points.push_back(point);

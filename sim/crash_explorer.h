@@ -92,6 +92,12 @@ struct CrashCaseFailure {
   std::string reason;       // the first divergence (step and component) or the error
 };
 
+// One crash point's tally (reports: one line, one JUnit testcase per point).
+struct CrashPointTally {
+  std::string crash_point;  // described
+  int64_t crash_states = 0, passed = 0, refused = 0, failed = 0;
+};
+
 struct ExplorationResult {
   int64_t crash_points = 0;
   int64_t crash_states = 0;
@@ -101,7 +107,28 @@ struct ExplorationResult {
   std::vector<CrashCaseFailure> failures;  // the first few
   std::vector<std::string> explored_points;  // described, for reports
   std::vector<CrashPoint> points;
+  std::vector<CrashPointTally> per_point;  // in exploration order
   std::string reference_trace_hash;  // of the reference run's disk (determinism check)
+};
+
+// Appends the tally of the crash point being explored when it goes out of scope (whichever way
+// the point's loop body is left), from the result's counters before and after.
+class CrashPointTallyScope {
+ public:
+  CrashPointTallyScope(ExplorationResult& result, std::string crash_point)
+      : result_(result),
+        tally_{std::move(crash_point), result.crash_states, result.passed, result.refused, result.failed} {}
+  ~CrashPointTallyScope() {
+    result_.per_point.push_back(CrashPointTally{tally_.crash_point, result_.crash_states - tally_.crash_states,
+                                                result_.passed - tally_.passed, result_.refused - tally_.refused,
+                                                result_.failed - tally_.failed});
+  }
+  CrashPointTallyScope(const CrashPointTallyScope&) = delete;
+  CrashPointTallyScope& operator=(const CrashPointTallyScope&) = delete;
+
+ private:
+  ExplorationResult& result_;
+  CrashPointTally tally_;  // the counters when the point began
 };
 
 // The determinism self-check: runs the scenario's uninterrupted run twice on fresh simulated

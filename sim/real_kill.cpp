@@ -60,6 +60,7 @@ Result<ExplorationResult> explore_with_real_kills(const CrashScenario& scenario,
   for (size_t index = 0; index < simulated.points.size(); ++index) {
     const CrashPoint& point = simulated.points[index];
     const std::string described = point.describe();
+    const CrashPointTallyScope tally(result, described);
     const std::string case_directory = directory + "/case-" + std::to_string(index);
     ZEROSIM_RETURN_IF_ERROR(disk.remove_tree(case_directory));
     ZEROSIM_RETURN_IF_ERROR(disk.create_directories(case_directory));

@@ -172,6 +172,23 @@ TEST(Cli, ExplorePrintsTheCountsAndRefusesABadScenario) {
   EXPECT_EQ(output["failed"], 0);
   EXPECT_EQ(output["passed"].get<int>() + output["refused"].get<int>(), output["crash_states"].get<int>());
 
+  // With a defect that moves `latest` before the shards are durable, some crash state loses the
+  // checkpoint: the report has a failing testcase for that crash point, with the replay command.
+  const std::string reports = directory.path() + "/reports";
+  const CommandResult defective =
+      run_cli("explore " + scenario + " --defect latest_before_shards_durable --report-dir " + reports);
+  EXPECT_EQ(defective.exit_code, 1) << defective.output;
+  std::ifstream junit_file(reports + "/junit.xml");
+  const std::string junit((std::istreambuf_iterator<char>(junit_file)), std::istreambuf_iterator<char>());
+  EXPECT_NE(junit.find("<testcase name=\"crash at ckpt."), std::string::npos) << junit;
+  EXPECT_NE(junit.find("<failure message="), std::string::npos) << junit;
+  EXPECT_NE(junit.find("zerosim explore " + scenario + " --defect latest_before_shards_durable"), std::string::npos);
+  std::ifstream report_file(reports + "/report.json");
+  const nlohmann::json report = nlohmann::json::parse(report_file, nullptr, false);
+  ASSERT_TRUE(report.is_object());
+  EXPECT_EQ(report["scenarios"].size(), output["crash_points"].get<size_t>()) << "one entry per crash point";
+  EXPECT_GT(report["failed"].get<int>(), 0);
+
   std::ofstream(scenario) << R"({"world_sise": 2})";
   const CommandResult typo = run_cli("explore " + scenario);
   EXPECT_EQ(typo.exit_code, 2) << typo.output;

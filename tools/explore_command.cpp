@@ -1,9 +1,12 @@
 #include "tools/explore_command.h"
 
 #include <cstdio>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
+#include "core/env/defects.h"
+#include "reports/suite_report.h"
 #include "scenarios/scenario_file.h"
 #include "sim/crash_explorer.h"
 #include "sim/real_kill.h"
@@ -16,6 +19,14 @@ int run_explore_command(const ExploreFlags& flags) {
   if (!scenario.ok()) {
     std::fprintf(stderr, "zerosim: explore: %s\n", scenario.status().to_string().c_str());
     return 2;
+  }
+  for (const std::string& name : flags.defect_names) {
+    std::optional<Defect> defect = defect_from_name(name);
+    if (!defect) {
+      std::fprintf(stderr, "zerosim: --defect %s: unknown defect (zerosim defects lists them)\n", name.c_str());
+      return 2;
+    }
+    scenario->defects.enable(*defect);
   }
   Result<ExplorationResult> result = flags.real_kill_directory.empty()
                                          ? explore_save_crashes(*scenario)
@@ -53,6 +64,42 @@ int run_explore_command(const ExploreFlags& flags) {
                   failure.crash_state.c_str());
     }
     std::printf("trace hash %s (determinism self-check passed)\n", result->reference_trace_hash.c_str());
+  }
+  if (!flags.junit_path.empty() || !flags.report_directory.empty()) {
+    // One entry per crash point: its crash states' tally, and its first failure.
+    SuiteReport report;
+    report.title = "zerosim explore " + flags.scenario_path;
+    report.defects = flags.defect_names;
+    std::string replay = "zerosim explore " + flags.scenario_path;
+    for (const std::string& name : flags.defect_names) replay += " --defect " + name;
+    if (!flags.real_kill_directory.empty()) replay += " --real-kill " + flags.real_kill_directory;
+    for (const CrashPointTally& tally : result->per_point) {
+      ReportedScenario entry;
+      entry.file = flags.scenario_path;
+      entry.replay_command = replay;
+      entry.verdict.name = "crash at " + tally.crash_point;
+      entry.verdict.seed = scenario->seed;
+      entry.verdict.passed = tally.failed == 0;
+      entry.verdict.crash = "crash at " + tally.crash_point;
+      entry.verdict.outcome = std::to_string(tally.crash_states) + " crash state(s): " + std::to_string(tally.passed) +
+                              " resumed bit-identically, " + std::to_string(tally.refused) + " refused (no complete checkpoint), " +
+                              std::to_string(tally.failed) + " failed";
+      for (const CrashCaseFailure& failure : result->failures) {
+        if (failure.crash_point == tally.crash_point && entry.verdict.diagnosis.empty()) {
+          entry.verdict.diagnosis = failure.reason + " (crash state: " + failure.crash_state + ")";
+        }
+      }
+      if (!entry.verdict.passed && entry.verdict.diagnosis.empty()) entry.verdict.diagnosis = "see the first failures above";
+      report.scenarios.push_back(std::move(entry));
+    }
+    Status written = flags.junit_path.empty()
+                         ? Status()
+                         : write_junit_file(flags.junit_path, report.title, report_junit_cases(report));
+    if (written.ok() && !flags.report_directory.empty()) written = write_report_directory(flags.report_directory, report);
+    if (!written.ok()) {
+      std::fprintf(stderr, "zerosim: explore: %s\n", written.to_string().c_str());
+      return 3;
+    }
   }
   return result->failed == 0 ? 0 : 1;
 }

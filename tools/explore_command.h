@@ -1,9 +1,10 @@
-// `zerosim explore SCENARIO.json [--json]`: the exhaustive crash exploration of one scenario's
+// `zerosim explore SCENARIO.json [--json] [--defect NAME]... [--junit FILE] [--report-dir DIR]`: the exhaustive crash exploration of one scenario's
 // save (sim/crash_explorer.h). Exit 0 when every crash state passed or was refused clearly,
 // 1 when any failed, 2 for a bad scenario file.
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace zerosim {
 
@@ -11,6 +12,9 @@ struct ExploreFlags {
   std::string scenario_path;
   bool json = false;
   std::string real_kill_directory;  // set: run each crash point as a child process SIGKILLed on real files
+  std::vector<std::string> defect_names;  // switched on for every run of the exploration
+  std::string junit_path;                 // one testcase per crash point
+  std::string report_directory;           // report.html/json/md and junit.xml, one entry per crash point
 };
 
 int run_explore_command(const ExploreFlags& flags);

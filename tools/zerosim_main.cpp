@@ -134,6 +134,10 @@ int main(int argc, char** argv) {
   explore->add_option("--real-kill", explore_flags.real_kill_directory,
                       "Instead of SimDisk: run each crash point as a child process on real files under DIR, "
                       "killed with SIGKILL at the point, then resume and compare");
+  explore->add_option("--defect", explore_flags.defect_names, "Switch a named defect on for every run (repeatable)");
+  explore->add_option("--junit", explore_flags.junit_path, "Also write a JUnit XML report (a testcase per crash point)");
+  explore->add_option("--report-dir", explore_flags.report_directory,
+                      "Write report.html, report.json, report.md and junit.xml (an entry per crash point) into DIR");
   explore->add_flag("--json", explore_flags.json,
                     "Print one JSON object: crash_points, crash_states, passed, refused, failed, failures");
 
