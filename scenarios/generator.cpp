@@ -248,13 +248,14 @@ std::string failure_class(const ScenarioVerdict& verdict) {
   return verdict.resumed_at < 0 ? "refused" : "other";
 }
 
-Result<ScenarioVerdict> run_shape(const ScenarioShape& shape, const std::string& name, const DefectSet& defects) {
+Result<ScenarioVerdict> run_shape(const ScenarioShape& shape, const std::string& name, const DefectSet& defects,
+                                  ReferenceCache* cache) {
   ZEROSIM_ASSIGN_OR_RETURN(Scenario scenario, scenario_from_json(scenario_document(shape, name), name));
-  return run_scenario(scenario, defects);
+  return run_scenario(scenario, defects, cache);
 }
 
 Result<ShrinkResult> shrink_failure(const ScenarioShape& failing, const ScenarioVerdict& verdict, const DefectSet& defects,
-                                    int64_t max_attempts) {
+                                    int64_t max_attempts, ReferenceCache* cache) {
   ShrinkResult result{normalize_shape(failing), verdict, 0, 0};
   const std::string wanted = failure_class(verdict);
   bool progressed = true;
@@ -263,7 +264,7 @@ Result<ShrinkResult> shrink_failure(const ScenarioShape& failing, const Scenario
     for (const ScenarioShape& candidate : shrink_candidates(result.shape)) {
       if (result.attempts >= max_attempts) break;
       ++result.attempts;
-      Result<ScenarioVerdict> attempt = run_shape(candidate, result.verdict.name, defects);
+      Result<ScenarioVerdict> attempt = run_shape(candidate, result.verdict.name, defects, cache);
       if (!attempt.ok() || attempt->passed || failure_class(*attempt) != wanted) continue;
       result.shape = candidate;
       result.verdict = std::move(attempt).value();

@@ -83,9 +83,11 @@ std::string failure_class(const ScenarioVerdict& verdict);
 // Greedy shrinking: repeatedly takes the first candidate that still fails with the same
 // failure_class, until none does or `max_attempts` candidates were run.
 Result<ShrinkResult> shrink_failure(const ScenarioShape& failing, const ScenarioVerdict& verdict,
-                                    const DefectSet& defects, int64_t max_attempts = 200);
+                                    const DefectSet& defects, int64_t max_attempts = 200,
+                                    ReferenceCache* cache = nullptr);
 
 // Runs a shape as a scenario (through its JSON document, as a replay would).
-Result<ScenarioVerdict> run_shape(const ScenarioShape& shape, const std::string& name, const DefectSet& defects);
+Result<ScenarioVerdict> run_shape(const ScenarioShape& shape, const std::string& name, const DefectSet& defects,
+                                  ReferenceCache* cache = nullptr);
 
 }  // namespace zerosim

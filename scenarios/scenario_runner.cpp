@@ -171,7 +171,7 @@ Status apply_operator_action(OperatorAction action, const TrainingOptions& optio
 
 }  // namespace
 
-Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& extra_defects) {
+Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& extra_defects, ReferenceCache* cache) {
   const CrashScenario& run = scenario.run;
   DefectSet defects = run.defects;
   for (const DefectInfo& info : all_defects()) {
@@ -197,7 +197,9 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
     SimWorld reference_world(reference_disk, reference_options.world_size, FaultPlan{}, no_crash);
     return run_training(reference_options, run.total_steps, reference_world.seams());
   };
-  ZEROSIM_ASSIGN_OR_RETURN(TrainingRun reference, run_reference(options));
+  ZEROSIM_ASSIGN_OR_RETURN(TrainingRun reference,
+                           cache != nullptr ? cache->get_or_run(options, run.total_steps, [&] { return run_reference(options); })
+                                            : run_reference(options));
   for (const StepRecord& step : reference.steps) verdict.reference_losses.push_back(step.loss);
 
   // The faulted first phase: saves, the plan's faults, its crash (or a kill after the last save).

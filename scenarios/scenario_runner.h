@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "scenarios/diagnosis.h"
+#include "scenarios/reference_cache.h"
 #include "sim/crash_explorer.h"
 #include "sim/sim_world.h"
 
@@ -75,6 +76,8 @@ struct ScenarioVerdict {
 // `extra_defects` are switched on in addition to the scenario's own (zerosim run --defect).
 // A divergence in a component of the state is narrowed down to its first element by running
 // the reference and the resume once more, capturing the full state at that step.
-Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& extra_defects);
+// With `cache`, the uninterrupted reference comes from it when an identical one already ran.
+Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& extra_defects,
+                                     ReferenceCache* cache = nullptr);
 
 }  // namespace zerosim

@@ -40,6 +40,7 @@ TEST(ScenarioLibrary, EveryScenarioPassesWithNoDefect) {
 
 TEST(ScenarioLibrary, EveryDefectFailsAScenarioNamingWhatDiverged) {
   const std::vector<Scenario> scenarios = library();
+  ReferenceCache references;
   const char* const kComponents[] = {"params", "master", "exp_avg", "exp_avg_sq", "counters", "scheduler",
                                      "loss_scaler", "rng", "data", "loss", "learning rate", "no complete checkpoint",
                                      "expected the resume to start at step"};
@@ -47,7 +48,7 @@ TEST(ScenarioLibrary, EveryDefectFailsAScenarioNamingWhatDiverged) {
     SCOPED_TRACE(info.name);
     std::string diagnosis;
     for (const Scenario& scenario : scenarios) {
-      const Result<ScenarioVerdict> verdict = run_scenario(scenario, DefectSet{info.defect});
+      const Result<ScenarioVerdict> verdict = run_scenario(scenario, DefectSet{info.defect}, &references);
       ASSERT_TRUE(verdict.ok()) << verdict.status().to_string();
       if (!verdict->passed) {
         diagnosis = verdict->diagnosis;

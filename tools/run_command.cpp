@@ -147,10 +147,11 @@ int run_scenarios_command(const RunFlags& flags) {
   if (flags.suite_directory.empty()) report.title += std::to_string(paths.size()) + " scenario(s)";
   report.defects = flags.report.defect_names;
   ProgressBar progress(!flags.report.json);
+  ReferenceCache references;
   for (size_t i = 0; i < scenarios.size(); ++i) {
     progress.show(static_cast<int64_t>(i), static_cast<int64_t>(scenarios.size()), report.failed(), scenarios[i].name);
     const auto started = WallClock::now();
-    Result<ScenarioVerdict> verdict = run_scenario(scenarios[i], *defects);
+    Result<ScenarioVerdict> verdict = run_scenario(scenarios[i], *defects, &references);
     if (!verdict.ok()) {
       progress.clear();
       std::fprintf(stderr, "zerosim: %s: %s\n", paths[i].c_str(), verdict.status().to_string().c_str());
@@ -210,6 +211,7 @@ int run_fuzz_command(const FuzzFlags& flags) {
   report.defects = flags.report.defect_names;
   ProgressBar progress(!flags.report.json);
   const auto campaign_started = WallClock::now();
+  ReferenceCache references;  // shrinking candidates often share their reference
   int64_t cases_run = 0, shrink_runs = 0;
   const int64_t cases_in_shard =
       flags.cases > static_cast<int64_t>(shard_index)
@@ -228,7 +230,7 @@ int run_fuzz_command(const FuzzFlags& flags) {
     const std::string name = "fuzz seed " + std::to_string(flags.seed) + " case " + std::to_string(index);
     progress.show(cases_run, cases_in_shard, report.failed(), name + ": " + describe_shape(shape));
     const auto started = WallClock::now();
-    Result<ScenarioVerdict> verdict = run_shape(shape, name, *defects);
+    Result<ScenarioVerdict> verdict = run_shape(shape, name, *defects, &references);
     if (!verdict.ok()) {
       progress.clear();
       std::fprintf(stderr, "zerosim: %s (%s): %s\n", name.c_str(), describe_shape(shape).c_str(),
@@ -243,7 +245,7 @@ int run_fuzz_command(const FuzzFlags& flags) {
     if (!verdict->passed) {
       // Shrink, then write the smallest failing scenario (with its defects) to replay.
       progress.show(cases_run, cases_in_shard, report.failed() + 1, name + ": shrinking");
-      Result<ShrinkResult> shrunk = shrink_failure(shape, *verdict, *defects, flags.shrink_attempts);
+      Result<ShrinkResult> shrunk = shrink_failure(shape, *verdict, *defects, flags.shrink_attempts, &references);
       if (!shrunk.ok()) {
         progress.clear();
         std::fprintf(stderr, "zerosim: %s: shrinking: %s\n", name.c_str(), shrunk.status().to_string().c_str());

@@ -1,0 +1,54 @@
+#include "scenarios/reference_cache.h"
+
+#include <nlohmann/json.hpp>
+
+#include "core/checkpoint/manifest.h"
+
+namespace zerosim {
+
+std::string reference_key(const TrainingOptions& options, int64_t step_count) {
+  const nlohmann::json key = {
+      {"zerosim", ZEROSIM_VERSION},
+      {"config", options.config.resolved},
+      {"model", options.model.layer_widths},
+      {"data", {options.data.seed, options.data.sample_count, options.data.feature_count, options.data.class_count}},
+      {"seed", options.seed},
+      {"world_size", options.world_size},
+      {"simd_path", options.simd_path ? static_cast<int>(*options.simd_path) : -1},
+      {"digest_every_step", options.digest_every_step},
+      {"capture_state_at_step", options.capture_state_at_step},
+      {"steps", step_count}};
+  return xxh3_128_hex(key.dump());
+}
+
+Result<TrainingRun> ReferenceCache::get_or_run(const TrainingOptions& options, int64_t step_count,
+                                               const std::function<Result<TrainingRun>()>& run) {
+  const std::string key = reference_key(options, step_count);
+  {
+    std::lock_guard lock(mutex_);
+    auto found = runs_.find(key);
+    if (found != runs_.end()) {
+      ++hits_;
+      return found->second;
+    }
+    ++misses_;
+  }
+  Result<TrainingRun> computed = run();
+  if (computed.ok()) {
+    std::lock_guard lock(mutex_);
+    runs_.emplace(key, *computed);
+  }
+  return computed;
+}
+
+int64_t ReferenceCache::hits() const {
+  std::lock_guard lock(mutex_);
+  return hits_;
+}
+
+int64_t ReferenceCache::misses() const {
+  std::lock_guard lock(mutex_);
+  return misses_;
+}
+
+}  // namespace zerosim
