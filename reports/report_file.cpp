@@ -26,6 +26,14 @@ std::string xml_escape(const std::string& text) {
   return out;
 }
 
+std::string json_text(const nlohmann::json& document) {
+  return document.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string json_text(const nlohmann::ordered_json& document) {
+  return document.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
 Status write_report_file(const std::string& path, const std::string& text, const std::string& what) {
   const std::string temporary = path + ".tmp";
   {

@@ -255,7 +255,7 @@ std::string report_html(const SuiteReport& report) {
 
 std::string report_markdown(const SuiteReport& report) {
   const int failed = report.failed();
-  std::string markdown = "### " + report.title + ": " + (failed == 0 ? "all passed" : std::to_string(failed) + " failed") +
+  std::string markdown = "### " + xml_escape(report.title) + ": " + (failed == 0 ? "all passed" : std::to_string(failed) + " failed") +
                          "\n\n" + std::to_string(report.scenarios.size() - static_cast<size_t>(failed)) + " passed, " +
                          std::to_string(failed) + " failed";
   if (!report.defects.empty()) {
@@ -264,12 +264,14 @@ std::string report_markdown(const SuiteReport& report) {
     markdown += ")";
   }
   markdown += "\n\n| | scenario | outcome |\n|---|---|---|\n";
-  auto cell = [](std::string text) {
+  // Table cells: HTML-escaped (GitHub renders tags in Markdown), pipes and line breaks kept
+  // from breaking the row.
+  auto cell = [](const std::string& text) {
     std::string out;
-    for (char c : text) {
+    for (char c : xml_escape(text)) {
       if (c == '|') out += "\\|";
       else if (c == '\n') out += "<br>";
-      else out += c;
+      else if (c != '\r') out += c;
     }
     return out;
   };
@@ -279,9 +281,9 @@ std::string report_markdown(const SuiteReport& report) {
   }
   for (const ReportedScenario& entry : report.scenarios) {
     if (entry.verdict.passed) continue;
-    markdown += "\n<details><summary>" + xml_escape(entry.verdict.name) + "</summary>\n\n" + entry.verdict.outcome +
-                "\n\nseed " + std::to_string(entry.verdict.seed) + "; replay:\n\n```\n" + entry.replay_command +
-                "\n```\n</details>\n";
+    markdown += "\n<details><summary>" + xml_escape(entry.verdict.name) + "</summary>\n\n" +
+                xml_escape(entry.verdict.outcome) + "\n\nseed " + std::to_string(entry.verdict.seed) +
+                "; replay:\n<pre>" + xml_escape(entry.replay_command) + "</pre>\n</details>\n";
   }
   return markdown;
 }
@@ -306,7 +308,7 @@ Status write_report_directory(const std::string& directory, const SuiteReport& r
   std::error_code error;
   std::filesystem::create_directories(directory, error);
   if (error) return io_error("report directory " + directory + " cannot be created: " + error.message());
-  ZEROSIM_RETURN_IF_ERROR(write_report_file(directory + "/report.json", report_json(report).dump(2) + "\n", "report"));
+  ZEROSIM_RETURN_IF_ERROR(write_report_file(directory + "/report.json", json_text(report_json(report)) + "\n", "report"));
   ZEROSIM_RETURN_IF_ERROR(write_report_file(directory + "/report.html", report_html(report), "HTML report"));
   ZEROSIM_RETURN_IF_ERROR(write_report_file(directory + "/report.md", report_markdown(report), "Markdown report"));
   return write_junit_file(directory + "/junit.xml", report.title, report_junit_cases(report));

@@ -21,8 +21,10 @@ std::string float_text(float value, uint64_t bits, int width_bits) {
   return text;
 }
 
-ToleranceClass classify(uint64_t ulp, double relative) {
-  if (ulp == 0) return ToleranceClass::kIdentical;
+// Called for elements whose bits differ.
+ToleranceClass classify(uint64_t ulp, double relative, bool either_nan) {
+  if (either_nan) return ToleranceClass::kLostState;
+  if (ulp == 0) return ToleranceClass::kNumericalNoise;  // +0 against -0
   if (ulp <= kNoiseUlp) return ToleranceClass::kNumericalNoise;
   if (std::isfinite(relative) && relative <= kDriftRelative) return ToleranceClass::kDrift;
   return ToleranceClass::kLostState;
@@ -80,6 +82,7 @@ void diagnose_tensors(const CapturedState& expected, const CapturedState& actual
     }
     if (have == nullptr || have->dtype != want.dtype || have->bytes.size() != want.bytes.size()) {
       if (diagnosis.tensor.empty()) {
+        diagnosis.shape_mismatch = true;
         diagnosis.tensor = want.parameter;
         diagnosis.expected_value = std::to_string(want.bytes.size()) + " bytes of " + dtype_name(want.dtype);
         diagnosis.actual_value = have == nullptr ? "no such tensor"
@@ -103,7 +106,8 @@ void diagnose_tensors(const CapturedState& expected, const CapturedState& actual
       const uint64_t ulp = ulp_distance_bits(want_bits, have_bits, width_bits);
       const double magnitude = std::max(std::fabs(static_cast<double>(want_value)), std::fabs(static_cast<double>(have_value)));
       const double relative = std::fabs(static_cast<double>(want_value) - have_value) / magnitude;
-      const ToleranceClass element_class = classify(ulp, relative);
+      const ToleranceClass element_class =
+          classify(ulp, relative, std::isnan(want_value) || std::isnan(have_value));
       if (element_class > diagnosis.ladder) diagnosis.ladder = element_class;
       diagnosis.max_ulp_distance = std::max(diagnosis.max_ulp_distance, ulp);
       if (diagnosis.differing_elements++ == 0 && diagnosis.tensor.empty()) {
@@ -157,6 +161,9 @@ ElementDiagnosis diagnose_component(const CapturedState& expected, const Capture
 std::string ElementDiagnosis::describe() const {
   if (tensor.empty()) return component + ": no element differs in the captured state";
   std::string text = component + ": " + tensor;
+  if (shape_mismatch) {
+    return component + ": " + tensor + ": expected " + expected_value + ", found " + actual_value + " (lost state)";
+  }
   if (element >= 0) text += "[" + std::to_string(element) + "]";
   if (rank >= 0) text += " on rank " + std::to_string(rank);
   text += ": expected " + expected_value + ", found " + actual_value;

@@ -9,10 +9,11 @@
 // scenario pass: bit identity is the contract (determinism is the product); the class says
 // what kind of difference a user is looking at:
 //   identical       no bit differs;
-//   numerical noise every differing element within kNoiseUlp ULP (a reduction order, an FMA);
+//   numerical noise every differing element within kNoiseUlp ULP (a reduction order, an FMA,
+//                   +0 against -0);
 //   drift           every differing element within kDriftRelative relative difference
 //                   (noise compounded over steps);
-//   lost state      anything larger, a value replaced by zero, or a scalar (a counter, the
+//   lost state      anything larger, a NaN, a value replaced by zero, a missing tensor, or a scalar (a counter, the
 //                   schedule, the scaler, the RNG, the data position) that differs.
 #pragma once
 
@@ -42,6 +43,7 @@ struct ElementDiagnosis {
   int64_t compared_elements = 0;
   uint64_t max_ulp_distance = 0;
   ToleranceClass ladder = ToleranceClass::kIdentical;
+  bool shape_mismatch = false;  // the tensor is missing or has another size or dtype
   // "exp_avg: layer1.weight[17] on rank 2: expected 0.0123 (0x3c4985f0), found 0 (0x00000000),
   //  ulp distance 1011500528; 1071 of 1073 elements differ (lost state)"
   std::string describe() const;

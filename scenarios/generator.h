@@ -50,6 +50,8 @@ struct ScenarioShape {
   int fault_rank = 0;
   int64_t fault_occurrence = 1;     // which step end, or which save (1-based, >= 2 for saves)
   std::string fault_site = "ckpt.shard_written";  // kCrashInSave: the commit site
+
+  bool operator==(const ScenarioShape&) const = default;
 };
 
 // Clamps and fixes every field so that the shape is a valid scenario that demands recovery

@@ -105,7 +105,9 @@ Result<ordered_json> import_deepspeed_config(const ImportOptions& options) {
   // The scenario must load: the config resolves with these settings, the batch divides.
   Result<Scenario> loaded = scenario_from_json(json::parse(scenario.dump()), options.config_path);
   if (!loaded.ok()) return loaded.status();
-  if (options.config_by_path) scenario["config"] = options.config_path;
+  // An absolute path: the scenario file may be written anywhere, and a relative "config" is
+  // read beside it.
+  if (options.config_by_path) scenario["config"] = std::filesystem::absolute(options.config_path).lexically_normal().string();
   return scenario;
 }
 

@@ -1,6 +1,8 @@
 #include "scenarios/scenario_runner.h"
 
+#include <algorithm>
 #include <atomic>
+#include <climits>
 #include <fstream>
 #include <sstream>
 
@@ -28,11 +30,39 @@ Status require_string_list(const json& value, const std::string& where) {
 Result<Scenario> scenario_from_json(const json& document, const std::string& source_name) {
   Scenario scenario;
   ZEROSIM_ASSIGN_OR_RETURN(scenario.run, crash_scenario_from_json(document, source_name));
+  for (const char* key : {"name", "description"}) {
+    if (document.contains(key) && !document[key].is_string()) {
+      return invalid_argument(source_name + ": " + key + ": expected a string, found " + document[key].dump());
+    }
+  }
   scenario.name = document.value("name", source_name);
   scenario.description = document.value("description", "");
   if (document.contains("fault_plan")) {
     ZEROSIM_ASSIGN_OR_RETURN(scenario.fault_plan, parse_fault_plan(document["fault_plan"], source_name + ": fault_plan"));
   }
+  if (scenario.fault_plan.crash_point) {
+    const CrashPoint& point = *scenario.fault_plan.crash_point;
+    const std::vector<std::string_view> sites = known_crash_sites();
+    if (std::find(sites.begin(), sites.end(), point.site) == sites.end()) {
+      return invalid_argument(source_name + ": fault_plan.crash.site: unknown crash point '" + point.site + "'; " +
+                              unknown_key_hint(point.site, sites));
+    }
+    if (point.rank >= scenario.run.options.world_size) {
+      return invalid_argument(source_name + ": fault_plan.crash.rank: " + std::to_string(point.rank) +
+                              " is not a rank of a world of " + std::to_string(scenario.run.options.world_size));
+    }
+  }
+  // The schedule and the resume's batch arithmetic, checked before anything runs.
+  const CrashScenario& schedule = scenario.run;
+  if (schedule.explored_save_step > schedule.total_steps) {
+    return invalid_argument(source_name + ": explored_save_step: " + std::to_string(schedule.explored_save_step) +
+                            " is past steps (" + std::to_string(schedule.total_steps) + ")");
+  }
+  if (schedule.save_every_steps > schedule.explored_save_step) {
+    return invalid_argument(source_name + ": save_every: " + std::to_string(schedule.save_every_steps) +
+                            " saves nothing before explored_save_step (" + std::to_string(schedule.explored_save_step) + ")");
+  }
+  ZEROSIM_RETURN_IF_ERROR(resume_options_for(schedule, source_name).status());
   if (document.contains("operator_actions")) {
     const std::string where = source_name + ": operator_actions";
     ZEROSIM_RETURN_IF_ERROR(require_string_list(document["operator_actions"], where));
@@ -136,20 +166,28 @@ Result<Scenario> read_scenario_file(const std::string& path) {
 
 namespace {
 
-// Counts rank 0's completed steps of the first phase (for the report's crash marker), then
-// passes every hit on.
+// Counts each rank's completed steps in the first phase (for the report's crash marker), then
+// passes every hit on. Only a count that does not depend on thread timing is reported: the
+// crashing rank's own (its hits before its crash are fixed), or with no crash point the
+// smallest (ranks stop together at a collective).
 class StepCountingHook final : public CrashPointHook {
  public:
-  explicit StepCountingHook(CrashPointHook& inner) : inner_(inner) {}
+  StepCountingHook(CrashPointHook& inner, int world_size)
+      : inner_(inner), steps_(static_cast<size_t>(world_size)) {}
   void hit(std::string_view site, int rank) override {
-    if (site == "engine.step_end" && rank == 0) steps_.fetch_add(1);
+    if (site == "engine.step_end") steps_[static_cast<size_t>(rank)].fetch_add(1);
     inner_.hit(site, rank);
   }
-  int64_t steps() const { return steps_.load(); }
+  int64_t steps_of(int rank) const { return steps_[static_cast<size_t>(rank)].load(); }
+  int64_t fewest_steps() const {
+    int64_t fewest = INT64_MAX;
+    for (const std::atomic<int64_t>& steps : steps_) fewest = std::min(fewest, steps.load());
+    return fewest;
+  }
 
  private:
   CrashPointHook& inner_;
-  std::atomic<int64_t> steps_{0};
+  std::vector<std::atomic<int64_t>> steps_;
 };
 
 Status apply_operator_action(OperatorAction action, const TrainingOptions& options, const std::string& checkpoint_directory,
@@ -210,8 +248,11 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
   {
     std::unique_ptr<CrashPointHook> hook;
     VirtualTimeCrash* timed = nullptr;
+    ScriptedCrashPoints* scripted = nullptr;
     if (scenario.fault_plan.crash_point) {
-      hook = std::make_unique<ScriptedCrashPoints>(*scenario.fault_plan.crash_point, &disk);
+      auto owned = std::make_unique<ScriptedCrashPoints>(*scenario.fault_plan.crash_point, &disk);
+      scripted = owned.get();
+      hook = std::move(owned);
       verdict.crash = "crash at " + scenario.fault_plan.crash_point->describe();
     } else if (scenario.fault_plan.crash_at_virtual_time_us) {
       auto owned = std::make_unique<VirtualTimeCrash>(*scenario.fault_plan.crash_at_virtual_time_us, disk);
@@ -222,12 +263,22 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
       hook = std::make_unique<NoCrashPoints>();
       verdict.crash = "killed after step " + std::to_string(run.explored_save_step);
     }
-    StepCountingHook counting(*hook);
+    StepCountingHook counting(*hook, options.world_size);
     SimWorld world(disk, options.world_size, scenario.fault_plan, counting, &defects);
     if (timed != nullptr) timed->attach(world);
     const Result<TrainingRun> first = run_training(options, run.explored_save_step, world.seams(), saving);
     if (!first.ok() && verdict.crash.rfind("killed", 0) == 0) verdict.crash = "stopped by " + first.status().to_string();
-    verdict.steps_before_crash = counting.steps();
+    verdict.steps_before_crash = scenario.fault_plan.crash_point ? counting.steps_of(scenario.fault_plan.crash_point->rank)
+                                                                 : counting.fewest_steps();
+    if (scripted != nullptr && !scripted->fired()) {
+      // A crash the plan asked for and the run never reached: nothing was tested.
+      verdict.outcome = "the first phase " + (first.ok() ? std::string("ended") : "stopped by " + first.status().to_string()) +
+                        " without reaching the crash point " + scenario.fault_plan.crash_point->describe();
+      verdict.diagnosis = "the crash point " + scenario.fault_plan.crash_point->describe() +
+                          " was never reached (its occurrence is past the first phase's " +
+                          std::to_string(run.explored_save_step) + " steps?)";
+      return verdict;
+    }
   }
   disk.crash_with_seed(run.seed);  // the power goes out
   verdict.crash += ", then a power loss";

@@ -140,7 +140,7 @@ std::string first_divergence(const TrainingRun& reference, const TrainingRun& re
 namespace {
 
 Env sim_env(SimDisk& disk, CrashPointHook& hook, Clock& clock, const DefectSet* defects) {
-  return Env{&disk, &clock, &hook, defects};
+  return Env{&disk, &clock, &hook, defects, /*async_saves_deferred=*/true};
 }
 
 // Calls the scenario's planted hook (tests only), then the real one.

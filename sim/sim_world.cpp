@@ -179,8 +179,9 @@ SimWorld::SimWorld(SimDisk& disk, int world_size, const FaultPlan& plan, CrashPo
 RankSeams SimWorld::seams() {
   RankSeams seams;
   seams.env_for_rank = [this](int rank) {
+    // Async saves run deferred (Env::async_saves_deferred): the simulator stays deterministic.
     return Env{rank_disks_[static_cast<size_t>(rank)].get(), clocks_[static_cast<size_t>(rank)].get(), &crash_points_,
-               defects_};
+               defects_, /*async_saves_deferred=*/true};
   };
   seams.wrap_comm = [this](int rank, Comm& inner) -> std::unique_ptr<Comm> {
     return std::make_unique<ClockedComm>(inner, *clocks_[static_cast<size_t>(rank)], costs_,

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <set>
 #include <thread>
 
 #include "sim/crash_explorer.h"
@@ -143,6 +144,31 @@ TEST(CrashExplorer, BadScenariosAreRefusedNamingTheKey) {
   const Result<ExplorationResult> odd = explore_save_crashes(scenario);
   ASSERT_FALSE(odd.ok());
   EXPECT_NE(odd.status().message().find("resume_world_size 3"), std::string::npos) << odd.status().to_string();
+}
+
+// Scenario files are checked against known_crash_sites(): every site a step, a save (sync and
+// async) and a load hit is in it, and every listed site is hit.
+TEST(CrashPoints, TheKnownSitesAreExactlyTheSitesTheCoreHits) {
+  TrainingOptions options = make_options(ModelSpec{{5, 4, 3}}, Precision::kFp16, 1, 1, 2, 8, 3);
+  options.config.zero.offload_optimizer.device = OffloadDevice::kNvme;
+  options.config.zero.offload_optimizer.nvme_path = "/nvme";
+  options.config.zero.offload_optimizer.buffer_count = 8;
+  SimDisk disk;
+  ScriptedCrashPoints recorder;
+  std::unique_ptr<Clock> clock = make_steady_clock();
+  Env env{&disk, clock.get(), &recorder, nullptr};
+  CheckpointPlan save;
+  save.save_directory = "/ckpt";
+  save.save_every_steps = 1;
+  ASSERT_TRUE(run_training(options, 2, env, save).ok());
+  CheckpointPlan resume;
+  resume.resume_directory = "/ckpt";
+  ASSERT_TRUE(run_training(options, 3, env, resume).ok());
+  std::set<std::string> hit;
+  for (const CrashPoint& point : recorder.recorded()) hit.insert(point.site);
+  std::set<std::string> known;
+  for (std::string_view site : known_crash_sites()) known.insert(std::string(site));
+  EXPECT_EQ(hit, known);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // owning rank, both values, the ULP distance in the tensor's dtype, and the class.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "core/tensor/dtype.h"
@@ -60,6 +61,17 @@ TEST(Diagnosis, TheLadderTellsNoiseFromDriftFromLostState) {
   EXPECT_EQ(zeroed.rank, 0);
 }
 
+TEST(Diagnosis, SignedZeroIsNoiseAndNanIsLostState) {
+  CapturedState expected, actual;
+  expected.tensors = {fp32_tensor("master", "w", {0.0f, 1.0f}, 2)};
+  actual.tensors = {fp32_tensor("master", "w", {-0.0f, 1.0f}, 2)};
+  const ElementDiagnosis zero = diagnose_component(expected, actual, "master");
+  EXPECT_EQ(zero.differing_elements, 1);
+  EXPECT_EQ(zero.ladder, ToleranceClass::kNumericalNoise);
+  actual.tensors = {fp32_tensor("master", "w", {0.0f, std::nanf("")}, 2)};
+  EXPECT_EQ(diagnose_component(expected, actual, "master").ladder, ToleranceClass::kLostState);
+}
+
 TEST(Diagnosis, SixteenBitParametersAreMeasuredInTheirOwnUlps) {
   CapturedTensor want{"params", "w", DType::kFp16, 4, {}};
   CapturedTensor have = want;
@@ -101,6 +113,8 @@ TEST(Diagnosis, AMissingOrReshapedTensorIsLostState) {
   const ElementDiagnosis shorter = diagnose_component(expected, actual, "exp_avg_sq");
   EXPECT_EQ(shorter.ladder, ToleranceClass::kLostState);
   EXPECT_EQ(shorter.tensor, "w");
+  EXPECT_TRUE(shorter.shape_mismatch);
+  EXPECT_EQ(shorter.describe(), "exp_avg_sq: w: expected 8 bytes of fp32, found 4 bytes of fp32 (lost state)");
   actual.tensors.clear();
   EXPECT_EQ(diagnose_component(expected, actual, "exp_avg_sq").actual_value, "no such tensor");
 }

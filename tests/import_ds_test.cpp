@@ -2,6 +2,7 @@
 // and passes; bad options are refused naming the option.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 
 #include "scenarios/import_ds.h"
@@ -82,7 +83,18 @@ TEST(ImportDs, ConfigByPathIsReadBesideTheScenario) {
   options.config_by_path = true;
   const Result<nlohmann::ordered_json> document = import_deepspeed_config(options);
   ASSERT_TRUE(document.ok()) << document.status().to_string();
-  EXPECT_EQ((*document)["config"], options.config_path);
+  EXPECT_TRUE(std::filesystem::path((*document)["config"].get<std::string>()).is_absolute());
+  // A relative config path given to import-ds still resolves once the scenario is elsewhere.
+  const std::filesystem::path previous = std::filesystem::current_path();
+  std::filesystem::current_path(directory.path());
+  ImportOptions relative = options;
+  relative.config_path = "ds_config.json";
+  const Result<nlohmann::ordered_json> relative_document = import_deepspeed_config(relative);
+  std::filesystem::current_path(previous);
+  ASSERT_TRUE(relative_document.ok()) << relative_document.status().to_string();
+  std::filesystem::create_directories(directory.path() + "/elsewhere");
+  std::ofstream(directory.path() + "/elsewhere/scenario.json") << relative_document->dump(2);
+  EXPECT_TRUE(read_scenario_file(directory.path() + "/elsewhere/scenario.json").ok());
   std::ofstream(directory.path() + "/scenario.json") << document->dump(2);
   const Result<Scenario> scenario = read_scenario_file(directory.path() + "/scenario.json");
   ASSERT_TRUE(scenario.ok()) << scenario.status().to_string();

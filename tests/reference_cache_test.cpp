@@ -33,6 +33,15 @@ TEST(ReferenceCache, TheKeyChangesWithEveryDeterminingInput) {
   changed.config.resolved["zero_optimization"]["sub_group_size"] = 3;
   EXPECT_NE(reference_key(changed, 6), key);
   changed = base;
+  changed.data.seed = 99;
+  EXPECT_NE(reference_key(changed, 6), key);
+  changed = base;
+  changed.simd_path = SimdPath::kScalar;
+  EXPECT_NE(reference_key(changed, 6), key);
+  changed = base;
+  changed.capture_state_at_step = 2;
+  EXPECT_NE(reference_key(changed, 6), key);
+  changed = base;
   changed.digest_every_step = !base.digest_every_step;
   EXPECT_NE(reference_key(changed, 6), key);
 }

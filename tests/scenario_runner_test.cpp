@@ -77,7 +77,11 @@ TEST(ScenarioLibrary, EachCauseClassHasAScenarioThatCatchesItsDefects) {
       const Result<ScenarioVerdict> verdict = run_scenario(scenario, DefectSet{*defect_from_name(name)});
       ASSERT_TRUE(verdict.ok()) << verdict.status().to_string();
       EXPECT_FALSE(verdict->passed) << verdict->outcome;
-      EXPECT_FALSE(verdict->diagnosis.empty());
+      const char* const kNamed[] = {"params", "master", "exp_avg", "counters", "scheduler", "loss_scaler", "rng",
+                                    "data", "loss", "no complete checkpoint", "expected the resume to start at step"};
+      EXPECT_TRUE(std::any_of(std::begin(kNamed), std::end(kNamed), [&](const char* component) {
+        return verdict->diagnosis.find(component) != std::string::npos;
+      })) << verdict->diagnosis;
     }
   }
   for (const char* cause_class : {"A", "B", "C", "D", "E", "F", "G", "H", "I", "J", "K", "L", "N"}) {
@@ -103,6 +107,32 @@ TEST(ScenarioFile, ErrorsNameTheKeyAndTheLine) {
   ASSERT_FALSE(world.ok());
   EXPECT_NE(world.status().message().find(path + ":3: world_size: expected 1 to 256, found 0"), std::string::npos)
       << world.status().to_string();
+}
+
+TEST(ScenarioFile, ACrashPointThatCannotFireIsRefusedOrFailsTheScenario) {
+  const Result<Scenario> misspelt = scenario_from_json(
+      nlohmann::json::parse(R"({"fault_plan": {"crash": {"site": "ckpt.shard_writen"}}})"), "s.json");
+  ASSERT_FALSE(misspelt.ok());
+  EXPECT_NE(misspelt.status().message().find("did you mean ckpt.shard_written?"), std::string::npos)
+      << misspelt.status().to_string();
+  const Result<Scenario> no_rank = scenario_from_json(
+      nlohmann::json::parse(R"({"world_size": 2, "fault_plan": {"crash": {"site": "ckpt.save_begin", "rank": 7}}})"), "s.json");
+  ASSERT_FALSE(no_rank.ok());
+  EXPECT_NE(no_rank.status().message().find("7 is not a rank of a world of 2"), std::string::npos);
+  const Result<Scenario> late = scenario_from_json(
+      nlohmann::json::parse(R"({"fault_plan": {"crash": {"site": "engine.step_end", "occurrence": 40}}})"), "s.json");
+  ASSERT_TRUE(late.ok()) << late.status().to_string();
+  const Result<ScenarioVerdict> verdict = run_scenario(*late, DefectSet{});
+  ASSERT_TRUE(verdict.ok());
+  EXPECT_FALSE(verdict->passed);
+  EXPECT_NE(verdict->diagnosis.find("was never reached"), std::string::npos) << verdict->diagnosis;
+  const Result<Scenario> schedule =
+      scenario_from_json(nlohmann::json::parse(R"({"explored_save_step": 8, "steps": 4})"), "s.json");
+  ASSERT_FALSE(schedule.ok());
+  EXPECT_NE(schedule.status().message().find("explored_save_step: 8 is past steps (4)"), std::string::npos);
+  const Result<Scenario> name = scenario_from_json(nlohmann::json::parse(R"({"name": 5})"), "s.json");
+  ASSERT_FALSE(name.ok());
+  EXPECT_NE(name.status().message().find("name: expected a string"), std::string::npos);
 }
 
 TEST(ScenarioFile, TheConfigMayBeAFileBesideTheScenario) {

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/env/defects.h"
+#include "reports/report_file.h"
 #include "reports/suite_report.h"
 #include "scenarios/scenario_file.h"
 #include "sim/crash_explorer.h"
@@ -46,7 +47,7 @@ int run_explore_command(const ExploreFlags& flags) {
                                    {"failed", result->failed},             {"failures", failures},
                                    {"explored_points", result->explored_points},
                                    {"trace_hash", result->reference_trace_hash}};
-    std::printf("%s\n", output.dump(2).c_str());
+    std::printf("%s\n", json_text(output).c_str());
   } else {
     std::printf("zerosim explore %s: save at step %lld by %d ranks, resumed at %d ranks\n", flags.scenario_path.c_str(),
                 static_cast<long long>(scenario->explored_save_step), scenario->options.world_size,
@@ -89,7 +90,7 @@ int run_explore_command(const ExploreFlags& flags) {
           entry.verdict.diagnosis = failure.reason + " (crash state: " + failure.crash_state + ")";
         }
       }
-      if (!entry.verdict.passed && entry.verdict.diagnosis.empty()) entry.verdict.diagnosis = "see the first failures above";
+      if (!entry.verdict.passed && entry.verdict.diagnosis.empty()) entry.verdict.diagnosis = "(the exploration keeps the first 8 failures; this point's are not among them)";
       report.scenarios.push_back(std::move(entry));
     }
     Status written = flags.junit_path.empty()

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -100,7 +101,7 @@ int finish(const ReportFlags& flags, const SuiteReport& report, const nlohmann::
   if (flags.json) {
     nlohmann::json document = report_json(report);
     for (const auto& [key, value] : extra.items()) document[key] = value;
-    std::printf("%s\n", document.dump(2).c_str());
+    std::printf("%s\n", json_text(document).c_str());
   } else {
     std::printf("%zu scenario(s): %zu passed, %d failed\n", report.scenarios.size(),
                 report.scenarios.size() - static_cast<size_t>(failed), failed);
@@ -155,6 +156,7 @@ int run_scenarios_command(const RunFlags& flags) {
     if (!verdict.ok()) {
       progress.clear();
       std::fprintf(stderr, "zerosim: %s: %s\n", paths[i].c_str(), verdict.status().to_string().c_str());
+      (void)finish(flags.report, report);  // the reports of the scenarios that ran
       return exit_code_for(verdict.status());
     }
     print_verdict(flags.report, *verdict, progress);
@@ -175,7 +177,7 @@ int run_import_command(const ImportOptions& options, const std::string& output_p
     std::fprintf(stderr, "zerosim: import-ds: %s\n", scenario.status().to_string().c_str());
     return exit_code_for(scenario.status());
   }
-  const std::string text = scenario->dump(2) + "\n";
+  const std::string text = json_text(*scenario) + "\n";
   if (output_path.empty()) {
     std::printf("%s", text.c_str());
     return 0;
@@ -192,14 +194,20 @@ int run_import_command(const ImportOptions& options, const std::string& output_p
 int run_fuzz_command(const FuzzFlags& flags) {
   uint64_t shard_index = 0, shard_count = 1;
   {
-    unsigned long long index = 0, count = 0;
-    char trailing = 0;
-    if (std::sscanf(flags.shard.c_str(), "%llu/%llu%c", &index, &count, &trailing) != 2 || count == 0 || index >= count) {
+    // I/N, both unsigned decimal (from_chars takes no sign), 0 <= I < N.
+    const std::string& text = flags.shard;
+    const size_t slash = text.find('/');
+    const char* begin = text.data();
+    const char* end = text.data() + text.size();
+    const auto index_end = slash == std::string::npos ? std::from_chars_result{end, std::errc::invalid_argument}
+                                                      : std::from_chars(begin, begin + slash, shard_index);
+    const auto count_end = slash == std::string::npos ? std::from_chars_result{end, std::errc::invalid_argument}
+                                                      : std::from_chars(begin + slash + 1, end, shard_count);
+    if (slash == std::string::npos || index_end.ec != std::errc() || index_end.ptr != begin + slash ||
+        count_end.ec != std::errc() || count_end.ptr != end || shard_count == 0 || shard_index >= shard_count) {
       std::fprintf(stderr, "zerosim: --shard %s: expected I/N with 0 <= I < N (e.g. 0/4)\n", flags.shard.c_str());
       return 2;
     }
-    shard_index = index;
-    shard_count = count;
   }
   const std::optional<DefectSet> defects = parse_defects(flags.report.defect_names);
   if (!defects) return 2;
@@ -262,7 +270,7 @@ int run_fuzz_command(const FuzzFlags& flags) {
       const std::string path = failures_directory + "/fuzz-seed" + std::to_string(flags.seed) + "-case" +
                                std::to_string(index) + ".json";
       Status written = error ? io_error("failures directory " + failures_directory + ": " + error.message())
-                             : write_report_file(path, document.dump(2) + "\n", "shrunk scenario");
+                             : write_report_file(path, json_text(document) + "\n", "shrunk scenario");
       if (!written.ok()) {
         progress.clear();
         std::fprintf(stderr, "zerosim: %s\n", written.to_string().c_str());

@@ -304,7 +304,8 @@ Status RankEngine::save_checkpoint(const std::string& checkpoint_directory, cons
   ZEROSIM_RETURN_IF_ERROR(share_verdict_all(comm_, write_shard(shard_path, sink), "snapshot its shard of " + tag_directory));
   const uint64_t size_bytes = sink.size_bytes();
   const std::string checksum = sink.checksum();
-  pending_save_ = std::async(std::launch::async, [this, snapshot, shard_path, checkpoint_directory, tag, manifest_text,
+  const std::launch policy = env_.async_saves_deferred ? std::launch::deferred : std::launch::async;
+  pending_save_ = std::async(policy, [this, snapshot, shard_path, checkpoint_directory, tag, manifest_text,
                                                   size_bytes, checksum]() -> Status {
     Comm& comm = *checkpoint_comm_;
     Status written = [&]() -> Status {

@@ -31,7 +31,7 @@ const std::vector<DefectInfo>& all_defects() {
       {Defect::kShuffleEpochNotRestored, "shuffle_epoch_not_restored",
        "the shuffling RNG restarts from epoch 0's stream after a resume (transformers #17032, #23045)"},
       {Defect::kParamsNotRefreshedAfterLoad, "params_not_refreshed_after_load",
-       "the 16-bit parameters are not refreshed from the checkpoint; they keep what the new process built "
+       "the 16-bit parameters are not refreshed from the checkpoint; they keep the new process's buffers "
        "(Megatron-Core PR #6920, #5071)"},
       {Defect::kRequestedTagIgnored, "requested_tag_ignored",
        "the loader resumes from `latest` whatever tag was asked for (DeepSpeed #8499)"},

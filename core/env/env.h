@@ -20,6 +20,12 @@ struct Env {
   CrashPointHook* crash_points = nullptr;
   // Null in real runs: no defect is active (defects.h).
   const DefectSet* defects = nullptr;
+  // The simulator's scheduling of checkpoint.async_save: the background half of a save runs
+  // when the next save (or the end of the run) waits for it, on the rank's own thread, instead
+  // of on a thread racing the training steps. A crash then finds the same saves committed in
+  // every run (a save still "in flight" at the crash was never written), which keeps the
+  // simulator deterministic. Real runs leave it false.
+  bool async_saves_deferred = false;
 };
 
 // Owns the real implementations: POSIX disk, steady clock, no crash points.
