@@ -34,7 +34,7 @@ for tensors in (1, 64):
     torch.cuda.empty_cache()
 PY
 echo "== host: zerosim CPU AdamW ($cpu_params parameters, $threads threads) beside torch fused CPU AdamW"
-"$build/bench/adamw_bench" --params "$cpu_params" --threads "$threads" --repetitions 5 | tail -4
+"$build/bench/adamw_bench" --params "$cpu_params" --threads "$threads" --repetitions 5
 python3 - "$cpu_params" "$threads" <<'PY'
 import sys, json, time, torch
 n, threads = int(sys.argv[1]), int(sys.argv[2])
