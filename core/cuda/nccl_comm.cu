@@ -1,0 +1,252 @@
+#include "core/cuda/nccl_comm.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <set>
+#include <string>
+
+namespace zerosim {
+
+namespace {
+
+// accumulator[i] = (...((accumulator[i] + c_0[i]) + c_1[i]) + ...) + c_{W-1}[i], each c_r
+// widened to fp32 exactly, each add rounded to nearest: the seam's fold, as the CPU does it.
+template <typename Element>
+__device__ __forceinline__ float widen(Element value);
+template <>
+__device__ __forceinline__ float widen<float>(float value) { return value; }
+template <>
+__device__ __forceinline__ float widen<__half>(__half value) { return __half2float(value); }
+template <>
+__device__ __forceinline__ float widen<__nv_bfloat16>(__nv_bfloat16 value) { return __bfloat162float(value); }
+
+template <typename Element>
+__global__ void fold_in_rank_order(const Element* chunks, int world_size, int64_t chunk_element_count,
+                                   float* accumulator) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < chunk_element_count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float sum = accumulator[i];
+    for (int r = 0; r < world_size; ++r) sum = __fadd_rn(sum, widen(chunks[r * chunk_element_count + i]));
+    accumulator[i] = sum;
+  }
+}
+
+class NcclComm final : public Comm {
+ public:
+  NcclComm(int rank, int world_size, int device, ncclComm_t communicator, cudaStream_t stream)
+      : rank_(rank), world_size_(world_size), device_(device), communicator_(communicator), stream_(stream) {}
+  ~NcclComm() override {
+    cudaSetDevice(device_);
+    if (scratch_ != nullptr) cudaFree(scratch_);
+    if (scalars_ != nullptr) cudaFree(scalars_);
+    ncclCommDestroy(communicator_);
+    cudaStreamDestroy(stream_);
+  }
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+  cudaStream_t stream() const { return stream_; }
+  ncclComm_t communicator() const { return communicator_; }
+
+  Status all_gather(std::span<const std::byte> send, std::span<std::byte> receive) override {
+    ZEROSIM_RETURN_IF_ERROR(select_device());
+    if (receive.size() != send.size() * static_cast<size_t>(world_size_)) {
+      return invalid_argument(where() + "all_gather: receive holds " + std::to_string(receive.size()) +
+                              " bytes, expected W x " + std::to_string(send.size()));
+    }
+    ZEROSIM_RETURN_IF_ERROR(nccl("ncclAllGather", ncclAllGather(send.data(), receive.data(), send.size(), ncclUint8,
+                                                                 communicator_, stream_)));
+    return synchronize("all_gather");
+  }
+
+  Status gather(std::span<const std::byte> send, std::span<std::byte> receive, int root_rank) override {
+    ZEROSIM_RETURN_IF_ERROR(select_device());
+    if (rank_ == root_rank && receive.size() != send.size() * static_cast<size_t>(world_size_)) {
+      return invalid_argument(where() + "gather: the root's receive holds " + std::to_string(receive.size()) +
+                              " bytes, expected W x " + std::to_string(send.size()));
+    }
+    ZEROSIM_RETURN_IF_ERROR(nccl("ncclGroupStart", ncclGroupStart()));
+    ncclResult_t result = ncclSend(send.data(), send.size(), ncclUint8, root_rank, communicator_, stream_);
+    if (rank_ == root_rank) {
+      for (int source = 0; source < world_size_ && result == ncclSuccess; ++source) {
+        result = ncclRecv(receive.data() + static_cast<size_t>(source) * send.size(), send.size(), ncclUint8, source,
+                          communicator_, stream_);
+      }
+    }
+    const ncclResult_t ended = ncclGroupEnd();
+    ZEROSIM_RETURN_IF_ERROR(nccl("ncclSend/ncclRecv (gather)", result));
+    ZEROSIM_RETURN_IF_ERROR(nccl("ncclGroupEnd (gather)", ended));
+    return synchronize("gather");
+  }
+
+  Status reduce_scatter_accumulate(std::span<const std::byte> send, DType dtype, size_t chunk_element_count,
+                                   std::span<float> accumulator) override {
+    ZEROSIM_RETURN_IF_ERROR(select_device());
+    const size_t element_bytes = dtype_size_bytes(dtype);
+    const size_t chunk_bytes = chunk_element_count * element_bytes;
+    if (send.size() != chunk_bytes * static_cast<size_t>(world_size_) || accumulator.size() != chunk_element_count) {
+      return invalid_argument(where() + "reduce_scatter_accumulate: send holds " + std::to_string(send.size()) +
+                              " bytes and the accumulator " + std::to_string(accumulator.size()) +
+                              " elements, expected W x " + std::to_string(chunk_bytes) + " and " +
+                              std::to_string(chunk_element_count));
+    }
+    ZEROSIM_RETURN_IF_ERROR(reserve_scratch(chunk_bytes * static_cast<size_t>(world_size_)));
+    // The all-to-all: chunk j of this rank goes to rank j; rank r's chunk for this rank lands
+    // at position r of the scratch.
+    ZEROSIM_RETURN_IF_ERROR(nccl("ncclGroupStart", ncclGroupStart()));
+    ncclResult_t result = ncclSuccess;
+    for (int peer = 0; peer < world_size_ && result == ncclSuccess; ++peer) {
+      result = ncclSend(send.data() + static_cast<size_t>(peer) * chunk_bytes, chunk_bytes, ncclUint8, peer,
+                        communicator_, stream_);
+      if (result == ncclSuccess) {
+        result = ncclRecv(static_cast<std::byte*>(scratch_) + static_cast<size_t>(peer) * chunk_bytes, chunk_bytes,
+                          ncclUint8, peer, communicator_, stream_);
+      }
+    }
+    const ncclResult_t ended = ncclGroupEnd();
+    ZEROSIM_RETURN_IF_ERROR(nccl("ncclSend/ncclRecv (reduce_scatter_accumulate)", result));
+    ZEROSIM_RETURN_IF_ERROR(nccl("ncclGroupEnd (reduce_scatter_accumulate)", ended));
+    if (chunk_element_count > 0) {
+      const int threads = 256;
+      const int blocks = static_cast<int>(std::min<size_t>((chunk_element_count + threads - 1) / threads, 8192));
+      const auto count = static_cast<int64_t>(chunk_element_count);
+      switch (dtype) {
+        case DType::kFp32:
+          fold_in_rank_order<<<blocks, threads, 0, stream_>>>(static_cast<const float*>(scratch_), world_size_, count,
+                                                              accumulator.data());
+          break;
+        case DType::kFp16:
+          fold_in_rank_order<<<blocks, threads, 0, stream_>>>(static_cast<const __half*>(scratch_), world_size_, count,
+                                                              accumulator.data());
+          break;
+        case DType::kBf16:
+          fold_in_rank_order<<<blocks, threads, 0, stream_>>>(static_cast<const __nv_bfloat16*>(scratch_), world_size_,
+                                                              count, accumulator.data());
+          break;
+      }
+      ZEROSIM_RETURN_IF_ERROR(cuda("fold_in_rank_order launch", cudaGetLastError()));
+    }
+    return synchronize("reduce_scatter_accumulate");
+  }
+
+  Status all_reduce_max(std::span<double> values) override {
+    ZEROSIM_RETURN_IF_ERROR(select_device());
+    if (values.empty()) return Status();
+    ZEROSIM_RETURN_IF_ERROR(reserve_scalars(values.size()));
+    const size_t bytes = values.size() * sizeof(double);
+    ZEROSIM_RETURN_IF_ERROR(
+        cuda("cudaMemcpyAsync to the device", cudaMemcpyAsync(scalars_, values.data(), bytes, cudaMemcpyHostToDevice, stream_)));
+    ZEROSIM_RETURN_IF_ERROR(nccl("ncclAllReduce (max)", ncclAllReduce(scalars_, scalars_, values.size(), ncclFloat64,
+                                                                       ncclMax, communicator_, stream_)));
+    ZEROSIM_RETURN_IF_ERROR(
+        cuda("cudaMemcpyAsync to the host", cudaMemcpyAsync(values.data(), scalars_, bytes, cudaMemcpyDeviceToHost, stream_)));
+    return synchronize("all_reduce_max");
+  }
+
+  Status broadcast(std::span<std::byte> buffer, int root_rank) override {
+    ZEROSIM_RETURN_IF_ERROR(select_device());
+    ZEROSIM_RETURN_IF_ERROR(nccl("ncclBroadcast", ncclBroadcast(buffer.data(), buffer.data(), buffer.size(), ncclUint8,
+                                                                 root_rank, communicator_, stream_)));
+    return synchronize("broadcast");
+  }
+
+  Status barrier() override {
+    double value = 0.0;
+    return all_reduce_max(std::span<double>(&value, 1));
+  }
+
+ private:
+  std::string where() const { return "rank " + std::to_string(rank_) + " (GPU " + std::to_string(device_) + "): "; }
+  Status select_device() const { return cuda("cudaSetDevice", cudaSetDevice(device_)); }
+  Status cuda(const char* call, cudaError_t error) const {
+    if (error == cudaSuccess) return Status();
+    return internal_error(where() + call + ": " + cudaGetErrorString(error));
+  }
+  Status nccl(const char* call, ncclResult_t result) const {
+    if (result == ncclSuccess) return Status();
+    return internal_error(where() + call + ": " + ncclGetErrorString(result));
+  }
+  Status synchronize(const char* collective) const {
+    const cudaError_t error = cudaStreamSynchronize(stream_);
+    if (error == cudaSuccess) return Status();
+    return internal_error(where() + collective + ": cudaStreamSynchronize: " + cudaGetErrorString(error));
+  }
+  Status reserve_scratch(size_t bytes) {
+    if (bytes <= scratch_bytes_) return Status();
+    if (scratch_ != nullptr) cudaFree(scratch_);
+    scratch_ = nullptr;
+    scratch_bytes_ = 0;
+    ZEROSIM_RETURN_IF_ERROR(cuda("cudaMalloc (reduce-scatter scratch)", cudaMalloc(&scratch_, bytes)));
+    scratch_bytes_ = bytes;
+    return Status();
+  }
+  Status reserve_scalars(size_t count) {
+    if (count <= scalar_count_) return Status();
+    if (scalars_ != nullptr) cudaFree(scalars_);
+    scalars_ = nullptr;
+    scalar_count_ = 0;
+    ZEROSIM_RETURN_IF_ERROR(cuda("cudaMalloc (scalars)", cudaMalloc(&scalars_, count * sizeof(double))));
+    scalar_count_ = count;
+    return Status();
+  }
+
+  int rank_;
+  int world_size_;
+  int device_;
+  ncclComm_t communicator_;
+  cudaStream_t stream_;
+  void* scratch_ = nullptr;
+  size_t scratch_bytes_ = 0;
+  double* scalars_ = nullptr;
+  size_t scalar_count_ = 0;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<NcclCommWorld>> NcclCommWorld::create(std::span<const int> devices) {
+  if (devices.empty()) return invalid_argument("NCCL world: no device listed");
+  if (std::set<int>(devices.begin(), devices.end()).size() != devices.size()) {
+    return invalid_argument("NCCL world: a device is listed twice (one rank per GPU)");
+  }
+  int device_count = 0;
+  const cudaError_t counted = cudaGetDeviceCount(&device_count);
+  if (counted != cudaSuccess) return failed_precondition(std::string("cudaGetDeviceCount: ") + cudaGetErrorString(counted));
+  for (int device : devices) {
+    if (device < 0 || device >= device_count) {
+      return invalid_argument("NCCL world: device " + std::to_string(device) + " does not exist (this machine has " +
+                              std::to_string(device_count) + ")");
+    }
+  }
+  const int world_size = static_cast<int>(devices.size());
+  std::vector<ncclComm_t> communicators(devices.size());
+  const ncclResult_t made = ncclCommInitAll(communicators.data(), world_size, devices.data());
+  if (made != ncclSuccess) return internal_error(std::string("ncclCommInitAll: ") + ncclGetErrorString(made));
+  std::unique_ptr<NcclCommWorld> world(new NcclCommWorld());
+  for (int rank = 0; rank < world_size; ++rank) {
+    cudaStream_t stream = nullptr;
+    cudaError_t error = cudaSetDevice(devices[rank]);
+    if (error == cudaSuccess) error = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    if (error != cudaSuccess) {
+      for (int later = rank; later < world_size; ++later) ncclCommDestroy(communicators[later]);
+      return internal_error("rank " + std::to_string(rank) + ": cudaStreamCreate: " + cudaGetErrorString(error));
+    }
+    world->comms_.push_back(std::make_unique<NcclComm>(rank, world_size, devices[rank], communicators[rank], stream));
+  }
+  return Result<std::unique_ptr<NcclCommWorld>>(std::move(world));
+}
+
+NcclCommWorld::~NcclCommWorld() = default;
+
+Comm& NcclCommWorld::comm(int rank) { return *comms_.at(static_cast<size_t>(rank)); }
+int NcclCommWorld::world_size() const { return static_cast<int>(comms_.size()); }
+void* NcclCommWorld::stream(int rank) const {
+  return static_cast<NcclComm&>(*comms_.at(static_cast<size_t>(rank))).stream();
+}
+void* NcclCommWorld::raw_communicator(int rank) const {
+  return static_cast<NcclComm&>(*comms_.at(static_cast<size_t>(rank))).communicator();
+}
+
+}  // namespace zerosim

@@ -1,0 +1,52 @@
+// NCCL behind the Comm seam (core/env/comm.h): W GPUs of one process, one thread per GPU, the
+// communicators made together by ncclCommInitAll. Rank r drives device devices[r]; the thread
+// that calls comm(r)'s collectives may be any thread (each call selects the device).
+//
+// Memory: the byte and gradient collectives take DEVICE memory (send, receive, accumulator,
+// broadcast buffer), as a GPU engine holds its partitions on the device; all_reduce_max and
+// barrier take host values (the engine's scalars: overflow flags, norms, verdicts), staged
+// through a small device buffer.
+//
+// Determinism: reduce_scatter_accumulate keeps the seam's contract, a left fold in rank order
+// widened to fp32, so it gives the CPU world's bits at any W: it moves the chunks with grouped
+// ncclSend/ncclRecv (an all-to-all, the bytes a ring reduce-scatter moves) and folds them on the
+// device in rank order, instead of ncclReduceScatter, whose summation order follows NCCL's
+// algorithm and the topology. all_reduce_max is exact.
+//
+// Every call returns when the collective has completed on this rank's stream. Errors name the
+// rank, the device and the NCCL or CUDA call. Not yet: abort() (a failed rank leaves its peers
+// waiting in NCCL, as a raw NCCL program would), and several processes (MPI or a rendezvous file).
+//
+// Without the CUDA backend, create() returns kFailedPrecondition.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/env/comm.h"
+#include "core/status.h"
+
+namespace zerosim {
+
+class NcclCommWorld {
+ public:
+  // One rank per listed CUDA device (distinct ids).
+  static Result<std::unique_ptr<NcclCommWorld>> create(std::span<const int> devices);
+  ~NcclCommWorld();
+  NcclCommWorld(const NcclCommWorld&) = delete;
+  NcclCommWorld& operator=(const NcclCommWorld&) = delete;
+
+  Comm& comm(int rank);
+  int world_size() const;
+  // The CUDA stream rank `rank` enqueues on (a cudaStream_t), for callers that time it.
+  void* stream(int rank) const;
+  // The raw ncclComm_t of rank `rank`, for benchmarks that compare against raw NCCL.
+  void* raw_communicator(int rank) const;
+
+ private:
+  NcclCommWorld() = default;
+  std::vector<std::unique_ptr<Comm>> comms_;
+};
+
+}  // namespace zerosim

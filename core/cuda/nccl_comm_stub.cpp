@@ -1,0 +1,15 @@
+// nccl_comm.h without the CUDA backend.
+#include "core/cuda/nccl_comm.h"
+
+namespace zerosim {
+
+Result<std::unique_ptr<NcclCommWorld>> NcclCommWorld::create(std::span<const int>) {
+  return failed_precondition("the CUDA backend is not compiled in (nvcc was not found at configure time), so NCCL is absent");
+}
+NcclCommWorld::~NcclCommWorld() = default;
+Comm& NcclCommWorld::comm(int rank) { return *comms_.at(static_cast<size_t>(rank)); }
+int NcclCommWorld::world_size() const { return static_cast<int>(comms_.size()); }
+void* NcclCommWorld::stream(int) const { return nullptr; }
+void* NcclCommWorld::raw_communicator(int) const { return nullptr; }
+
+}  // namespace zerosim
