@@ -156,6 +156,7 @@ Result<Scenario> read_scenario_file(const std::string& path) {
   if (!stream) return not_found("scenario file " + path + " cannot be opened");
   std::stringstream buffer;
   buffer << stream.rdbuf();
+  if (stream.bad()) return io_error("scenario file " + path + " could not be read");
   ZEROSIM_ASSIGN_OR_RETURN(nlohmann::json document, parse_json_text(buffer.str(), path));
   Result<Scenario> scenario = scenario_from_json(document, path);
   if (!scenario.ok()) {

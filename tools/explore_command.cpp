@@ -19,7 +19,7 @@ int run_explore_command(const ExploreFlags& flags) {
   Result<CrashScenario> scenario = read_crash_scenario_file(flags.scenario_path);
   if (!scenario.ok()) {
     std::fprintf(stderr, "zerosim: explore: %s\n", scenario.status().to_string().c_str());
-    return 2;
+    return scenario.status().code() == StatusCode::kIoError ? 3 : 2;
   }
   for (const std::string& name : flags.defect_names) {
     std::optional<Defect> defect = defect_from_name(name);

@@ -5,7 +5,9 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <set>
+#include <vector>
 #include <string>
 
 namespace zerosim {
@@ -23,27 +25,46 @@ __device__ __forceinline__ float widen<__half>(__half value) { return __half2flo
 template <>
 __device__ __forceinline__ float widen<__nv_bfloat16>(__nv_bfloat16 value) { return __bfloat162float(value); }
 
+constexpr int kMaxRanks = 64;
+
 template <typename Element>
-__global__ void fold_in_rank_order(const Element* chunks, int world_size, int64_t chunk_element_count,
+struct ChunkPointers {
+  const Element* chunk[kMaxRanks];  // rank r's contribution to this rank's slice, at element 0
+};
+
+// Folds elements [begin, end) of the slice.
+template <typename Element>
+__global__ void fold_in_rank_order(const ChunkPointers<Element> chunks, int world_size, int64_t begin, int64_t end,
                                    float* accumulator) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < chunk_element_count;
+  for (int64_t i = begin + blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < end;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float sum = accumulator[i];
-    for (int r = 0; r < world_size; ++r) sum = __fadd_rn(sum, widen(chunks[r * chunk_element_count + i]));
+    for (int r = 0; r < world_size; ++r) sum = __fadd_rn(sum, widen(chunks.chunk[r][i]));
     accumulator[i] = sum;
   }
 }
 
+// Pieces of the slice that the gradient collective moves and folds in a pipeline: the fold of
+// piece p (on the fold stream) overlaps the transfer of piece p+1 (on the NCCL stream).
+constexpr int64_t kPieceBytes = int64_t{64} << 20;
+
 class NcclComm final : public Comm {
  public:
-  NcclComm(int rank, int world_size, int device, ncclComm_t communicator, cudaStream_t stream)
-      : rank_(rank), world_size_(world_size), device_(device), communicator_(communicator), stream_(stream) {}
+  NcclComm(int rank, int world_size, int device, ncclComm_t communicator, cudaStream_t stream, cudaStream_t fold_stream)
+      : rank_(rank),
+        world_size_(world_size),
+        device_(device),
+        communicator_(communicator),
+        stream_(stream),
+        fold_stream_(fold_stream) {}
   ~NcclComm() override {
     cudaSetDevice(device_);
     if (scratch_ != nullptr) cudaFree(scratch_);
     if (scalars_ != nullptr) cudaFree(scalars_);
+    for (cudaEvent_t event : events_) cudaEventDestroy(event);
     ncclCommDestroy(communicator_);
     cudaStreamDestroy(stream_);
+    cudaStreamDestroy(fold_stream_);
   }
 
   int rank() const override { return rank_; }
@@ -93,42 +114,54 @@ class NcclComm final : public Comm {
                               " elements, expected W x " + std::to_string(chunk_bytes) + " and " +
                               std::to_string(chunk_element_count));
     }
-    ZEROSIM_RETURN_IF_ERROR(reserve_scratch(chunk_bytes * static_cast<size_t>(world_size_)));
-    // The all-to-all: chunk j of this rank goes to rank j; rank r's chunk for this rank lands
-    // at position r of the scratch.
-    ZEROSIM_RETURN_IF_ERROR(nccl("ncclGroupStart", ncclGroupStart()));
-    ncclResult_t result = ncclSuccess;
-    for (int peer = 0; peer < world_size_ && result == ncclSuccess; ++peer) {
-      result = ncclSend(send.data() + static_cast<size_t>(peer) * chunk_bytes, chunk_bytes, ncclUint8, peer,
-                        communicator_, stream_);
-      if (result == ncclSuccess) {
-        result = ncclRecv(static_cast<std::byte*>(scratch_) + static_cast<size_t>(peer) * chunk_bytes, chunk_bytes,
-                          ncclUint8, peer, communicator_, stream_);
-      }
+    if (world_size_ > kMaxRanks) {
+      return invalid_argument(where() + "reduce_scatter_accumulate: at most " + std::to_string(kMaxRanks) + " ranks");
     }
-    const ncclResult_t ended = ncclGroupEnd();
-    ZEROSIM_RETURN_IF_ERROR(nccl("ncclSend/ncclRecv (reduce_scatter_accumulate)", result));
-    ZEROSIM_RETURN_IF_ERROR(nccl("ncclGroupEnd (reduce_scatter_accumulate)", ended));
-    if (chunk_element_count > 0) {
+    ZEROSIM_RETURN_IF_ERROR(reserve_scratch(chunk_bytes * static_cast<size_t>(world_size_)));
+    // The all-to-all, piece by piece: piece p of this rank's chunk j goes to rank j, and rank
+    // r's piece p for this rank lands in the scratch at chunk r. This rank's own chunk is
+    // folded straight from `send`. Each piece's fold waits for its transfer, in rank order.
+    const int64_t piece_elements = std::max<int64_t>(1, kPieceBytes / static_cast<int64_t>(element_bytes));
+    const int64_t total = static_cast<int64_t>(chunk_element_count);
+    const int64_t pieces = (total + piece_elements - 1) / piece_elements;
+    ZEROSIM_RETURN_IF_ERROR(reserve_events(static_cast<size_t>(pieces)));
+    auto chunk_of = [&](int source) -> const std::byte* {
+      return source == rank_ ? send.data() + static_cast<size_t>(rank_) * chunk_bytes
+                             : static_cast<const std::byte*>(scratch_) + static_cast<size_t>(source) * chunk_bytes;
+    };
+    for (int64_t piece = 0; piece < pieces; ++piece) {
+      const int64_t begin = piece * piece_elements;
+      const int64_t end = std::min(total, begin + piece_elements);
+      const size_t offset = static_cast<size_t>(begin) * element_bytes;
+      const size_t length = static_cast<size_t>(end - begin) * element_bytes;
+      ZEROSIM_RETURN_IF_ERROR(nccl("ncclGroupStart", ncclGroupStart()));
+      ncclResult_t result = ncclSuccess;
+      for (int peer = 0; peer < world_size_ && result == ncclSuccess; ++peer) {
+        if (peer == rank_) continue;
+        result = ncclSend(send.data() + static_cast<size_t>(peer) * chunk_bytes + offset, length, ncclUint8, peer,
+                          communicator_, stream_);
+        if (result == ncclSuccess) {
+          result = ncclRecv(static_cast<std::byte*>(scratch_) + static_cast<size_t>(peer) * chunk_bytes + offset, length,
+                            ncclUint8, peer, communicator_, stream_);
+        }
+      }
+      const ncclResult_t ended = ncclGroupEnd();
+      ZEROSIM_RETURN_IF_ERROR(nccl("ncclSend/ncclRecv (reduce_scatter_accumulate)", result));
+      ZEROSIM_RETURN_IF_ERROR(nccl("ncclGroupEnd (reduce_scatter_accumulate)", ended));
+      cudaEvent_t arrived = events_[static_cast<size_t>(piece)];
+      ZEROSIM_RETURN_IF_ERROR(cuda("cudaEventRecord", cudaEventRecord(arrived, stream_)));
+      ZEROSIM_RETURN_IF_ERROR(cuda("cudaStreamWaitEvent", cudaStreamWaitEvent(fold_stream_, arrived, 0)));
       const int threads = 256;
-      const int blocks = static_cast<int>(std::min<size_t>((chunk_element_count + threads - 1) / threads, 8192));
-      const auto count = static_cast<int64_t>(chunk_element_count);
+      const int blocks = static_cast<int>(std::min<int64_t>((end - begin + threads - 1) / threads, 4096));
       switch (dtype) {
-        case DType::kFp32:
-          fold_in_rank_order<<<blocks, threads, 0, stream_>>>(static_cast<const float*>(scratch_), world_size_, count,
-                                                              accumulator.data());
-          break;
-        case DType::kFp16:
-          fold_in_rank_order<<<blocks, threads, 0, stream_>>>(static_cast<const __half*>(scratch_), world_size_, count,
-                                                              accumulator.data());
-          break;
-        case DType::kBf16:
-          fold_in_rank_order<<<blocks, threads, 0, stream_>>>(static_cast<const __nv_bfloat16*>(scratch_), world_size_,
-                                                              count, accumulator.data());
-          break;
+        case DType::kFp32: launch_fold<float>(chunk_of, blocks, threads, begin, end, accumulator.data()); break;
+        case DType::kFp16: launch_fold<__half>(chunk_of, blocks, threads, begin, end, accumulator.data()); break;
+        case DType::kBf16: launch_fold<__nv_bfloat16>(chunk_of, blocks, threads, begin, end, accumulator.data()); break;
       }
       ZEROSIM_RETURN_IF_ERROR(cuda("fold_in_rank_order launch", cudaGetLastError()));
     }
+    // The NCCL stream must not reuse the scratch before the folds have read it.
+    ZEROSIM_RETURN_IF_ERROR(cuda("cudaStreamSynchronize (fold)", cudaStreamSynchronize(fold_stream_)));
     return synchronize("reduce_scatter_accumulate");
   }
 
@@ -183,6 +216,22 @@ class NcclComm final : public Comm {
     scratch_bytes_ = bytes;
     return Status();
   }
+  template <typename Element, typename ChunkOf>
+  void launch_fold(const ChunkOf& chunk_of, int blocks, int threads, int64_t begin, int64_t end, float* accumulator) {
+    ChunkPointers<Element> pointers{};
+    for (int source = 0; source < world_size_; ++source) {
+      pointers.chunk[source] = reinterpret_cast<const Element*>(chunk_of(source));
+    }
+    fold_in_rank_order<<<blocks, threads, 0, fold_stream_>>>(pointers, world_size_, begin, end, accumulator);
+  }
+  Status reserve_events(size_t count) {
+    while (events_.size() < count) {
+      cudaEvent_t event = nullptr;
+      ZEROSIM_RETURN_IF_ERROR(cuda("cudaEventCreate", cudaEventCreateWithFlags(&event, cudaEventDisableTiming)));
+      events_.push_back(event);
+    }
+    return Status();
+  }
   Status reserve_scalars(size_t count) {
     if (count <= scalar_count_) return Status();
     if (scalars_ != nullptr) cudaFree(scalars_);
@@ -198,6 +247,8 @@ class NcclComm final : public Comm {
   int device_;
   ncclComm_t communicator_;
   cudaStream_t stream_;
+  cudaStream_t fold_stream_;
+  std::vector<cudaEvent_t> events_;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
   double* scalars_ = nullptr;
@@ -226,14 +277,16 @@ Result<std::unique_ptr<NcclCommWorld>> NcclCommWorld::create(std::span<const int
   if (made != ncclSuccess) return internal_error(std::string("ncclCommInitAll: ") + ncclGetErrorString(made));
   std::unique_ptr<NcclCommWorld> world(new NcclCommWorld());
   for (int rank = 0; rank < world_size; ++rank) {
-    cudaStream_t stream = nullptr;
+    cudaStream_t stream = nullptr, fold_stream = nullptr;
     cudaError_t error = cudaSetDevice(devices[rank]);
     if (error == cudaSuccess) error = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    if (error == cudaSuccess) error = cudaStreamCreateWithFlags(&fold_stream, cudaStreamNonBlocking);
     if (error != cudaSuccess) {
       for (int later = rank; later < world_size; ++later) ncclCommDestroy(communicators[later]);
       return internal_error("rank " + std::to_string(rank) + ": cudaStreamCreate: " + cudaGetErrorString(error));
     }
-    world->comms_.push_back(std::make_unique<NcclComm>(rank, world_size, devices[rank], communicators[rank], stream));
+    world->comms_.push_back(std::make_unique<NcclComm>(rank, world_size, devices[rank], communicators[rank], stream,
+                                                        fold_stream));
   }
   return Result<std::unique_ptr<NcclCommWorld>>(std::move(world));
 }
