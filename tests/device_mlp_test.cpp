@@ -3,6 +3,7 @@
 // features and sample counts from 1 to 64.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "core/cuda/cuda_probe.h"
 #include "core/cuda/device_mlp.h"
 #include "core/model/mlp.h"
+#include "core/tensor/portable_math.h"
 
 #if defined(ZEROSIM_HAVE_CUDA)
 #include <cuda_runtime.h>
@@ -111,6 +113,61 @@ TEST(DeviceMlp, EveryLayerWritesTheCpuLayersBits) {
                                d_weight_gradient, d_bias_gradient, d_previous_gradient}) {
           cudaFree(pointer);
         }
+      }
+    }
+  }
+}
+
+TEST(DeviceMlp, PortableExpAndLogGiveTheHostsBits) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  std::vector<double> arguments = {0.0, -0.0, 1.0, -1.0, 0.5, 1e-300, 5e-324, 700.0, 709.7, -744.0, -745.2, 88.7, -103.9,
+                                   1e300, 123.456, -0.3465735902799726};
+  std::mt19937_64 random(3);
+  std::uniform_real_distribution<double> wide(-800.0, 800.0), narrow(-20.0, 1.0);
+  for (int k = 0; k < 20000; ++k) arguments.push_back(k % 2 == 0 ? wide(random) : narrow(random));
+  for (int k = 0; k < 20000; ++k) arguments.push_back(std::ldexp(1.0 + static_cast<double>(k) / 20000.0, k % 600 - 300));
+  std::vector<double> exp_results(arguments.size()), log_results(arguments.size());
+  ASSERT_TRUE(device_portable_exp_log(arguments.data(), arguments.size(), exp_results.data(), log_results.data()).ok());
+  for (size_t k = 0; k < arguments.size(); ++k) {
+    const double host_exp = portable_exp(arguments[k]);
+    const double host_log = portable_log(arguments[k]);
+    ASSERT_EQ(std::memcmp(&host_exp, &exp_results[k], sizeof(double)), 0) << "exp(" << arguments[k] << ")";
+    ASSERT_EQ(std::memcmp(&host_log, &log_results[k], sizeof(double)), 0) << "log(" << arguments[k] << ")";
+  }
+}
+
+TEST(DeviceMlp, SoftmaxCrossEntropyGivesTheCpuLossAndGradient) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 random(9);
+  for (const int64_t classes : {int64_t{2}, int64_t{5}, int64_t{1000}}) {
+    for (const int64_t samples : {int64_t{1}, int64_t{13}, int64_t{256}}) {
+      SCOPED_TRACE(std::to_string(samples) + " x " + std::to_string(classes));
+      MlpActivations activations;
+      activations.sample_count = samples;
+      std::vector<float> logits = random_values(static_cast<size_t>(samples * classes), random);
+      for (float& logit : logits) logit *= 8.0f;
+      activations.pre_activations = {logits};
+      std::vector<int32_t> labels(static_cast<size_t>(samples));
+      for (int32_t& label : labels) label = static_cast<int32_t>(random() % static_cast<uint32_t>(classes));
+      std::vector<float> cpu_gradient;
+      const float gradient_scale = 65536.0f / 96.0f;
+      const float cpu_loss = softmax_cross_entropy(activations, labels, gradient_scale, cpu_gradient);
+      float* d_logits = to_device(logits);
+      float* d_gradient = to_device(std::vector<float>(logits.size()));
+      float* d_losses = to_device(std::vector<float>(static_cast<size_t>(samples)));
+      float* d_loss = to_device(std::vector<float>(1));
+      int32_t* d_labels = nullptr;
+      ASSERT_EQ(cudaMalloc(&d_labels, labels.size() * sizeof(int32_t)), cudaSuccess);
+      cudaMemcpy(d_labels, labels.data(), labels.size() * sizeof(int32_t), cudaMemcpyHostToDevice);
+      ASSERT_TRUE(device_softmax_cross_entropy(samples, classes, d_logits, d_labels, gradient_scale, d_gradient, d_losses,
+                                               d_loss)
+                      .ok());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      expect_same_bits({cpu_loss}, to_host(d_loss, 1), "loss");
+      expect_same_bits(cpu_gradient, to_host(d_gradient, logits.size()), "logits gradient");
+      for (void* pointer : {static_cast<void*>(d_logits), static_cast<void*>(d_gradient), static_cast<void*>(d_losses),
+                            static_cast<void*>(d_loss), static_cast<void*>(d_labels)}) {
+        cudaFree(pointer);
       }
     }
   }

@@ -59,6 +59,90 @@ __global__ void input_gradient_kernel(int64_t samples, int64_t in, int64_t out, 
   }
 }
 
+// portable_exp and portable_log (core/tensor/portable_math.cpp), op for op, in round-to-nearest
+// double intrinsics: the host's bits on the device.
+constexpr double kLn2High = 6.93147180369123816490e-01;
+constexpr double kLn2Low = 1.90821492927058770002e-10;
+constexpr double kInverseLn2 = 1.44269504088896338700e+00;
+
+__device__ double inverse_factorial(int n) {
+  double value = 1.0;
+  for (int i = 2; i <= n; ++i) value = __ddiv_rn(value, static_cast<double>(i));
+  return value;
+}
+
+__device__ double device_portable_exp(double x) {
+  if (x != x) return x;
+  if (x > 709.782712893384) return __longlong_as_double(0x7ff0000000000000LL);
+  if (x < -745.1332191019412) return 0.0;
+  const double k = rint(__dmul_rn(x, kInverseLn2));
+  const double reduced = __dsub_rn(__dsub_rn(x, __dmul_rn(k, kLn2High)), __dmul_rn(k, kLn2Low));
+  double sum = inverse_factorial(14);
+  for (int n = 13; n >= 0; --n) sum = __dadd_rn(__dmul_rn(sum, reduced), inverse_factorial(n));
+  return ldexp(sum, static_cast<int>(k));
+}
+
+__device__ double device_portable_log(double x) {
+  if (x != x) return x;
+  if (x < 0.0) return __longlong_as_double(0x7ff8000000000000LL);
+  if (x == 0.0) return __longlong_as_double(static_cast<long long>(0xfff0000000000000ULL));
+  if (x == __longlong_as_double(0x7ff0000000000000LL)) return x;
+  int exponent = 0;
+  double mantissa = frexp(x, &exponent);
+  if (mantissa < 0.70710678118654752440) {
+    mantissa = __dmul_rn(mantissa, 2.0);
+    exponent -= 1;
+  }
+  const double s = __ddiv_rn(__dsub_rn(mantissa, 1.0), __dadd_rn(mantissa, 1.0));
+  const double s_squared = __dmul_rn(s, s);
+  double series = __ddiv_rn(1.0, 25.0);
+  for (int k = 11; k >= 0; --k) series = __dadd_rn(__dmul_rn(series, s_squared), __ddiv_rn(1.0, static_cast<double>(2 * k + 1)));
+  const double log_mantissa = __dmul_rn(__dmul_rn(2.0, s), series);
+  const double e = static_cast<double>(exponent);
+  return __dadd_rn(__dmul_rn(e, kLn2High), __dadd_rn(__dmul_rn(e, kLn2Low), log_mantissa));
+}
+
+__device__ float device_portable_expf(float x) { return __double2float_rn(device_portable_exp(static_cast<double>(x))); }
+__device__ float device_portable_logf(float x) { return __double2float_rn(device_portable_log(static_cast<double>(x))); }
+
+// One thread per sample: the CPU's per-sample loop (the exponentials parked in the gradient).
+__global__ void softmax_kernel(int64_t samples, int64_t classes, const float* logits, const int32_t* labels,
+                               float gradient_scale, float* logits_gradient, float* sample_losses) {
+  for (int64_t s = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; s < samples;
+       s += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float* z = logits + s * classes;
+    float* dz = logits_gradient + s * classes;
+    float maximum = z[0];
+    for (int64_t c = 1; c < classes; ++c) maximum = z[c] > maximum ? z[c] : maximum;
+    float exp_sum = 0.0f;
+    for (int64_t c = 0; c < classes; ++c) {
+      dz[c] = device_portable_expf(__fsub_rn(z[c], maximum));
+      exp_sum = __fadd_rn(exp_sum, dz[c]);
+    }
+    const int32_t label = labels[s];
+    sample_losses[s] = __fsub_rn(device_portable_logf(exp_sum), __fsub_rn(z[label], maximum));
+    for (int64_t c = 0; c < classes; ++c) {
+      const float probability = __fdiv_rn(dz[c], exp_sum);
+      dz[c] = __fmul_rn(__fsub_rn(probability, c == label ? 1.0f : 0.0f), gradient_scale);
+    }
+  }
+}
+
+// The loss: a left fold over the samples in order, then divided by the sample count.
+__global__ void loss_fold_kernel(int64_t samples, const float* sample_losses, float* loss) {
+  float sum = 0.0f;
+  for (int64_t s = 0; s < samples; ++s) sum = __fadd_rn(sum, sample_losses[s]);
+  *loss = __fdiv_rn(sum, static_cast<float>(samples));
+}
+
+__global__ void exp_log_kernel(const double* arguments, size_t count, double* exp_results, double* log_results) {
+  for (size_t k = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; k < count;
+       k += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    exp_results[k] = device_portable_exp(arguments[k]);
+    log_results[k] = device_portable_log(arguments[k]);
+  }
+}
+
 Status launched(const char* kernel) {
   const cudaError_t error = cudaGetLastError();
   if (error == cudaSuccess) return Status();
@@ -103,6 +187,43 @@ Status device_mlp_layer_backward(const DeviceLayerShape& shape, const float* inp
   input_gradient_kernel<<<blocks_for(shape.samples * shape.in), kThreads, 0, cuda_stream>>>(
       shape.samples, shape.in, shape.out, weight, output_gradient, previous_pre_activation, previous_output_gradient);
   return launched("input gradient");
+}
+
+Status device_softmax_cross_entropy(int64_t samples, int64_t classes, const float* logits, const int32_t* labels,
+                                    float gradient_scale, float* logits_gradient, float* sample_losses, float* loss,
+                                    void* stream) {
+  if (samples <= 0 || classes < 2) {
+    return invalid_argument("device softmax: " + std::to_string(samples) + " samples of " + std::to_string(classes) +
+                            " classes");
+  }
+  const auto cuda_stream = static_cast<cudaStream_t>(stream);
+  softmax_kernel<<<blocks_for(samples), kThreads, 0, cuda_stream>>>(samples, classes, logits, labels, gradient_scale,
+                                                                    logits_gradient, sample_losses);
+  ZEROSIM_RETURN_IF_ERROR(launched("softmax"));
+  loss_fold_kernel<<<1, 1, 0, cuda_stream>>>(samples, sample_losses, loss);
+  return launched("loss fold");
+}
+
+Status device_portable_exp_log(const double* arguments, size_t count, double* exp_results, double* log_results) {
+  double* device = nullptr;
+  const size_t bytes = std::max<size_t>(count, 1) * sizeof(double);
+  if (cudaMalloc(&device, 3 * bytes) != cudaSuccess) return internal_error("device exp/log: cudaMalloc failed");
+  cudaMemcpy(device, arguments, count * sizeof(double), cudaMemcpyHostToDevice);
+  exp_log_kernel<<<blocks_for(static_cast<int64_t>(count)), kThreads>>>(device, count, device + bytes / sizeof(double),
+                                                                         device + 2 * bytes / sizeof(double));
+  const Status status = launched("exp/log");
+  if (!status.ok()) {
+    cudaFree(device);
+    return status;
+  }
+  if (cudaDeviceSynchronize() != cudaSuccess) {
+    cudaFree(device);
+    return internal_error("device exp/log: synchronize failed");
+  }
+  cudaMemcpy(exp_results, device + bytes / sizeof(double), count * sizeof(double), cudaMemcpyDeviceToHost);
+  cudaMemcpy(log_results, device + 2 * bytes / sizeof(double), count * sizeof(double), cudaMemcpyDeviceToHost);
+  cudaFree(device);
+  return Status();
 }
 
 }  // namespace zerosim

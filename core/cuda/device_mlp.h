@@ -11,6 +11,7 @@
 // Without the CUDA backend they return kFailedPrecondition.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "core/status.h"
@@ -36,5 +37,19 @@ Status device_mlp_layer_backward(const DeviceLayerShape& shape, const float* inp
                                  const float* output_gradient, const float* previous_pre_activation,
                                  float* weight_gradient, float* bias_gradient, float* previous_output_gradient,
                                  void* stream = nullptr);
+
+// The mean softmax cross-entropy of a micro-batch and the gradient of gradient_scale x the
+// summed loss with respect to the logits, as softmax_cross_entropy (core/model/mlp.h) computes
+// them: the same folds, and exp and log by portable_exp / portable_log's exact op sequence in
+// double (core/tensor/portable_math.h), so the loss and the gradient are the CPU's bits.
+// logits [samples, classes], labels [samples] (int32, each in [0, classes)), sample_losses a
+// device scratch of `samples` floats, loss one device float. Enqueues; does not wait.
+Status device_softmax_cross_entropy(int64_t samples, int64_t classes, const float* logits, const int32_t* labels,
+                                    float gradient_scale, float* logits_gradient, float* sample_losses, float* loss,
+                                    void* stream = nullptr);
+
+// portable_exp / portable_log on the device, elementwise over `count` doubles (for tests that
+// hold them to the host's bits). Synchronous; host pointers in and out.
+Status device_portable_exp_log(const double* arguments, size_t count, double* exp_results, double* log_results);
 
 }  // namespace zerosim
