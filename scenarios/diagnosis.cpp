@@ -74,6 +74,21 @@ std::vector<ScalarField> scalar_fields(const std::string& component) {
 }
 
 void diagnose_tensors(const CapturedState& expected, const CapturedState& actual, ElementDiagnosis& diagnosis) {
+  // A tensor the resumed state has and the reference does not is lost state too.
+  for (const CapturedTensor& have : actual.tensors) {
+    if (have.component != diagnosis.component) continue;
+    bool known = false;
+    for (const CapturedTensor& want : expected.tensors) {
+      known = known || (want.component == have.component && want.parameter == have.parameter);
+    }
+    if (!known && diagnosis.tensor.empty()) {
+      diagnosis.shape_mismatch = true;
+      diagnosis.tensor = have.parameter;
+      diagnosis.expected_value = "no such tensor";
+      diagnosis.actual_value = std::to_string(have.bytes.size()) + " bytes of " + dtype_name(have.dtype);
+      diagnosis.ladder = ToleranceClass::kLostState;
+    }
+  }
   for (const CapturedTensor& want : expected.tensors) {
     if (want.component != diagnosis.component) continue;
     const CapturedTensor* have = nullptr;

@@ -117,6 +117,13 @@ TEST(Diagnosis, AMissingOrReshapedTensorIsLostState) {
   EXPECT_EQ(shorter.describe(), "exp_avg_sq: w: expected 8 bytes of fp32, found 4 bytes of fp32 (lost state)");
   actual.tensors.clear();
   EXPECT_EQ(diagnose_component(expected, actual, "exp_avg_sq").actual_value, "no such tensor");
+  // And a tensor only the resumed state has.
+  expected.tensors.clear();
+  actual.tensors = {fp32_tensor("exp_avg_sq", "extra", {1.0f}, 1)};
+  const ElementDiagnosis extra = diagnose_component(expected, actual, "exp_avg_sq");
+  EXPECT_EQ(extra.tensor, "extra");
+  EXPECT_EQ(extra.expected_value, "no such tensor");
+  EXPECT_EQ(extra.ladder, ToleranceClass::kLostState);
 }
 
 }  // namespace
