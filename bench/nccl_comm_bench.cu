@@ -28,10 +28,13 @@ using WallClock = std::chrono::steady_clock;
 int main(int argc, char** argv) {
   int repetitions = 20;
   std::vector<size_t> sizes_mib = {16, 64, 256, 1024};
+  zerosim::NcclCommOptions options;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--repetitions") == 0) repetitions = std::atoi(argv[i + 1]);
+    else if (std::strcmp(argv[i], "--piece-mib") == 0) options.piece_bytes = std::atoll(argv[i + 1]) << 20;
+    else if (std::strcmp(argv[i], "--fold-blocks") == 0) options.fold_blocks = std::atoi(argv[i + 1]);
     else {
-      std::fprintf(stderr, "usage: nccl_comm_bench [--repetitions R]\n");
+      std::fprintf(stderr, "usage: nccl_comm_bench [--repetitions R] [--piece-mib M] [--fold-blocks B]\n");
       return 2;
     }
   }
@@ -42,7 +45,7 @@ int main(int argc, char** argv) {
   }
   std::vector<int> devices;
   for (int d = 0; d < device_count; ++d) devices.push_back(d);
-  zerosim::Result<std::unique_ptr<zerosim::NcclCommWorld>> world = zerosim::NcclCommWorld::create(devices);
+  zerosim::Result<std::unique_ptr<zerosim::NcclCommWorld>> world = zerosim::NcclCommWorld::create(devices, options);
   if (!world.ok()) {
     std::fprintf(stderr, "%s\n", world.status().to_string().c_str());
     return 3;
@@ -112,11 +115,11 @@ int main(int argc, char** argv) {
     }
     const double bus = static_cast<double>(world_size - 1) / world_size;
     const double gathered = static_cast<double>(bytes) * world_size;
-    std::printf("{\"gpus\": %d, \"size_mib_per_rank\": %zu, "
+    std::printf("{\"gpus\": %d, \"piece_mib\": %lld, \"fold_blocks\": %d, \"size_mib_per_rank\": %zu, "
                 "\"all_gather_seam_busbw_gb_s\": %.1f, \"all_gather_raw_busbw_gb_s\": %.1f, \"all_gather_ratio\": %.3f, "
                 "\"reduce_scatter_seam_busbw_gb_s\": %.1f, \"reduce_scatter_raw_busbw_gb_s\": %.1f, "
                 "\"reduce_scatter_ratio\": %.3f}\n",
-                world_size, mib, gathered / best[0] * bus / 1e9, gathered / best[1] * bus / 1e9, best[1] / best[0],
+                world_size, static_cast<long long>(options.piece_bytes >> 20), options.fold_blocks, mib, gathered / best[0] * bus / 1e9, gathered / best[1] * bus / 1e9, best[1] / best[0],
                 static_cast<double>(bytes) / best[2] * bus / 1e9, static_cast<double>(bytes) / best[3] * bus / 1e9,
                 best[3] / best[2]);
   }

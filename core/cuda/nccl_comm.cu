@@ -44,14 +44,13 @@ __global__ void fold_in_rank_order(const ChunkPointers<Element> chunks, int worl
   }
 }
 
-// Pieces of the slice that the gradient collective moves and folds in a pipeline: the fold of
-// piece p (on the fold stream) overlaps the transfer of piece p+1 (on the NCCL stream).
-constexpr int64_t kPieceBytes = int64_t{64} << 20;
 
 class NcclComm final : public Comm {
  public:
-  NcclComm(int rank, int world_size, int device, ncclComm_t communicator, cudaStream_t stream, cudaStream_t fold_stream)
-      : rank_(rank),
+  NcclComm(int rank, int world_size, int device, ncclComm_t communicator, cudaStream_t stream, cudaStream_t fold_stream,
+           const NcclCommOptions& options)
+      : options_(options),
+        rank_(rank),
         world_size_(world_size),
         device_(device),
         communicator_(communicator),
@@ -121,7 +120,7 @@ class NcclComm final : public Comm {
     // The all-to-all, piece by piece: piece p of this rank's chunk j goes to rank j, and rank
     // r's piece p for this rank lands in the scratch at chunk r. This rank's own chunk is
     // folded straight from `send`. Each piece's fold waits for its transfer, in rank order.
-    const int64_t piece_elements = std::max<int64_t>(1, kPieceBytes / static_cast<int64_t>(element_bytes));
+    const int64_t piece_elements = std::max<int64_t>(1, options_.piece_bytes / static_cast<int64_t>(element_bytes));
     const int64_t total = static_cast<int64_t>(chunk_element_count);
     const int64_t pieces = (total + piece_elements - 1) / piece_elements;
     ZEROSIM_RETURN_IF_ERROR(reserve_events(static_cast<size_t>(pieces)));
@@ -152,7 +151,8 @@ class NcclComm final : public Comm {
       ZEROSIM_RETURN_IF_ERROR(cuda("cudaEventRecord", cudaEventRecord(arrived, stream_)));
       ZEROSIM_RETURN_IF_ERROR(cuda("cudaStreamWaitEvent", cudaStreamWaitEvent(fold_stream_, arrived, 0)));
       const int threads = 256;
-      const int blocks = static_cast<int>(std::min<int64_t>((end - begin + threads - 1) / threads, 4096));
+      const int64_t wanted = (end - begin + threads - 1) / threads;
+      const int blocks = static_cast<int>(std::min<int64_t>(wanted, options_.fold_blocks > 0 ? options_.fold_blocks : 65535));
       switch (dtype) {
         case DType::kFp32: launch_fold<float>(chunk_of, blocks, threads, begin, end, accumulator.data()); break;
         case DType::kFp16: launch_fold<__half>(chunk_of, blocks, threads, begin, end, accumulator.data()); break;
@@ -242,6 +242,7 @@ class NcclComm final : public Comm {
     return Status();
   }
 
+  NcclCommOptions options_;
   int rank_;
   int world_size_;
   int device_;
@@ -257,8 +258,12 @@ class NcclComm final : public Comm {
 
 }  // namespace
 
-Result<std::unique_ptr<NcclCommWorld>> NcclCommWorld::create(std::span<const int> devices) {
+Result<std::unique_ptr<NcclCommWorld>> NcclCommWorld::create(std::span<const int> devices,
+                                                             const NcclCommOptions& options) {
   if (devices.empty()) return invalid_argument("NCCL world: no device listed");
+  if (options.piece_bytes <= 0 || options.fold_blocks < 0) {
+    return invalid_argument("NCCL world: piece_bytes must be positive and fold_blocks non-negative");
+  }
   if (std::set<int>(devices.begin(), devices.end()).size() != devices.size()) {
     return invalid_argument("NCCL world: a device is listed twice (one rank per GPU)");
   }
@@ -286,7 +291,7 @@ Result<std::unique_ptr<NcclCommWorld>> NcclCommWorld::create(std::span<const int
       return internal_error("rank " + std::to_string(rank) + ": cudaStreamCreate: " + cudaGetErrorString(error));
     }
     world->comms_.push_back(std::make_unique<NcclComm>(rank, world_size, devices[rank], communicators[rank], stream,
-                                                        fold_stream));
+                                                        fold_stream, options));
   }
   return Result<std::unique_ptr<NcclCommWorld>>(std::move(world));
 }

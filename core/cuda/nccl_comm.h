@@ -29,10 +29,19 @@
 
 namespace zerosim {
 
+struct NcclCommOptions {
+  // The gradient collective moves and folds its slice in pieces of this many bytes (of the
+  // send dtype), the fold of one overlapping the transfer of the next.
+  int64_t piece_bytes = int64_t{64} << 20;
+  // Blocks of a fold launch, at most: memory-bound, it needs a few per SM to reach the HBM
+  // bandwidth, and leaves the rest to NCCL's kernels. 0: one per 256 elements.
+  int fold_blocks = 0;
+};
+
 class NcclCommWorld {
  public:
   // One rank per listed CUDA device (distinct ids).
-  static Result<std::unique_ptr<NcclCommWorld>> create(std::span<const int> devices);
+  static Result<std::unique_ptr<NcclCommWorld>> create(std::span<const int> devices, const NcclCommOptions& options = {});
   ~NcclCommWorld();
   NcclCommWorld(const NcclCommWorld&) = delete;
   NcclCommWorld& operator=(const NcclCommWorld&) = delete;

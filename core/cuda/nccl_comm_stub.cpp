@@ -3,7 +3,7 @@
 
 namespace zerosim {
 
-Result<std::unique_ptr<NcclCommWorld>> NcclCommWorld::create(std::span<const int>) {
+Result<std::unique_ptr<NcclCommWorld>> NcclCommWorld::create(std::span<const int>, const NcclCommOptions&) {
   return failed_precondition("the CUDA backend is not compiled in (nvcc was not found at configure time), so NCCL is absent");
 }
 NcclCommWorld::~NcclCommWorld() = default;
