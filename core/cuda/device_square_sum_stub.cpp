@@ -1,0 +1,10 @@
+// device_square_sum.h without the CUDA backend.
+#include "core/cuda/device_square_sum.h"
+
+namespace zerosim {
+
+Status device_add_squares(const float*, int64_t, ExactSquareSum&, void*) {
+  return failed_precondition("the CUDA backend is not compiled in (nvcc was not found at configure time)");
+}
+
+}  // namespace zerosim
