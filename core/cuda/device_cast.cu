@@ -1,0 +1,71 @@
+#include "core/cuda/device_cast.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+
+#include "core/tensor/dtype_bits.h"
+
+namespace zerosim {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+int blocks_for(int64_t count) { return static_cast<int>(std::min<int64_t>((count + kThreads - 1) / kThreads, 65535)); }
+
+__global__ void from_fp32_kernel(bool to_fp16, const float* source, uint16_t* destination, int64_t count) {
+  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < count;
+       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const uint32_t bits = __float_as_uint(source[k]);
+    destination[k] = to_fp16 ? fp32_bits_to_fp16_bits(bits) : fp32_bits_to_bf16_bits(bits);
+  }
+}
+
+__global__ void to_fp32_kernel(bool from_fp16, const uint16_t* source, float* destination, int64_t count) {
+  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < count;
+       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    destination[k] = __uint_as_float(from_fp16 ? fp16_bits_to_fp32_bits(source[k]) : bf16_bits_to_fp32_bits(source[k]));
+  }
+}
+
+Status launched(const char* what) {
+  const cudaError_t error = cudaGetLastError();
+  if (error == cudaSuccess) return Status();
+  return internal_error(std::string("device cast ") + what + ": " + cudaGetErrorString(error));
+}
+
+}  // namespace
+
+Status device_cast_from_fp32(DType dtype, const float* source, std::byte* destination, int64_t element_count,
+                             void* stream) {
+  if (element_count < 0) return invalid_argument("device cast: negative element count");
+  const auto cuda_stream = static_cast<cudaStream_t>(stream);
+  if (element_count == 0) return Status();
+  if (dtype == DType::kFp32) {
+    const cudaError_t error = cudaMemcpyAsync(destination, source, static_cast<size_t>(element_count) * sizeof(float),
+                                              cudaMemcpyDeviceToDevice, cuda_stream);
+    return error == cudaSuccess ? Status() : internal_error(std::string("device cast: ") + cudaGetErrorString(error));
+  }
+  from_fp32_kernel<<<blocks_for(element_count), kThreads, 0, cuda_stream>>>(
+      dtype == DType::kFp16, source, reinterpret_cast<uint16_t*>(destination), element_count);
+  return launched("from fp32");
+}
+
+Status device_cast_to_fp32(DType dtype, const std::byte* source, float* destination, int64_t element_count,
+                           void* stream) {
+  if (element_count < 0) return invalid_argument("device cast: negative element count");
+  const auto cuda_stream = static_cast<cudaStream_t>(stream);
+  if (element_count == 0) return Status();
+  if (dtype == DType::kFp32) {
+    const cudaError_t error = cudaMemcpyAsync(destination, source, static_cast<size_t>(element_count) * sizeof(float),
+                                              cudaMemcpyDeviceToDevice, cuda_stream);
+    return error == cudaSuccess ? Status() : internal_error(std::string("device cast: ") + cudaGetErrorString(error));
+  }
+  to_fp32_kernel<<<blocks_for(element_count), kThreads, 0, cuda_stream>>>(
+      dtype == DType::kFp16, reinterpret_cast<const uint16_t*>(source), destination, element_count);
+  return launched("to fp32");
+}
+
+}  // namespace zerosim
