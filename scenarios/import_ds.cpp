@@ -1,10 +1,9 @@
 #include "scenarios/import_ds.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "core/config/ds_config.h"
+#include "scenarios/scenario_file.h"
 #include "scenarios/scenario_runner.h"
 
 namespace zerosim {
@@ -57,15 +56,11 @@ std::string precision_from(const json& config) {
 }  // namespace
 
 Result<ordered_json> import_deepspeed_config(const ImportOptions& options) {
-  std::ifstream stream(options.config_path, std::ios::binary);
-  if (!stream) return not_found("DeepSpeed config " + options.config_path + " cannot be opened");
-  std::stringstream buffer;
-  buffer << stream.rdbuf();
-  if (stream.bad()) return io_error("DeepSpeed config " + options.config_path + " could not be read");
+  ZEROSIM_ASSIGN_OR_RETURN(std::string text, read_text_file(options.config_path, "DeepSpeed config"));
   // Parsed twice: once to check it (duplicate keys, nesting), once keeping its key order.
-  ZEROSIM_ASSIGN_OR_RETURN(json config, parse_json_text(buffer.str(), options.config_path));
+  ZEROSIM_ASSIGN_OR_RETURN(json config, parse_json_text(text, options.config_path));
   if (!config.is_object()) return invalid_argument(options.config_path + ": expected a DeepSpeed config object");
-  const ordered_json verbatim = ordered_json::parse(buffer.str());
+  const ordered_json verbatim = ordered_json::parse(text);
 
   const std::string file_name = std::filesystem::path(options.config_path).filename().string();
   ordered_json scenario;

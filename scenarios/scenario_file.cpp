@@ -65,14 +65,21 @@ class ScenarioReader {
 
 }  // namespace
 
+Result<std::string> read_text_file(const std::string& path, const std::string& what) {
+  std::ifstream stream(path, std::ios::binary);
+  if (!stream) return not_found(what + " " + path + " cannot be opened");
+  std::stringstream buffer;
+  buffer << stream.rdbuf();
+  if (stream.bad()) return io_error(what + " " + path + " could not be read");
+  return buffer.str();
+}
+
 Result<nlohmann::json> read_config_beside(const std::string& scenario_path, const std::string& config_path) {
   std::filesystem::path path(config_path);
   if (path.is_relative()) path = std::filesystem::path(scenario_path).parent_path() / path;
-  std::ifstream stream(path, std::ios::binary);
-  if (!stream) return invalid_argument(scenario_path + ": config: the DeepSpeed config " + path.string() + " cannot be opened");
-  std::stringstream buffer;
-  buffer << stream.rdbuf();
-  return parse_json_text(buffer.str(), path.string());
+  Result<std::string> text = read_text_file(path.string(), "the DeepSpeed config");
+  if (!text.ok()) return invalid_argument(scenario_path + ": config: " + text.status().message());
+  return parse_json_text(*text, path.string());
 }
 
 std::string with_line_number(const std::string& text, const std::string& source_name, const std::string& message) {
@@ -154,14 +161,8 @@ Result<CrashScenario> crash_scenario_from_json(const json& document, const std::
   settings.world_size = world_size;
   settings.micro_batch_size = micro_batch;
   settings.gradient_accumulation_steps = accumulation;
-  settings.learning_rate = 1e-2;
-  settings.adam_beta1 = 0.9;
-  settings.adam_beta2 = 0.999;
-  settings.adam_epsilon = 1e-8;
-  settings.weight_decay = 0.01;
-  settings.max_grad_norm = 1.0;
+  set_default_hyperparameters(settings);
   settings.warmup_steps = 3;
-  settings.total_steps = 1000;
   settings.hidden_size = model->layer_widths.size() > 2 ? model->layer_widths[1] : model->layer_widths.back();
   // The hyperparameters above only fill "auto": a concrete value in the config (a user's real
   // config) wins, as it does over a command line's defaults. So do the batch sizes the
@@ -192,13 +193,11 @@ Result<CrashScenario> crash_scenario_from_json(const json& document, const std::
 }
 
 Result<CrashScenario> read_crash_scenario_file(const std::string& path) {
-  std::ifstream stream(path, std::ios::binary);
-  if (!stream) return not_found("scenario file " + path + " cannot be opened");
-  std::stringstream buffer;
-  buffer << stream.rdbuf();
-  if (stream.bad()) return io_error("scenario file " + path + " could not be read");
-  ZEROSIM_ASSIGN_OR_RETURN(nlohmann::json document, parse_json_text(buffer.str(), path));
-  return crash_scenario_from_json(document, path);
+  ZEROSIM_ASSIGN_OR_RETURN(std::string text, read_text_file(path, "scenario file"));
+  ZEROSIM_ASSIGN_OR_RETURN(nlohmann::json document, parse_json_text(text, path));
+  Result<CrashScenario> scenario = crash_scenario_from_json(document, path);
+  if (!scenario.ok()) return Status(scenario.status().code(), with_line_number(text, path, scenario.status().message()));
+  return scenario;
 }
 
 }  // namespace zerosim

@@ -22,6 +22,10 @@
 
 namespace zerosim {
 
+// The whole text of a file a scenario command reads (`what` names it in the error: "scenario
+// file", "DeepSpeed config"): kNotFound when it cannot be opened, kIoError when a read fails.
+Result<std::string> read_text_file(const std::string& path, const std::string& what);
+
 // A DeepSpeed config file named in a scenario ("config": "ds_config.json"), relative to the
 // scenario file's directory.
 Result<nlohmann::json> read_config_beside(const std::string& scenario_path, const std::string& config_path);

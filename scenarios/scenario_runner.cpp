@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
-#include <fstream>
-#include <sstream>
 
 #include "core/checkpoint/commit.h"
 #include "core/checkpoint/manifest.h"
@@ -152,16 +150,10 @@ Result<Scenario> scenario_from_json(const json& document, const std::string& sou
 }
 
 Result<Scenario> read_scenario_file(const std::string& path) {
-  std::ifstream stream(path, std::ios::binary);
-  if (!stream) return not_found("scenario file " + path + " cannot be opened");
-  std::stringstream buffer;
-  buffer << stream.rdbuf();
-  if (stream.bad()) return io_error("scenario file " + path + " could not be read");
-  ZEROSIM_ASSIGN_OR_RETURN(nlohmann::json document, parse_json_text(buffer.str(), path));
+  ZEROSIM_ASSIGN_OR_RETURN(std::string text, read_text_file(path, "scenario file"));
+  ZEROSIM_ASSIGN_OR_RETURN(nlohmann::json document, parse_json_text(text, path));
   Result<Scenario> scenario = scenario_from_json(document, path);
-  if (!scenario.ok()) {
-    return Status(scenario.status().code(), with_line_number(buffer.str(), path, scenario.status().message()));
-  }
+  if (!scenario.ok()) return Status(scenario.status().code(), with_line_number(text, path, scenario.status().message()));
   return scenario;
 }
 

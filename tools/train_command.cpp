@@ -43,14 +43,8 @@ void add_config_flags(CLI::App& command, ConfigFlags& flags, bool config_is_posi
   // that they only fill "auto" and are never compared against a concrete config value.
   settings.micro_batch_size = 4;
   settings.gradient_accumulation_steps = 2;
-  settings.learning_rate = 1e-2;
-  settings.adam_beta1 = 0.9;
-  settings.adam_beta2 = 0.999;
-  settings.adam_epsilon = 1e-8;
-  settings.weight_decay = 0.01;
-  settings.max_grad_norm = 1.0;
+  set_default_hyperparameters(settings);
   settings.warmup_steps = 5;
-  settings.total_steps = 1000;
   settings.hidden_size = 37;
   command.add_option("--world-size", settings.world_size, "Ranks (threads in this process)")
       ->check(CLI::Range(int64_t{1}, int64_t{4096}));

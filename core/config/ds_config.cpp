@@ -2089,4 +2089,14 @@ Status check_json_nesting(std::string_view text, int max_depth, const std::strin
   return Status();
 }
 
+void set_default_hyperparameters(RunSettings& settings) {
+  settings.learning_rate = 1e-2;
+  settings.adam_beta1 = 0.9;
+  settings.adam_beta2 = 0.999;
+  settings.adam_epsilon = 1e-8;
+  settings.weight_decay = 0.01;
+  settings.max_grad_norm = 1.0;
+  settings.total_steps = 1000;
+}
+
 }  // namespace zerosim

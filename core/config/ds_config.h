@@ -58,6 +58,11 @@ struct RunSettings {
   bool is_defaulted(const std::string& flag) const;
 };
 
+// zerosim's own defaults for the Trainer arguments that fill "auto" (the command line's and the
+// scenarios'): lr 1e-2, betas (0.9, 0.999), eps 1e-8, weight decay 0.01, clipping 1.0, 1000
+// total steps. Batch sizes, warmup and hidden size are the caller's.
+void set_default_hyperparameters(RunSettings& settings);
+
 struct OptimizerConfig {
   std::string type = "AdamW";  // "Adam" or "AdamW" (case as DeepSpeed accepts it)
   bool adam_w_mode = true;     // decoupled weight decay; "Adam" means AdamW unless adam_w_mode=false

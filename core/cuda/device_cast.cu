@@ -30,6 +30,13 @@ __global__ void to_fp32_kernel(bool from_fp16, const uint16_t* source, float* de
   }
 }
 
+// fp32 to fp32: a device copy.
+Status copy_fp32(const void* source, void* destination, int64_t element_count, cudaStream_t stream) {
+  const cudaError_t error = cudaMemcpyAsync(destination, source, static_cast<size_t>(element_count) * sizeof(float),
+                                            cudaMemcpyDeviceToDevice, stream);
+  return error == cudaSuccess ? Status() : internal_error(std::string("device cast: ") + cudaGetErrorString(error));
+}
+
 Status launched(const char* what) {
   const cudaError_t error = cudaGetLastError();
   if (error == cudaSuccess) return Status();
@@ -43,11 +50,7 @@ Status device_cast_from_fp32(DType dtype, const float* source, std::byte* destin
   if (element_count < 0) return invalid_argument("device cast: negative element count");
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
   if (element_count == 0) return Status();
-  if (dtype == DType::kFp32) {
-    const cudaError_t error = cudaMemcpyAsync(destination, source, static_cast<size_t>(element_count) * sizeof(float),
-                                              cudaMemcpyDeviceToDevice, cuda_stream);
-    return error == cudaSuccess ? Status() : internal_error(std::string("device cast: ") + cudaGetErrorString(error));
-  }
+  if (dtype == DType::kFp32) return copy_fp32(source, destination, element_count, cuda_stream);
   from_fp32_kernel<<<blocks_for(element_count), kThreads, 0, cuda_stream>>>(
       dtype == DType::kFp16, source, reinterpret_cast<uint16_t*>(destination), element_count);
   return launched("from fp32");
@@ -58,11 +61,7 @@ Status device_cast_to_fp32(DType dtype, const std::byte* source, float* destinat
   if (element_count < 0) return invalid_argument("device cast: negative element count");
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
   if (element_count == 0) return Status();
-  if (dtype == DType::kFp32) {
-    const cudaError_t error = cudaMemcpyAsync(destination, source, static_cast<size_t>(element_count) * sizeof(float),
-                                              cudaMemcpyDeviceToDevice, cuda_stream);
-    return error == cudaSuccess ? Status() : internal_error(std::string("device cast: ") + cudaGetErrorString(error));
-  }
+  if (dtype == DType::kFp32) return copy_fp32(source, destination, element_count, cuda_stream);
   to_fp32_kernel<<<blocks_for(element_count), kThreads, 0, cuda_stream>>>(
       dtype == DType::kFp16, reinterpret_cast<const uint16_t*>(source), destination, element_count);
   return launched("to fp32");
