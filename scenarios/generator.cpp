@@ -249,13 +249,14 @@ std::string failure_class(const ScenarioVerdict& verdict) {
 }
 
 Result<ScenarioVerdict> run_shape(const ScenarioShape& shape, const std::string& name, const DefectSet& defects,
-                                  ReferenceCache* cache) {
+                                  ReferenceCache* cache, const ComputeDevice& compute) {
   ZEROSIM_ASSIGN_OR_RETURN(Scenario scenario, scenario_from_json(scenario_document(shape, name), name));
+  scenario.run.options.compute = compute;
   return run_scenario(scenario, defects, cache);
 }
 
 Result<ShrinkResult> shrink_failure(const ScenarioShape& failing, const ScenarioVerdict& verdict, const DefectSet& defects,
-                                    int64_t max_attempts, ReferenceCache* cache) {
+                                    int64_t max_attempts, ReferenceCache* cache, const ComputeDevice& compute) {
   ShrinkResult result{normalize_shape(failing), verdict, 0, 0};
   const std::string wanted = failure_class(verdict);
   bool progressed = true;
@@ -264,7 +265,7 @@ Result<ShrinkResult> shrink_failure(const ScenarioShape& failing, const Scenario
     for (const ScenarioShape& candidate : shrink_candidates(result.shape)) {
       if (result.attempts >= max_attempts) break;
       ++result.attempts;
-      Result<ScenarioVerdict> attempt = run_shape(candidate, result.verdict.name, defects, cache);
+      Result<ScenarioVerdict> attempt = run_shape(candidate, result.verdict.name, defects, cache, compute);
       if (!attempt.ok() || attempt->passed || failure_class(*attempt) != wanted) continue;
       result.shape = candidate;
       result.verdict = std::move(attempt).value();

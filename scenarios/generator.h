@@ -86,10 +86,11 @@ std::string failure_class(const ScenarioVerdict& verdict);
 // failure_class, until none does or `max_attempts` candidates were run.
 Result<ShrinkResult> shrink_failure(const ScenarioShape& failing, const ScenarioVerdict& verdict,
                                     const DefectSet& defects, int64_t max_attempts = 200,
-                                    ReferenceCache* cache = nullptr);
+                                    ReferenceCache* cache = nullptr, const ComputeDevice& compute = ComputeDevice{});
 
-// Runs a shape as a scenario (through its JSON document, as a replay would).
+// Runs a shape as a scenario (through its JSON document, as a replay would), computing on
+// `compute` (the CPU by default).
 Result<ScenarioVerdict> run_shape(const ScenarioShape& shape, const std::string& name, const DefectSet& defects,
-                                  ReferenceCache* cache = nullptr);
+                                  ReferenceCache* cache = nullptr, const ComputeDevice& compute = ComputeDevice{});
 
 }  // namespace zerosim

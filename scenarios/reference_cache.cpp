@@ -15,6 +15,7 @@ std::string reference_key(const TrainingOptions& options, int64_t step_count) {
       {"seed", options.seed},
       {"world_size", options.world_size},
       {"simd_path", options.simd_path ? static_cast<int>(*options.simd_path) : -1},
+      {"compute_device", options.compute.name},
       {"digest_every_step", options.digest_every_step},
       {"capture_state_at_step", options.capture_state_at_step},
       {"steps", step_count}};

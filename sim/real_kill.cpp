@@ -38,8 +38,14 @@ TrainingOptions with_nvme_under(TrainingOptions options, const std::string& dire
 Result<ExplorationResult> explore_with_real_kills(const CrashScenario& scenario, const std::string& directory) {
   // The points, the reference and the validation come from the simulated exploration's own
   // first phase (bound 2 keeps it short): the same scenario, so the same crash points.
+  //
+  // On --device cuda only the killed children compute on the GPU: CUDA cannot be used in a child
+  // forked after its parent initialized it, so the parent's reference and resumes run on the
+  // CPU, whose bits every backend promises (compute_backend.h). A GPU-written checkpoint is
+  // then resumed on the CPU and compared with the CPU reference: a stricter check, not a looser.
   CrashScenario discovery = scenario;
   discovery.crash_state_bound = 2;
+  discovery.options.compute = ComputeDevice{};
   ZEROSIM_ASSIGN_OR_RETURN(ExplorationResult simulated, explore_save_crashes(discovery));
   RealEnv real_env;
   Disk& disk = *real_env.env().disk;
@@ -47,7 +53,9 @@ Result<ExplorationResult> explore_with_real_kills(const CrashScenario& scenario,
 
   TrainingOptions options = scenario.options;
   options.digest_every_step = true;
+  options.compute = ComputeDevice{};
   ZEROSIM_ASSIGN_OR_RETURN(TrainingOptions resume_options, resume_options_for(scenario, "scenario"));
+  resume_options.compute = ComputeDevice{};
   ZEROSIM_ASSIGN_OR_RETURN(TrainingRun reference,
                            run_training(with_nvme_under(options, directory + "/reference"), scenario.total_steps,
                                         real_env.env()));
@@ -65,7 +73,8 @@ Result<ExplorationResult> explore_with_real_kills(const CrashScenario& scenario,
     ZEROSIM_RETURN_IF_ERROR(disk.remove_tree(case_directory));
     ZEROSIM_RETURN_IF_ERROR(disk.create_directories(case_directory));
     saving.save_directory = case_directory + "/checkpoints";
-    const TrainingOptions case_options = with_nvme_under(options, case_directory);
+    TrainingOptions case_options = with_nvme_under(options, case_directory);
+    case_options.compute = scenario.options.compute;
     ++result.crash_points;
     ++result.crash_states;
     result.explored_points.push_back(described);

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/cuda/cuda_probe.h"
 #include "core/engine/engine.h"
 #include "core/env/env.h"
 #include "tests/test_directory.h"
@@ -63,6 +64,30 @@ TEST(Cli, TrainJsonHasTheContractFields) {
   for (const char* key : {"params", "master", "exp_avg", "exp_avg_sq", "counters", "scheduler", "loss_scaler", "rng", "data"}) {
     EXPECT_TRUE(output["component_digests"].contains(key)) << key;
   }
+}
+
+// --device cuda: the CPU run's digest on a machine with a GPU (W = 2 puts the ranks on two GPUs
+// where there are two); a named environment error (exit 3) where CUDA or a GPU is missing.
+TEST(Cli, DeviceCudaGivesTheCpuDigestOrSaysWhyItCannot) {
+  const std::string arguments = "train --steps 3 --json --world-size 2 --run-id cli-device --model 13,64,5";
+  const CommandResult on_cpu = run_cli(arguments + " --device cpu");
+  ASSERT_EQ(on_cpu.exit_code, 0) << on_cpu.output;
+  const CommandResult on_gpu = run_cli(arguments + " --device cuda");
+  const zerosim::Result<zerosim::CudaProbe> probe = zerosim::probe_cuda();
+  if (probe.ok() && probe->compiled_with_cuda && probe->device_count > 0) {
+    ASSERT_EQ(on_gpu.exit_code, 0) << on_gpu.output;
+    EXPECT_EQ(json_of(on_gpu)["device"], "cuda");
+    EXPECT_EQ(json_of(on_gpu)["state_digest"], json_of(on_cpu)["state_digest"]);
+    EXPECT_EQ(json_of(on_gpu)["steps"], json_of(on_cpu)["steps"]);
+  } else {
+    EXPECT_EQ(on_gpu.exit_code, 3) << on_gpu.output;
+    const bool named = on_gpu.output.find("no CUDA device is visible to rank 0") != std::string::npos ||
+                       on_gpu.output.find("CUDA backend is not compiled in") != std::string::npos;
+    EXPECT_TRUE(named) << on_gpu.output;
+  }
+  const CommandResult unknown = run_cli(arguments + " --device tpu");
+  EXPECT_EQ(unknown.exit_code, 2) << unknown.output;
+  EXPECT_NE(unknown.output.find("--device"), std::string::npos) << unknown.output;
 }
 
 TEST(Cli, FixedTrainBatchSizeGivesTheSameStateAtAnyWorldSize) {

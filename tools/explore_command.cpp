@@ -29,6 +29,12 @@ int run_explore_command(const ExploreFlags& flags) {
     }
     scenario->defects.enable(*defect);
   }
+  Result<ComputeDevice> compute = compute_device_named(flags.device);
+  if (!compute.ok()) {
+    std::fprintf(stderr, "zerosim: explore: %s\n", compute.status().to_string().c_str());
+    return exit_code_for(compute.status());
+  }
+  scenario->options.compute = std::move(compute).value();
   Result<ExplorationResult> result = flags.real_kill_directory.empty()
                                          ? explore_save_crashes(*scenario)
                                          : explore_with_real_kills(*scenario, flags.real_kill_directory);

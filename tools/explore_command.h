@@ -15,6 +15,7 @@ struct ExploreFlags {
   std::vector<std::string> defect_names;  // switched on for every run of the exploration
   std::string junit_path;                 // one testcase per crash point
   std::string report_directory;           // report.html/json/md and junit.xml, one entry per crash point
+  std::string device = "cpu";             // --device: where every run computes
 };
 
 int run_explore_command(const ExploreFlags& flags);

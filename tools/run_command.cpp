@@ -73,6 +73,9 @@ std::string defect_flags(const std::vector<std::string>& names) {
   return flags;
 }
 
+// " --device cuda" when the runs were not on the CPU, for the replay commands and titles.
+std::string device_flag(const ReportFlags& flags) { return flags.device == "cpu" ? "" : " --device " + flags.device; }
+
 void print_verdict(const ReportFlags& flags, const ScenarioVerdict& verdict, ProgressBar& progress) {
   if (flags.json) return;
   progress.clear();
@@ -133,6 +136,11 @@ int run_scenarios_command(const RunFlags& flags) {
   }
   const std::optional<DefectSet> defects = parse_defects(flags.report.defect_names);
   if (!defects) return 2;
+  Result<ComputeDevice> compute = compute_device_named(flags.report.device);
+  if (!compute.ok()) {
+    std::fprintf(stderr, "zerosim: %s\n", compute.status().to_string().c_str());
+    return exit_code_for(compute.status());
+  }
   // Every file is read before any runs, so a typo in the last one does not cost a whole suite.
   std::vector<Scenario> scenarios;
   for (const std::string& path : paths) {
@@ -141,11 +149,13 @@ int run_scenarios_command(const RunFlags& flags) {
       std::fprintf(stderr, "zerosim: %s\n", scenario.status().to_string().c_str());
       return scenario.status().code() == StatusCode::kNotFound ? 2 : exit_code_for(scenario.status());
     }
+    scenario->run.options.compute = *compute;
     scenarios.push_back(std::move(scenario).value());
   }
   SuiteReport report;
   report.title = "zerosim " + flags.command_name + " " + (flags.suite_directory.empty() ? "" : flags.suite_directory);
   if (flags.suite_directory.empty()) report.title += std::to_string(paths.size()) + " scenario(s)";
+  report.title += device_flag(flags.report);
   report.defects = flags.report.defect_names;
   ProgressBar progress(!flags.report.json);
   ReferenceCache references;
@@ -162,7 +172,7 @@ int run_scenarios_command(const RunFlags& flags) {
     print_verdict(flags.report, *verdict, progress);
     ReportedScenario entry;
     entry.file = paths[i];
-    entry.replay_command = "zerosim run " + paths[i] + defect_flags(flags.report.defect_names);
+    entry.replay_command = "zerosim run " + paths[i] + defect_flags(flags.report.defect_names) + device_flag(flags.report);
     entry.seconds = std::chrono::duration<double>(WallClock::now() - started).count();
     entry.verdict = std::move(verdict).value();
     report.scenarios.push_back(std::move(entry));
@@ -211,11 +221,16 @@ int run_fuzz_command(const FuzzFlags& flags) {
   }
   const std::optional<DefectSet> defects = parse_defects(flags.report.defect_names);
   if (!defects) return 2;
+  Result<ComputeDevice> compute = compute_device_named(flags.report.device);
+  if (!compute.ok()) {
+    std::fprintf(stderr, "zerosim: %s\n", compute.status().to_string().c_str());
+    return exit_code_for(compute.status());
+  }
   std::string failures_directory = flags.failures_directory;
   if (failures_directory.empty()) failures_directory = flags.report.report_directory.empty() ? "." : flags.report.report_directory;
 
   SuiteReport report;
-  report.title = "zerosim fuzz --seed " + std::to_string(flags.seed) + " --shard " + flags.shard;
+  report.title = "zerosim fuzz --seed " + std::to_string(flags.seed) + " --shard " + flags.shard + device_flag(flags.report);
   report.defects = flags.report.defect_names;
   ProgressBar progress(!flags.report.json);
   const auto campaign_started = WallClock::now();
@@ -238,7 +253,7 @@ int run_fuzz_command(const FuzzFlags& flags) {
     const std::string name = "fuzz seed " + std::to_string(flags.seed) + " case " + std::to_string(index);
     progress.show(cases_run, cases_in_shard, report.failed(), name + ": " + describe_shape(shape));
     const auto started = WallClock::now();
-    Result<ScenarioVerdict> verdict = run_shape(shape, name, *defects, &references);
+    Result<ScenarioVerdict> verdict = run_shape(shape, name, *defects, &references, *compute);
     if (!verdict.ok()) {
       progress.clear();
       std::fprintf(stderr, "zerosim: %s (%s): %s\n", name.c_str(), describe_shape(shape).c_str(),
@@ -249,11 +264,11 @@ int run_fuzz_command(const FuzzFlags& flags) {
     ReportedScenario entry;
     entry.replay_command = "zerosim fuzz --seed " + std::to_string(flags.seed) + " --cases " + std::to_string(index + 1) +
                            " --shard " + std::to_string(index) + "/" + std::to_string(index + 1) +
-                           defect_flags(flags.report.defect_names);
+                           defect_flags(flags.report.defect_names) + device_flag(flags.report);
     if (!verdict->passed) {
       // Shrink, then write the smallest failing scenario (with its defects) to replay.
       progress.show(cases_run, cases_in_shard, report.failed() + 1, name + ": shrinking");
-      Result<ShrinkResult> shrunk = shrink_failure(shape, *verdict, *defects, flags.shrink_attempts, &references);
+      Result<ShrinkResult> shrunk = shrink_failure(shape, *verdict, *defects, flags.shrink_attempts, &references, *compute);
       if (!shrunk.ok()) {
         progress.clear();
         std::fprintf(stderr, "zerosim: %s: shrinking: %s\n", name.c_str(), shrunk.status().to_string().c_str());

@@ -21,6 +21,7 @@ namespace zerosim {
 
 struct ReportFlags {
   std::vector<std::string> defect_names;
+  std::string device = "cpu";  // --device: where every run of every scenario computes
   bool json = false;
   std::string junit_path;       // set: also write a JUnit XML report there
   std::string report_directory;  // set: report.json, report.html, report.md, junit.xml there

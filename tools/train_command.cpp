@@ -11,6 +11,7 @@
 #include <xxhash.h>
 
 #include "core/checkpoint/manifest.h"
+#include "core/cuda/device_compute_backend.h"
 #include "core/engine/engine.h"
 #include "tools/default_config.h"
 
@@ -28,6 +29,20 @@ int exit_code_for(const Status& status) {
     case StatusCode::kFailedPrecondition: return 3;
     default: return 1;
   }
+}
+
+Result<ComputeDevice> compute_device_named(const std::string& name) {
+  if (name == "cpu") return ComputeDevice{};
+  if (name != "cuda") return invalid_argument("--device " + name + ": expected cpu or cuda");
+  ZEROSIM_ASSIGN_OR_RETURN(ComputeBackendFactory factory, cuda_compute_backend_factory());
+  return ComputeDevice{"cuda", std::move(factory)};
+}
+
+void add_device_flag(CLI::App& command, std::string& device) {
+  command.add_option("--device", device,
+                     "Where the forward, backward and AdamW run: cpu, or cuda (rank r on GPU r mod the GPUs "
+                     "visible); the same bits either way")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
 }
 
 void add_config_flags(CLI::App& command, ConfigFlags& flags, bool config_is_positional) {
@@ -225,7 +240,13 @@ int run_train_command(const TrainFlags& given_flags) {
                  "(the results are the same bits)\n", static_cast<long long>(config->zero.stage));
   }
 
+  Result<ComputeDevice> compute = compute_device_named(flags.device);
+  if (!compute.ok()) {
+    std::fprintf(stderr, "zerosim: %s\n", compute.status().to_string().c_str());
+    return exit_code_for(compute.status());
+  }
   TrainingOptions options;
+  options.compute = std::move(compute).value();
   options.config = std::move(config).value();
   options.model = *model;
   options.seed = flags.seed;
@@ -279,13 +300,15 @@ int run_train_command(const TrainFlags& given_flags) {
                                    {"loss_scaler", run->digests.loss_scaler}, {"rng", run->digests.rng},
                                    {"data", run->digests.data}};
     output["world_size"] = options.world_size;
+    output["device"] = options.compute.name;
     output["precision"] = precision_name(options.config.precision);
     output["model"] = flags.model_text;
     std::printf("%s\n", output.dump(2).c_str());
     return 0;
   }
-  std::printf("zerosim train: model %s, world size %d, %s, train_batch_size %lld = %lld x %lld x %d\n",
-              flags.model_text.c_str(), options.world_size, precision_name(options.config.precision),
+  std::printf("zerosim train: model %s, world size %d on %s, %s, train_batch_size %lld = %lld x %lld x %d\n",
+              flags.model_text.c_str(), options.world_size, options.compute.name.c_str(),
+              precision_name(options.config.precision),
               static_cast<long long>(options.config.train_batch_size),
               static_cast<long long>(options.config.micro_batch_size),
               static_cast<long long>(options.config.gradient_accumulation_steps), options.world_size);

@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "core/config/ds_config.h"
+#include "core/engine/compute_backend.h"
 #include "core/model/mlp.h"
 
 namespace zerosim {
@@ -30,8 +31,15 @@ void add_config_flags(CLI::App& command, ConfigFlags& flags, bool config_is_posi
 // Reads, overrides and resolves the config. Errors name the file or key.
 Result<ResolvedConfig> load_config(const ConfigFlags& flags);
 
+// --device: "cpu" (the default) or "cuda" (rank r on GPU r mod the GPUs visible). kFailedPrecondition
+// when CUDA is not compiled in or no GPU is visible; kInvalidArgument for another name.
+Result<ComputeDevice> compute_device_named(const std::string& name);
+// Adds --device to a command.
+void add_device_flag(CLI::App& command, std::string& device);
+
 struct TrainFlags {
   ConfigFlags config;
+  std::string device = "cpu";
   int64_t steps = 50;
   uint64_t seed = 1234;
   std::string model_text = "13,37,29,5";

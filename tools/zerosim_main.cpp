@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   train->add_option("--run-id", train_flags.run_id,
                     "Name of this run's swap directory under nvme_path (default: a digest of the run's settings)");
   train->add_flag("--json", train_flags.json, "Print one JSON object: steps, state_digest, component_digests");
+  zerosim::add_device_flag(*train, train_flags.device);
 
   CLI::App* config = app.add_subcommand("config", "Inspect DeepSpeed configs");
   config->require_subcommand(1);
@@ -67,6 +68,7 @@ int main(int argc, char** argv) {
     command.add_option("--junit", flags.junit_path, "Also write a JUnit XML report to FILE");
     command.add_option("--report-dir", flags.report_directory,
                        "Write report.html, report.json, report.md and junit.xml into DIR");
+    zerosim::add_device_flag(command, flags.device);
   };
   zerosim::RunFlags run_flags;
   CLI::App* run = app.add_subcommand("run", "Run scenarios: reference, faults, crash, resume, and a verdict per scenario");
@@ -140,6 +142,7 @@ int main(int argc, char** argv) {
                       "Write report.html, report.json, report.md and junit.xml (an entry per crash point) into DIR");
   explore->add_flag("--json", explore_flags.json,
                     "Print one JSON object: crash_points, crash_states, passed, refused, failed, failures");
+  zerosim::add_device_flag(*explore, explore_flags.device);
 
   try {
     app.parse(argc, argv);

@@ -149,6 +149,13 @@ Status RankEngine::prepare_storage() {
   model_dtype_ = config.precision;
   communication_dtype_ = config.communication_dtype;
   simd_path_ = options_.simd_path.value_or(best_simd_path());
+  if (!compute_) {
+    if (options_.compute.factory) {
+      ZEROSIM_ASSIGN_OR_RETURN(compute_, options_.compute.factory(comm_.rank(), comm_.world_size(), options_.model));
+    } else {
+      compute_ = make_cpu_compute_backend(options_.model, simd_path_);
+    }
+  }
   parameters_ = mlp_parameters(options_.model);
   layout_ = make_partition_layout(parameters_, comm_.world_size(), config.zero.sub_group_size);
 
@@ -391,16 +398,14 @@ Result<float> RankEngine::micro_step(int64_t micro_step_index) {
   const int64_t features = options_.data.feature_count;
   const int64_t layer_count = mlp_layer_count(options_.model);
 
-  activations_.sample_count = micro_batch;
-  activations_.inputs.resize(static_cast<size_t>(layer_count));
-  activations_.pre_activations.resize(static_cast<size_t>(layer_count));
-  activations_.inputs[0].resize(static_cast<size_t>(micro_batch * features));
-  std::vector<int32_t> labels(static_cast<size_t>(micro_batch));
+  micro_batch_input_.resize(static_cast<size_t>(micro_batch * features));
+  micro_batch_labels_.resize(static_cast<size_t>(micro_batch));
   for (int64_t s = 0; s < micro_batch; ++s) {
     const int64_t sample = sampler_.sample_at(first_position + s);
-    dataset_.features(sample, &activations_.inputs[0][static_cast<size_t>(s * features)]);
-    labels[static_cast<size_t>(s)] = dataset_.label(sample);
+    dataset_.features(sample, &micro_batch_input_[static_cast<size_t>(s * features)]);
+    micro_batch_labels_[static_cast<size_t>(s)] = dataset_.label(sample);
   }
+  ZEROSIM_RETURN_IF_ERROR(compute_->begin_micro_batch(micro_batch, micro_batch_input_, micro_batch_labels_));
 
   // The gathered layer lives in one scratch buffer that the next layer's gather overwrites:
   // at most one layer's full weights exist at a time, as ZeRO-3's release after use promises,
@@ -408,28 +413,25 @@ Result<float> RankEngine::micro_step(int64_t micro_step_index) {
   std::vector<std::vector<float>>& layer_parameters = layer_parameters_scratch_;
   for (int64_t layer = 0; layer < layer_count; ++layer) {
     ZEROSIM_RETURN_IF_ERROR(gather_layer(layer, layer_parameters));
-    mlp_layer_forward(options_.model, layer, layer_parameters[0], layer_parameters[1], activations_);
+    ZEROSIM_RETURN_IF_ERROR(compute_->layer_forward(layer, layer_parameters[0], layer_parameters[1]));
   }
 
   // Gradient of loss_scale * mean loss over the global batch: each sample's term carries
   // loss_scale / train_batch_size, the same at every W.
   const float gradient_scale =
       static_cast<float>(loss_scaler_->loss_scale()) / static_cast<float>(config.train_batch_size);
-  std::vector<float> output_gradient, previous_gradient;
-  const float loss = softmax_cross_entropy(activations_, labels, gradient_scale, output_gradient);
+  ZEROSIM_ASSIGN_OR_RETURN(const float loss, compute_->loss(gradient_scale));
 
   std::vector<std::vector<float>>& gradients = gradient_scratch_;
   gradients.resize(2);
   for (int64_t layer = layer_count - 1; layer >= 0; --layer) {
     ZEROSIM_RETURN_IF_ERROR(gather_layer(layer, layer_parameters));
     const int64_t first = layout_.layers[static_cast<size_t>(layer)].first_parameter;
-    // mlp_layer_backward zeroes them before accumulating.
+    // The backend writes every element (from zero).
     gradients[0].resize(static_cast<size_t>(parameters_[static_cast<size_t>(first)].element_count));
     gradients[1].resize(static_cast<size_t>(parameters_[static_cast<size_t>(first + 1)].element_count));
-    mlp_layer_backward(options_.model, layer, layer_parameters[0], activations_, output_gradient, gradients[0],
-                       gradients[1], previous_gradient);
+    ZEROSIM_RETURN_IF_ERROR(compute_->layer_backward(layer, layer_parameters[0], gradients[0], gradients[1]));
     ZEROSIM_RETURN_IF_ERROR(reduce_scatter_layer(layer, micro_step_index, gradients));
-    output_gradient.swap(previous_gradient);
   }
   return loss;
 }
@@ -536,8 +538,7 @@ Status RankEngine::optimizer_step(StepRecord& record) {
       }
       gradient = gradient_group_scratch_.data();
     }
-    adam_update(simd_path_, scalars, grad_multiplier, master, gradient, exp_avg, exp_avg_sq,
-                count);
+    ZEROSIM_RETURN_IF_ERROR(compute_->adam_update(scalars, grad_multiplier, master, gradient, exp_avg, exp_avg_sq, count));
     ZEROSIM_RETURN_IF_ERROR(store_parameters(group, master, counters_.optimizer_steps));
     if (swapper_) {
       ZEROSIM_RETURN_IF_ERROR(swapper_->release(static_cast<int>(g), counters_.optimizer_steps));

@@ -37,6 +37,7 @@
 
 #include "core/config/ds_config.h"
 #include "core/data/dataset.h"
+#include "core/engine/compute_backend.h"
 #include "core/env/comm.h"
 #include "core/env/env.h"
 #include "core/model/mlp.h"
@@ -58,6 +59,8 @@ struct TrainingOptions {
   int world_size = 1;
   // Force one SIMD path for the optimizer (tests); empty = the widest available.
   std::optional<SimdPath> simd_path;
+  // Where each rank's forward, backward and AdamW run (compute_backend.h); default the CPU.
+  ComputeDevice compute;
   // Host memory the W ranks together may use; 0 = no limit. The command line sets it from the
   // machine's physical memory so that an impossible model, batch or world size is refused up
   // front with the estimate, instead of being killed by the OOM killer mid-run.
@@ -258,8 +261,10 @@ class RankEngine {
   std::optional<LearningRateScheduler> scheduler_;
   std::optional<LossScaler> loss_scaler_;
 
+  std::unique_ptr<ComputeBackend> compute_;
   // Scratch reused across micro-steps.
-  MlpActivations activations_;
+  std::vector<float> micro_batch_input_;
+  std::vector<int32_t> micro_batch_labels_;
   std::vector<std::byte> gather_send_, gather_receive_, scatter_send_;
   std::vector<std::vector<float>> layer_parameters_scratch_, gradient_scratch_;
   std::vector<float> padded_slice_scratch_;

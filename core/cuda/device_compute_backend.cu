@@ -1,0 +1,237 @@
+#include "core/cuda/device_compute_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/cuda/device_adamw.h"
+#include "core/cuda/device_mlp.h"
+
+namespace zerosim {
+
+namespace {
+
+// One growable device allocation; the contents are not kept across growth.
+class DeviceArray {
+ public:
+  DeviceArray() = default;
+  ~DeviceArray() {
+    if (pointer_ != nullptr) cudaFree(pointer_);
+  }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  DeviceArray(DeviceArray&& other) noexcept : pointer_(std::exchange(other.pointer_, nullptr)), bytes_(other.bytes_) {}
+
+  cudaError_t reserve(size_t bytes) {
+    if (bytes <= bytes_) return cudaSuccess;
+    if (pointer_ != nullptr) cudaFree(pointer_);
+    pointer_ = nullptr;
+    bytes_ = 0;
+    const cudaError_t error = cudaMalloc(&pointer_, bytes);
+    if (error == cudaSuccess) bytes_ = bytes;
+    return error;
+  }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(pointer_);
+  }
+
+ private:
+  void* pointer_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+class CudaComputeBackend final : public ComputeBackend {
+ public:
+  CudaComputeBackend(const ModelSpec& model, int device) : model_(model), device_(device) {}
+  ~CudaComputeBackend() override {
+    cudaSetDevice(device_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  Status start() {
+    ZEROSIM_RETURN_IF_ERROR(cuda("cudaSetDevice", cudaSetDevice(device_)));
+    ZEROSIM_RETURN_IF_ERROR(cuda("cudaStreamCreateWithFlags", cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)));
+    const size_t layer_count = static_cast<size_t>(mlp_layer_count(model_));
+    inputs_.resize(layer_count);
+    pre_activations_.resize(layer_count);
+    return Status();
+  }
+
+  std::string name() const override { return "cuda:" + std::to_string(device_); }
+
+  Status begin_micro_batch(int64_t samples, std::span<const float> input, std::span<const int32_t> labels) override {
+    ZEROSIM_CHECK(input.size() == static_cast<size_t>(samples * model_.layer_widths.front()) &&
+                      labels.size() == static_cast<size_t>(samples),
+                  "micro-batch input or labels do not match the sample count");
+    ZEROSIM_RETURN_IF_ERROR(cuda("cudaSetDevice", cudaSetDevice(device_)));
+    samples_ = samples;
+    int64_t widest = 0;
+    for (size_t l = 0; l < inputs_.size(); ++l) {
+      const int64_t in = model_.layer_widths[l], out = model_.layer_widths[l + 1];
+      widest = std::max({widest, in, out});
+      ZEROSIM_RETURN_IF_ERROR(cuda("cudaMalloc (layer input)", inputs_[l].reserve(bytes_of(samples * in))));
+      ZEROSIM_RETURN_IF_ERROR(cuda("cudaMalloc (layer output)", pre_activations_[l].reserve(bytes_of(samples * out))));
+    }
+    for (DeviceArray& gradient : output_gradients_) {
+      ZEROSIM_RETURN_IF_ERROR(cuda("cudaMalloc (activation gradient)", gradient.reserve(bytes_of(samples * widest))));
+    }
+    ZEROSIM_RETURN_IF_ERROR(cuda("cudaMalloc (labels)", labels_.reserve(labels.size_bytes())));
+    ZEROSIM_RETURN_IF_ERROR(cuda("cudaMalloc (sample losses)", sample_losses_.reserve(bytes_of(samples + 1))));
+    ZEROSIM_RETURN_IF_ERROR(cuda("cudaMemcpyAsync (micro-batch input)",
+                                 cudaMemcpyAsync(inputs_[0].as<float>(), input.data(), input.size_bytes(),
+                                                 cudaMemcpyHostToDevice, stream_)));
+    return cuda("cudaMemcpyAsync (labels)",
+                cudaMemcpyAsync(labels_.as<int32_t>(), labels.data(), labels.size_bytes(), cudaMemcpyHostToDevice, stream_));
+  }
+
+  Status layer_forward(int64_t layer_index, std::span<const float> weight, std::span<const float> bias) override {
+    ZEROSIM_RETURN_IF_ERROR(cuda("cudaSetDevice", cudaSetDevice(device_)));
+    ZEROSIM_RETURN_IF_ERROR(upload_weights(layer_index, weight, bias));
+    const size_t l = static_cast<size_t>(layer_index);
+    const bool last = l + 1 == inputs_.size();
+    return in_layer(layer_index, device_mlp_layer_forward(shape(layer_index), inputs_[l].as<float>(), weight_.as<float>(),
+                                                          bias_.as<float>(), pre_activations_[l].as<float>(),
+                                                          last ? nullptr : inputs_[l + 1].as<float>(), stream_));
+  }
+
+  Result<float> loss(float gradient_scale) override {
+    ZEROSIM_RETURN_IF_ERROR(cuda("cudaSetDevice", cudaSetDevice(device_)));
+    const int64_t classes = model_.layer_widths.back();
+    float* sample_losses = sample_losses_.as<float>();
+    ZEROSIM_RETURN_IF_ERROR(device_softmax_cross_entropy(samples_, classes, pre_activations_.back().as<float>(),
+                                                         labels_.as<int32_t>(), gradient_scale,
+                                                         output_gradients_[0].as<float>(), sample_losses,
+                                                         sample_losses + samples_, stream_));
+    current_gradient_ = 0;
+    float loss = 0.0f;
+    ZEROSIM_RETURN_IF_ERROR(cuda("cudaMemcpyAsync (loss)", cudaMemcpyAsync(&loss, sample_losses + samples_, sizeof(float),
+                                                                         cudaMemcpyDeviceToHost, stream_)));
+    ZEROSIM_RETURN_IF_ERROR(cuda("cudaStreamSynchronize (loss)", cudaStreamSynchronize(stream_)));
+    return loss;
+  }
+
+  Status layer_backward(int64_t layer_index, std::span<const float> weight, std::span<float> weight_gradient,
+                        std::span<float> bias_gradient) override {
+    ZEROSIM_RETURN_IF_ERROR(cuda("cudaSetDevice", cudaSetDevice(device_)));
+    const size_t l = static_cast<size_t>(layer_index);
+    ZEROSIM_CHECK(weight_gradient.size() == weight.size() &&
+                      bias_gradient.size() == static_cast<size_t>(model_.layer_widths[l + 1]),
+                  "layer gradient sizes do not match the layer");
+    ZEROSIM_RETURN_IF_ERROR(upload_weights(layer_index, weight, {}));
+    ZEROSIM_RETURN_IF_ERROR(cuda("cudaMalloc (weight gradient)", weight_gradient_.reserve(weight_gradient.size_bytes())));
+    ZEROSIM_RETURN_IF_ERROR(cuda("cudaMalloc (bias gradient)", bias_gradient_.reserve(bias_gradient.size_bytes())));
+    const bool first = l == 0;
+    const int next = 1 - current_gradient_;
+    ZEROSIM_RETURN_IF_ERROR(in_layer(
+        layer_index,
+        device_mlp_layer_backward(shape(layer_index), inputs_[l].as<float>(), weight_.as<float>(),
+                                  output_gradients_[current_gradient_].as<float>(),
+                                  first ? nullptr : pre_activations_[l - 1].as<float>(), weight_gradient_.as<float>(),
+                                  bias_gradient_.as<float>(), first ? nullptr : output_gradients_[next].as<float>(),
+                                  stream_)));
+    current_gradient_ = next;
+    ZEROSIM_RETURN_IF_ERROR(cuda("cudaMemcpyAsync (weight gradient)",
+                                 cudaMemcpyAsync(weight_gradient.data(), weight_gradient_.as<float>(),
+                                                 weight_gradient.size_bytes(), cudaMemcpyDeviceToHost, stream_)));
+    ZEROSIM_RETURN_IF_ERROR(cuda("cudaMemcpyAsync (bias gradient)",
+                                 cudaMemcpyAsync(bias_gradient.data(), bias_gradient_.as<float>(),
+                                                 bias_gradient.size_bytes(), cudaMemcpyDeviceToHost, stream_)));
+    return in_layer(layer_index, cuda("cudaStreamSynchronize (layer gradients)", cudaStreamSynchronize(stream_)));
+  }
+
+  Status adam_update(const AdamStepScalars& scalars, float grad_multiplier, float* master, const float* gradient,
+                     float* exp_avg, float* exp_avg_sq, size_t count) override {
+    if (count == 0) return Status();
+    ZEROSIM_RETURN_IF_ERROR(cuda("cudaSetDevice", cudaSetDevice(device_)));
+    const size_t bytes = count * sizeof(float);
+    const float* sources[4] = {master, gradient, exp_avg, exp_avg_sq};
+    for (int k = 0; k < 4; ++k) {
+      ZEROSIM_RETURN_IF_ERROR(cuda("cudaMalloc (optimizer state)", optimizer_state_[k].reserve(bytes)));
+      ZEROSIM_RETURN_IF_ERROR(cuda("cudaMemcpyAsync (optimizer state in)",
+                                   cudaMemcpyAsync(optimizer_state_[k].as<float>(), sources[k], bytes,
+                                                   cudaMemcpyHostToDevice, stream_)));
+    }
+    const DeviceAdamTensor tensor{optimizer_state_[0].as<float>(), optimizer_state_[1].as<float>(),
+                                  optimizer_state_[2].as<float>(), optimizer_state_[3].as<float>(),
+                                  static_cast<int64_t>(count)};
+    ZEROSIM_RETURN_IF_ERROR(device_adam_update(scalars, grad_multiplier, std::span<const DeviceAdamTensor>(&tensor, 1), stream_));
+    float* destinations[3] = {master, exp_avg, exp_avg_sq};
+    const int source_of[3] = {0, 2, 3};
+    for (int k = 0; k < 3; ++k) {
+      ZEROSIM_RETURN_IF_ERROR(cuda("cudaMemcpyAsync (optimizer state out)",
+                                   cudaMemcpyAsync(destinations[k], optimizer_state_[source_of[k]].as<float>(), bytes,
+                                                   cudaMemcpyDeviceToHost, stream_)));
+    }
+    return cuda("cudaStreamSynchronize (optimizer step)", cudaStreamSynchronize(stream_));
+  }
+
+ private:
+  static size_t bytes_of(int64_t floats) { return static_cast<size_t>(std::max<int64_t>(floats, 1)) * sizeof(float); }
+
+  DeviceLayerShape shape(int64_t layer_index) const {
+    const size_t l = static_cast<size_t>(layer_index);
+    return DeviceLayerShape{samples_, model_.layer_widths[l], model_.layer_widths[l + 1]};
+  }
+
+  Status upload_weights(int64_t layer_index, std::span<const float> weight, std::span<const float> bias) {
+    ZEROSIM_RETURN_IF_ERROR(in_layer(layer_index, cuda("cudaMalloc (layer weight)", weight_.reserve(weight.size_bytes()))));
+    ZEROSIM_RETURN_IF_ERROR(in_layer(layer_index, cuda("cudaMemcpyAsync (layer weight)",
+                                                       cudaMemcpyAsync(weight_.as<float>(), weight.data(), weight.size_bytes(),
+                                                                       cudaMemcpyHostToDevice, stream_))));
+    if (bias.empty()) return Status();
+    ZEROSIM_RETURN_IF_ERROR(in_layer(layer_index, cuda("cudaMalloc (layer bias)", bias_.reserve(bias.size_bytes()))));
+    return in_layer(layer_index, cuda("cudaMemcpyAsync (layer bias)",
+                                      cudaMemcpyAsync(bias_.as<float>(), bias.data(), bias.size_bytes(),
+                                                      cudaMemcpyHostToDevice, stream_)));
+  }
+
+  Status cuda(const char* call, cudaError_t error) const {
+    if (error == cudaSuccess) return Status();
+    return failed_precondition(std::string(call) + " on CUDA device " + std::to_string(device_) + ": " +
+                               cudaGetErrorName(error) + " (" + cudaGetErrorString(error) + ")");
+  }
+  static Status in_layer(int64_t layer_index, Status status) {
+    if (status.ok()) return status;
+    return Status(status.code(), "layers." + std::to_string(layer_index) + ": " + status.message());
+  }
+
+  ModelSpec model_;
+  int device_;
+  cudaStream_t stream_ = nullptr;
+  int64_t samples_ = 0;
+  std::vector<DeviceArray> inputs_, pre_activations_;
+  DeviceArray output_gradients_[2];  // the gradient of the current layer's output, and the next one's
+  int current_gradient_ = 0;
+  DeviceArray labels_, sample_losses_;  // sample_losses_ holds the samples' losses, then the mean
+  DeviceArray weight_, bias_, weight_gradient_, bias_gradient_;
+  DeviceArray optimizer_state_[4];  // master, gradient, exp_avg, exp_avg_sq of one sub-group
+};
+
+}  // namespace
+
+Result<std::unique_ptr<ComputeBackend>> make_cuda_compute_backend(const ModelSpec& model, int device) {
+  auto backend = std::make_unique<CudaComputeBackend>(model, device);
+  ZEROSIM_RETURN_IF_ERROR(backend->start());
+  return Result<std::unique_ptr<ComputeBackend>>(std::unique_ptr<ComputeBackend>(std::move(backend)));
+}
+
+Result<ComputeBackendFactory> cuda_compute_backend_factory() {
+  // The CUDA runtime is first touched when a rank makes its backend, not here: a process that
+  // forks workers (the real-kill mode) must not have initialized CUDA before the fork.
+  return ComputeBackendFactory([](int rank, int, const ModelSpec& model) -> Result<std::unique_ptr<ComputeBackend>> {
+    int device_count = 0;
+    const cudaError_t error = cudaGetDeviceCount(&device_count);
+    if (error != cudaSuccess || device_count < 1) {
+      return failed_precondition(std::string("--device cuda: no CUDA device is visible to rank ") + std::to_string(rank) +
+                                 " (" + (error == cudaSuccess ? "cudaGetDeviceCount found 0 devices" : cudaGetErrorString(error)) +
+                                 ")");
+    }
+    return make_cuda_compute_backend(model, rank % device_count);
+  });
+}
+
+}  // namespace zerosim

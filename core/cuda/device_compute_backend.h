@@ -1,0 +1,33 @@
+// The compute seam (core/engine/compute_backend.h) on a CUDA device: a rank's micro-batch
+// forward, loss and backward run with the deterministic kernels of device_mlp.h, and its AdamW
+// updates with the fused kernel of device_adamw.h, so the device writes the CPU backend's bits.
+//
+// Where the data lives: the micro-batch's activations and the logits' gradient stay in device
+// memory from begin_micro_batch to the last layer_backward; each layer's gathered weights come
+// from the engine's host gather and its gradients go back to the engine's host exchange; AdamW
+// copies a sub-group's four arrays in and three back. That is ZeRO-3 with the partitions kept
+// in host memory (as offload_param/offload_optimizer "cpu" and "nvme" keep them): the engine's
+// swap, exchange and checkpoint code is the CPU backend's, byte for byte. Partitions resident
+// in device memory with the collectives on NCCL are not wired to the engine yet.
+//
+// Device memory grows to the largest layer and micro-batch seen and is kept. Every error names
+// the CUDA call, the device and the layer.
+#pragma once
+
+#include <memory>
+
+#include "core/engine/compute_backend.h"
+
+namespace zerosim {
+
+// A backend on CUDA device `device`. Fails (kFailedPrecondition) without the CUDA backend or
+// when the device cannot be used.
+Result<std::unique_ptr<ComputeBackend>> make_cuda_compute_backend(const ModelSpec& model, int device);
+
+// The factory for TrainingOptions::compute: rank r runs on device r mod (devices visible), so W
+// ranks share the GPUs round-robin. Touches no CUDA call until a rank makes its backend (so a
+// process may fork before); that call fails, naming the rank, when no device is visible. Fails
+// itself only without the CUDA backend.
+Result<ComputeBackendFactory> cuda_compute_backend_factory();
+
+}  // namespace zerosim

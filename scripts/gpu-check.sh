@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The [gpu] must-show, on the GPU machine (one or two H200s), after a build into build-gpu:
+#   1. the GPU-labelled tests (kernels, NCCL communicator, the engine with --device cuda);
+#   2. resume equivalence through the CLI: for W in 1 and (with two GPUs) 2, the digest of an
+#      uninterrupted `train --device cuda` run against save at step 6 and resume to step 12 at
+#      the same world size and at the other one, and against the CPU run;
+#   3. the scenario library (alone, and with each defect switched on) on --device cuda against
+#      --device cpu: the same verdict and diagnosis for every scenario.
+# Usage: scripts/gpu-check.sh BUILD_DIR OUT_DIR. Exit status 0 when everything agrees.
+set -uo pipefail
+build=${1:?build directory}
+out=${2:?output directory}
+zerosim="$build/tools/zerosim"
+work=$(mktemp -d /tmp/zerosim-gpu-check-XXXXXX)
+status=0
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+echo "GPUs: $gpus"; nvidia-smi -L
+
+echo "== 1. ctest -L gpu"
+(cd "$build" && ctest -L gpu --output-on-failure --timeout 900) > "$out/gpu-tests.txt" 2>&1 || status=1
+tail -n 4 "$out/gpu-tests.txt"
+
+echo "== 2. resume equivalence through the CLI (model 64,512,256,10, fp16, optimizer on NVMe)"
+common="--model 64,512,256,10 --set train_batch_size=16 --micro-batch-size 2 --json"
+digest() { python3 -c 'import json,sys; t=sys.stdin.read(); print(json.loads(t[t.index("{"):])["state_digest"])'; }
+world_sizes="1"; [ "$gpus" -ge 2 ] && world_sizes="1 2"
+for w in $world_sizes; do
+  other=$(( w == 1 ? 2 : 1 ))
+  cpu=$("$zerosim" train $common --steps 12 --world-size "$w" --device cpu --run-id cpu-$w | digest)
+  gpu=$("$zerosim" train $common --steps 12 --world-size "$w" --device cuda --run-id gpu-$w | digest)
+  "$zerosim" train $common --steps 6 --world-size "$w" --device cuda --run-id save-$w \
+      --save-dir "$work/ckpt-$w" > /dev/null || status=1
+  same=$("$zerosim" train $common --steps 12 --world-size "$w" --device cuda --run-id same-$w --resume "$work/ckpt-$w" | digest)
+  elastic=$("$zerosim" train $common --steps 12 --world-size "$other" --device cuda --run-id elastic-$w --resume "$work/ckpt-$w" | digest)
+  verdict=ok
+  for d in "$gpu" "$same" "$elastic"; do [ "$d" = "$cpu" ] || verdict=DIFFERS; done
+  [ "$verdict" = ok ] || status=1
+  printf 'W=%s  cpu %s  cuda %s  resumed W=%s %s  resumed W=%s %s  %s\n' "$w" "$cpu" "$gpu" "$w" "$same" "$other" "$elastic" "$verdict"
+done | tee "$out/resume-equivalence.txt"
+grep -q DIFFERS "$out/resume-equivalence.txt" && status=1
+
+echo "== 3. the scenario library on cuda against cpu"
+verdicts() { python3 -c '
+import json,sys
+t=sys.stdin.read(); d=json.loads(t[t.index("{"):])
+for s in d["scenarios"]: print(s["scenario"], "|", "PASS" if s["passed"] else "FAIL", "|", s["outcome"], "|", s["diagnosis"])'; }
+for defect in "" $("$zerosim" defects | awk '{print $1}'); do
+  flag=${defect:+--defect $defect}
+  "$zerosim" suite scenarios/library --json $flag --device cpu 2>/dev/null | verdicts > "$work/cpu.txt"
+  start=$(date +%s.%N)
+  "$zerosim" suite scenarios/library --json $flag --device cuda --report-dir "$work/report-$defect" 2>/dev/null | verdicts > "$work/cuda.txt"
+  end=$(date +%s.%N)
+  same=$(cmp -s "$work/cpu.txt" "$work/cuda.txt" && echo "same verdicts" || echo "VERDICTS DIFFER")
+  [ "$same" = "same verdicts" ] || { status=1; diff "$work/cpu.txt" "$work/cuda.txt" | head -20; }
+  printf '%-28s %2d scenarios, %2d pass on cuda; %s (cuda suite %.1f s)\n' "${defect:-no defect}" \
+      "$(wc -l < "$work/cuda.txt")" "$(grep -c '| PASS |' "$work/cuda.txt")" "$same" "$(echo "$end - $start" | bc)"
+done | tee "$out/suite-verdicts.txt"
+grep -q "VERDICTS DIFFER" "$out/suite-verdicts.txt" && status=1
+cp "$work/report-/report.md" "$out/suite-cuda-report.md" 2>/dev/null
+rm -rf "$work"
+echo "gpu-check: $([ $status = 0 ] && echo all agree || echo FAILED)"
+exit $status

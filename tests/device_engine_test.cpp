@@ -1,0 +1,150 @@
+// The engine with --device cuda (labelled "gpu": needs a CUDA device). The compute seam's
+// promise, held end to end: a run whose forward, backward and AdamW run on the GPU has the CPU
+// run's bits at every step (every state component, every loss), for every precision, world size
+// and placement of the state; and a save and resume on the GPU, at the same or another world
+// size, or resumed on the other backend, reproduces the uninterrupted run bit for bit.
+// On a machine with two GPUs, W = 2 and W = 4 put the ranks on both.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+
+#include "core/cuda/cuda_probe.h"
+#include "core/cuda/device_compute_backend.h"
+#include "core/engine/engine.h"
+#include "tests/test_directory.h"
+#include "tests/test_training.h"
+
+namespace zerosim {
+namespace {
+
+bool have_gpu() {
+  const Result<CudaProbe> probe = probe_cuda();
+  return probe.ok() && probe->compiled_with_cuda && probe->device_count > 0;
+}
+
+ComputeDevice cuda_device() {
+  Result<ComputeBackendFactory> factory = cuda_compute_backend_factory();
+  EXPECT_TRUE(factory.ok()) << factory.status().to_string();
+  return ComputeDevice{"cuda", factory.ok() ? std::move(factory).value() : ComputeBackendFactory{}};
+}
+
+// 0 memory, 1 optimizer state on NVMe, 2 optimizer state and parameters on NVMe.
+void place_state(TrainingOptions& options, int placement, const std::string& nvme_path) {
+  OffloadConfig& optimizer = options.config.zero.offload_optimizer;
+  OffloadConfig& params = options.config.zero.offload_param;
+  optimizer.device = placement >= 1 ? OffloadDevice::kNvme : OffloadDevice::kNone;
+  params.device = placement == 2 ? OffloadDevice::kNvme : OffloadDevice::kNone;
+  optimizer.nvme_path = nvme_path;
+  params.nvme_path = nvme_path;
+  optimizer.buffer_count = 9;
+}
+
+Result<TrainingRun> train(const TrainingOptions& options, int64_t steps, const CheckpointPlan& plan = {}) {
+  RealEnv real_env;
+  return run_training(options, steps, real_env.env(), plan);
+}
+
+// The first step (0 = after initialization or load) whose digests or loss differ, and what.
+std::string first_step_difference(const TrainingRun& expected, const TrainingRun& actual) {
+  if (expected.steps.size() != actual.steps.size()) return "step count";
+  const std::string initial = first_differing_component(expected.initial_digests, actual.initial_digests);
+  if (!initial.empty()) return "initial state: " + initial;
+  for (size_t k = 0; k < expected.steps.size(); ++k) {
+    const std::string component = first_differing_component(expected.step_digests[k], actual.step_digests[k]);
+    if (!component.empty()) return "step " + std::to_string(k + 1) + ": " + component;
+    if (std::memcmp(&expected.steps[k].loss, &actual.steps[k].loss, sizeof(float)) != 0) {
+      return "step " + std::to_string(k + 1) + ": loss " + std::to_string(expected.steps[k].loss) + " vs " +
+             std::to_string(actual.steps[k].loss);
+    }
+    if (expected.steps[k].grad_norm != actual.steps[k].grad_norm) return "step " + std::to_string(k + 1) + ": grad norm";
+  }
+  return "";
+}
+
+TEST(DeviceEngine, EveryConfigurationHasTheCpuBitsAtEveryStep) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const ComputeDevice cuda = cuda_device();
+  for (const ModelSpec& model : {ModelSpec{}, ModelSpec{{64, 256, 128, 10}}}) {
+    for (Precision precision : {Precision::kFp32, Precision::kFp16, Precision::kBf16}) {
+      for (int world_size : {1, 2, 3}) {
+        for (int placement : {0, 1, 2}) {
+          SCOPED_TRACE(model_spec_to_string(model) + " " + precision_name(precision) + " W=" +
+                       std::to_string(world_size) + " placement " + std::to_string(placement));
+          TestDirectory directory;
+          TrainingOptions options = make_options(model, precision, 3, 2, world_size, 700, 29);
+          options.digest_every_step = true;
+          place_state(options, placement, directory.path() + "/cpu");
+          Result<TrainingRun> on_cpu = train(options, 6);
+          ASSERT_TRUE(on_cpu.ok()) << on_cpu.status().to_string();
+          options.compute = cuda;
+          place_state(options, placement, directory.path() + "/cuda");
+          Result<TrainingRun> on_gpu = train(options, 6);
+          ASSERT_TRUE(on_gpu.ok()) << on_gpu.status().to_string();
+          EXPECT_EQ(first_step_difference(*on_cpu, *on_gpu), "");
+          EXPECT_EQ(on_cpu->digests.state, on_gpu->digests.state);
+        }
+      }
+    }
+  }
+}
+
+TEST(DeviceEngine, SaveAndResumeOnTheGpuIsBitIdenticalAtAnyWorldSizeAndOnTheCpu) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  for (Precision precision : {Precision::kFp16, Precision::kBf16}) {
+    SCOPED_TRACE(precision_name(precision));
+    TestDirectory directory;
+    TrainingOptions options = make_options(ModelSpec{{32, 96, 64, 7}}, precision, 2, 2, 2, 1000, 41);
+    options.compute = cuda_device();
+    options.digest_every_step = true;
+    place_state(options, 1, directory.path() + "/nvme");
+    Result<TrainingRun> reference = train(options, 8);
+    ASSERT_TRUE(reference.ok()) << reference.status().to_string();
+
+    CheckpointPlan saving;
+    saving.save_directory = directory.path() + "/checkpoints";
+    saving.save_every_steps = 4;
+    ASSERT_TRUE(train(options, 4, saving).ok());
+
+    // Resume at W' in {2, 1, 4} on the GPU (the train batch kept, the accumulation following W'),
+    // and at W' = 2 on the CPU.
+    for (const auto& [resume_world_size, on_gpu] : {std::pair{2, true}, std::pair{1, true}, std::pair{4, true},
+                                                     std::pair{2, false}}) {
+      SCOPED_TRACE("resume at W=" + std::to_string(resume_world_size) + (on_gpu ? " on the GPU" : " on the CPU"));
+      TrainingOptions resumed_options = options;
+      resumed_options.world_size = resume_world_size;
+      resumed_options.config.gradient_accumulation_steps = options.config.train_batch_size /
+                                                           (options.config.micro_batch_size * resume_world_size);
+      if (!on_gpu) resumed_options.compute = ComputeDevice{};
+      place_state(resumed_options, 1, directory.path() + "/nvme-resumed-" + std::to_string(resume_world_size));
+      CheckpointPlan resuming;
+      resuming.resume_directory = saving.save_directory;
+      resuming.resume_tag = "global_step4";
+      Result<TrainingRun> resumed = train(resumed_options, 8, resuming);
+      ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
+      ASSERT_EQ(resumed->steps.size(), 4u);
+      EXPECT_EQ(first_differing_component(reference->step_digests[3], resumed->initial_digests), "");
+      for (size_t k = 0; k < 4; ++k) {
+        EXPECT_EQ(first_differing_component(reference->step_digests[4 + k], resumed->step_digests[k]), "")
+            << "step " << 5 + k;
+        EXPECT_EQ(std::memcmp(&reference->steps[4 + k].loss, &resumed->steps[k].loss, sizeof(float)), 0)
+            << "loss at step " << 5 + k;
+      }
+      EXPECT_EQ(reference->digests.state, resumed->digests.state);
+    }
+  }
+}
+
+TEST(DeviceEngine, ABackendOnADeviceThatDoesNotExistIsANamedError) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  Result<std::unique_ptr<ComputeBackend>> backend = make_cuda_compute_backend(ModelSpec{}, 4096);
+  ASSERT_FALSE(backend.ok());
+  EXPECT_EQ(backend.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(backend.status().message().find("CUDA device 4096"), std::string::npos) << backend.status().message();
+  Result<std::unique_ptr<ComputeBackend>> first = make_cuda_compute_backend(ModelSpec{}, 0);
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  EXPECT_EQ((*first)->name(), "cuda:0");
+}
+
+}  // namespace
+}  // namespace zerosim
