@@ -52,8 +52,8 @@ for defect in "" $("$zerosim" defects | awk '{print $1}'); do
   end=$(date +%s.%N)
   same=$(cmp -s "$work/cpu.txt" "$work/cuda.txt" && echo "same verdicts" || echo "VERDICTS DIFFER")
   [ "$same" = "same verdicts" ] || { status=1; diff "$work/cpu.txt" "$work/cuda.txt" | head -20; }
-  printf '%-28s %2d scenarios, %2d pass on cuda; %s (cuda suite %.1f s)\n' "${defect:-no defect}" \
-      "$(wc -l < "$work/cuda.txt")" "$(grep -c '| PASS |' "$work/cuda.txt")" "$same" "$(echo "$end - $start" | bc)"
+  printf "%-32s %2d scenarios, %2d pass on cuda; %s (cuda suite %s s)\n" "${defect:-no defect}" \
+      "$(wc -l < "$work/cuda.txt")" "$(grep -c '| PASS |' "$work/cuda.txt")" "$same" "$(python3 -c "print(f\"{$end - $start:.1f}\")")"
 done | tee "$out/suite-verdicts.txt"
 grep -q "VERDICTS DIFFER" "$out/suite-verdicts.txt" && status=1
 cp "$work/report-/report.md" "$out/suite-cuda-report.md" 2>/dev/null

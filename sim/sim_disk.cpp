@@ -648,13 +648,19 @@ void SimDisk::crash(const std::vector<CrashFate>& fates) {
 void SimDisk::crash_with_seed(uint64_t seed) {
   const std::vector<PendingOperation> operations = pending_operations();
   std::vector<CrashFate> fates;
+  // An operation's fate is drawn by what it is (its description, and how many identical ones
+  // came before it), not by its position: ranks on threads interleave their operations
+  // differently from run to run, and the same seed must tear the same writes in every run.
+  std::map<std::string, uint64_t> occurrences;
   for (size_t i = 0; i < operations.size(); ++i) {
-    const uint64_t bits = mix_random_bits(seed, 11, i);
+    const std::string described = operations[i].describe();
+    const uint64_t key = XXH64(described.data(), described.size(), occurrences[described]++);
+    const uint64_t bits = mix_random_bits(seed, 11, key);
     CrashFate fate;
     fate.kind = (bits & 1) ? CrashFate::Kind::kKeep : CrashFate::Kind::kDrop;
     if (operations[i].kind == PendingOperation::Kind::kWrite && operations[i].sector_count >= 2 && (bits & 6) == 0) {
       fate.kind = CrashFate::Kind::kTear;
-      fate.surviving_sectors_mask = mix_random_bits(seed, 12, i);
+      fate.surviving_sectors_mask = mix_random_bits(seed, 12, key);
     }
     fates.push_back(fate);
   }

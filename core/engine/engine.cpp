@@ -816,13 +816,19 @@ Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_co
   ThreadCommWorld checkpoint_world(options.world_size);
   std::mutex result_mutex;
   Status first_error;
+  int first_error_rank = -1;
   TrainingRun run;
 
-  auto record_error = [&](const Status& status) {
+  // Keeps the root cause, and the same one whatever the threads' timing: a kAborted is only the
+  // echo of another rank's failure, and of two real errors the lower rank's wins (not the
+  // earlier one's), so a report names the same rank and file in every run.
+  auto record_error = [&](int rank, const Status& status) {
     std::lock_guard lock(result_mutex);
-    // Keep the root cause: a kAborted is only the echo of another rank's failure.
-    if (first_error.ok() || (first_error.code() == StatusCode::kAborted && status.code() != StatusCode::kAborted)) {
+    const bool aborted = status.code() == StatusCode::kAborted;
+    const bool recorded_aborted = first_error.code() == StatusCode::kAborted;
+    if (first_error.ok() || (recorded_aborted && !aborted) || (recorded_aborted == aborted && rank < first_error_rank)) {
       first_error = status;
+      first_error_rank = rank;
     }
   };
 
@@ -921,7 +927,7 @@ Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_co
       status = aborted("stopped by an exception that is not a std::exception (a crash point?)");
     }
     if (!status.ok()) {
-      record_error(Status(status.code(), "rank " + std::to_string(rank) + ": " + status.message()));
+      record_error(rank, Status(status.code(), "rank " + std::to_string(rank) + ": " + status.message()));
       world.abort();
       checkpoint_world.abort();
     }
@@ -933,7 +939,7 @@ Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_co
     try {
       threads.emplace_back(rank_main, rank);
     } catch (const std::system_error& error) {
-      record_error(resource_exhausted("cannot start the thread of rank " + std::to_string(rank) + " of " +
+      record_error(rank, resource_exhausted("cannot start the thread of rank " + std::to_string(rank) + " of " +
                                       std::to_string(options.world_size) + ": " + error.what()));
       world.abort();
       checkpoint_world.abort();

@@ -299,7 +299,8 @@ struct CheckpointPlan {
 
 // Runs W ranks on threads until the global step count reaches `step_count` (from a fresh start,
 // or from the checkpoint's step when resuming). On a rank's error the world is aborted and the
-// first real error (not a consequent kAborted) is returned.
+// root cause is returned: a real error rather than a consequent kAborted, and of several real
+// errors the lowest rank's (so the same one in every run, whatever the threads' timing).
 Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_count, Env env,
                                  const CheckpointPlan& checkpoints = {});
 // Per-rank seams for the simulator: each rank's Env (its own clock, a disk view that charges
