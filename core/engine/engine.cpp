@@ -554,6 +554,7 @@ Status RankEngine::optimizer_step(StepRecord& record) {
 
 Result<StepRecord> RankEngine::train_step() {
   env_.crash_points->hit("engine.step_begin", comm_.rank());
+  const uint64_t step_start_ns = env_.clock->now_ns();
   // Cleared only when the step completes: after a failed step the state is mid-step for good.
   step_in_progress_ = true;
   step_gradient_squares_ = ExactSquareSum{};
@@ -578,6 +579,7 @@ Result<StepRecord> RankEngine::train_step() {
   const uint64_t optimizer_start_ns = env_.clock->now_ns();
   ZEROSIM_RETURN_IF_ERROR(optimizer_step(record));
   record.optimizer_ns = env_.clock->now_ns() - optimizer_start_ns;
+  record.step_ns = env_.clock->now_ns() - step_start_ns;
   step_in_progress_ = false;
   env_.crash_points->hit("engine.step_end", comm_.rank());
   return record;

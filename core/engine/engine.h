@@ -98,6 +98,9 @@ struct StepRecord {
   // Wall time of the optimizer phase (overflow check, norm, sub-group updates and swaps), from
   // the Clock seam: for benchmarks only, never part of a digest or of the --json contract.
   uint64_t optimizer_ns = 0;
+  // Wall time of the whole step (micro-steps, exchange and optimizer), from the Clock seam:
+  // for benchmarks only, like optimizer_ns.
+  uint64_t step_ns = 0;
 };
 
 struct TrainingCounters {

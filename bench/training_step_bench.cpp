@@ -1,0 +1,91 @@
+// One ZeRO-3 training step of an MLP through run_training, on the CPU or --device cuda, at W
+// ranks (threads; with cuda, rank r on GPU r mod the GPUs visible): the median wall time of a
+// step over the steps after the first two, as JSON. The peer (PyTorch FSDP2 on the same model,
+// batch and dtype) is bench/fsdp2_step.py; bench/training_step_vs_fsdp2.sh runs both.
+// Flags: --device cpu|cuda --world-size W --model 1024,4096,4096,1024 --micro-batch N
+// --steps K --precision fp32|fp16|bf16.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/cuda/device_compute_backend.h"
+#include "core/engine/engine.h"
+
+int main(int argc, char** argv) {
+  using namespace zerosim;
+  std::string device = "cuda", model_text = "1024,4096,4096,1024", precision_text = "bf16";
+  int world_size = 2;
+  int64_t micro_batch = 64, steps = 8;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--device") device = argv[i + 1];
+    else if (flag == "--world-size") world_size = std::atoi(argv[i + 1]);
+    else if (flag == "--model") model_text = argv[i + 1];
+    else if (flag == "--micro-batch") micro_batch = std::atoll(argv[i + 1]);
+    else if (flag == "--steps") steps = std::atoll(argv[i + 1]);
+    else if (flag == "--precision") precision_text = argv[i + 1];
+    else {
+      std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
+      return 2;
+    }
+  }
+  Result<ModelSpec> model = parse_model_spec(model_text);
+  if (!model.ok() || steps < 3) {
+    std::fprintf(stderr, "--model %s / --steps %lld: %s\n", model_text.c_str(), static_cast<long long>(steps),
+                 model.ok() ? "need at least 3 steps" : model.status().to_string().c_str());
+    return 2;
+  }
+  TrainingOptions options;
+  options.model = *model;
+  options.world_size = world_size;
+  ResolvedConfig& config = options.config;
+  config.precision = config.communication_dtype = precision_text == "fp32"   ? Precision::kFp32
+                                                  : precision_text == "fp16" ? Precision::kFp16
+                                                                             : Precision::kBf16;
+  config.micro_batch_size = micro_batch;
+  config.gradient_accumulation_steps = 1;
+  config.train_batch_size = micro_batch * world_size;
+  config.optimizer.learning_rate = 1e-4;
+  config.optimizer.weight_decay = 0.01;
+  config.gradient_clipping = 1.0;
+  config.loss_scaler.dynamic = config.precision == Precision::kFp16;
+  options.data.feature_count = model->layer_widths.front();
+  options.data.class_count = model->layer_widths.back();
+  options.data.sample_count = 1 << 16;
+  if (device == "cuda") {
+    Result<ComputeBackendFactory> factory = cuda_compute_backend_factory();
+    if (!factory.ok()) {
+      std::fprintf(stderr, "%s\n", factory.status().to_string().c_str());
+      return 3;
+    }
+    options.compute = ComputeDevice{"cuda", std::move(factory).value()};
+  }
+  RealEnv real_env;
+  Result<TrainingRun> run = run_training(options, steps, real_env.env());
+  if (!run.ok()) {
+    std::fprintf(stderr, "training failed: %s\n", run.status().to_string().c_str());
+    return 1;
+  }
+  std::vector<double> step_ms;
+  for (size_t k = 2; k < run->steps.size(); ++k) step_ms.push_back(static_cast<double>(run->steps[k].step_ns) / 1e6);
+  std::sort(step_ms.begin(), step_ms.end());
+  const double median = step_ms[step_ms.size() / 2];
+  int64_t parameters = 0;
+  for (const ParameterInfo& parameter : mlp_parameters(*model)) parameters += parameter.element_count;
+  const nlohmann::json output = {{"engine", "zerosim"},
+                                 {"device", device},
+                                 {"world_size", world_size},
+                                 {"model", model_text},
+                                 {"parameters", parameters},
+                                 {"precision", precision_text},
+                                 {"global_batch", config.train_batch_size},
+                                 {"step_ms_median", median},
+                                 {"samples_per_s", static_cast<double>(config.train_batch_size) / (median / 1e3)},
+                                 {"final_loss", run->steps.back().loss}};
+  std::printf("%s\n", output.dump().c_str());
+  return 0;
+}
