@@ -2,7 +2,7 @@
 // ranks (threads; with cuda, rank r on GPU r mod the GPUs visible): the median wall time of a
 // step over the steps after the first two, as JSON. The peer (PyTorch FSDP2 on the same model,
 // batch and dtype) is bench/fsdp2_step.py; bench/training_step_vs_fsdp2.sh runs both.
-// Flags: --device cpu|cuda --world-size W --model 1024,4096,4096,1024 --micro-batch N
+// Flags: --device cpu|cuda|cuda-fast --world-size W --model 1024,4096,4096,1024 --micro-batch N
 // --steps K --precision fp32|fp16|bf16.
 #include <algorithm>
 #include <cstdio>
@@ -56,13 +56,14 @@ int main(int argc, char** argv) {
   options.data.feature_count = model->layer_widths.front();
   options.data.class_count = model->layer_widths.back();
   options.data.sample_count = 1 << 16;
-  if (device == "cuda") {
-    Result<ComputeBackendFactory> factory = cuda_compute_backend_factory();
+  if (device == "cuda" || device == "cuda-fast") {
+    Result<ComputeBackendFactory> factory =
+        cuda_compute_backend_factory(device == "cuda" ? CudaGemm::kDeterministic : CudaGemm::kCublas);
     if (!factory.ok()) {
       std::fprintf(stderr, "%s\n", factory.status().to_string().c_str());
       return 3;
     }
-    options.compute = ComputeDevice{"cuda", std::move(factory).value()};
+    options.compute = ComputeDevice{device, std::move(factory).value()};
   }
   RealEnv real_env;
   Result<TrainingRun> run = run_training(options, steps, real_env.env());

@@ -6,8 +6,11 @@
 // On a machine with two GPUs, W = 2 and W = 4 put the ranks on both.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "core/cuda/cuda_probe.h"
 #include "core/cuda/device_compute_backend.h"
@@ -23,10 +26,11 @@ bool have_gpu() {
   return probe.ok() && probe->compiled_with_cuda && probe->device_count > 0;
 }
 
-ComputeDevice cuda_device() {
-  Result<ComputeBackendFactory> factory = cuda_compute_backend_factory();
+ComputeDevice cuda_device(CudaGemm gemm = CudaGemm::kDeterministic) {
+  Result<ComputeBackendFactory> factory = cuda_compute_backend_factory(gemm);
   EXPECT_TRUE(factory.ok()) << factory.status().to_string();
-  return ComputeDevice{"cuda", factory.ok() ? std::move(factory).value() : ComputeBackendFactory{}};
+  return ComputeDevice{gemm == CudaGemm::kCublas ? "cuda-fast" : "cuda",
+                       factory.ok() ? std::move(factory).value() : ComputeBackendFactory{}};
 }
 
 // 0 memory, 1 optimizer state on NVMe, 2 optimizer state and parameters on NVMe.
@@ -131,6 +135,102 @@ TEST(DeviceEngine, SaveAndResumeOnTheGpuIsBitIdenticalAtAnyWorldSizeAndOnTheCpu)
             << "loss at step " << 5 + k;
       }
       EXPECT_EQ(reference->digests.state, resumed->digests.state);
+    }
+  }
+}
+
+// The fast mode computes the same function: each layer's outputs and gradients agree with the
+// CPU's to fp32 rounding (relative to the largest magnitude of the array; the sums run in another
+// order), so the GEMM operands and transposes are right.
+TEST(DeviceEngine, FastModeLayersComputeTheCpuLayersToRounding) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const ModelSpec model{{48, 96, 80, 6}};
+  const int64_t samples = 9;
+  Result<std::unique_ptr<ComputeBackend>> fast = make_cuda_compute_backend(model, 0, CudaGemm::kCublas);
+  ASSERT_TRUE(fast.ok()) << fast.status().to_string();
+  EXPECT_EQ((*fast)->name(), "cuda-fast:0");
+  std::unique_ptr<ComputeBackend> cpu = make_cpu_compute_backend(model, SimdPath::kScalar);
+  std::vector<float> input(static_cast<size_t>(samples * 48));
+  for (size_t k = 0; k < input.size(); ++k) input[k] = static_cast<float>((k * 7919) % 101) / 50.0f - 1.0f;
+  const std::vector<int32_t> labels = {0, 5, 3, 1, 2, 4, 5, 0, 3};
+  const std::vector<ParameterInfo> parameters = mlp_parameters(model);
+  std::vector<std::vector<float>> weights;
+  for (size_t p = 0; p < parameters.size(); ++p) {
+    std::vector<float> values(static_cast<size_t>(parameters[p].element_count));
+    for (size_t k = 0; k < values.size(); ++k) values[k] = mlp_initial_value(model, 5, static_cast<int64_t>(p), static_cast<int64_t>(k)) + 0.01f;
+    weights.push_back(values);
+  }
+  auto near = [](const std::vector<float>& expected, const std::vector<float>& actual, const std::string& what) {
+    float largest = 0.0f;
+    for (float value : expected) largest = std::max(largest, std::abs(value));
+    for (size_t k = 0; k < expected.size(); ++k) {
+      EXPECT_LE(std::abs(expected[k] - actual[k]), 1e-5f * largest + 1e-30f) << what << " element " << k;
+    }
+  };
+  ComputeBackend* backends[2] = {cpu.get(), fast->get()};
+  float losses[2];
+  std::vector<std::vector<float>> gradients[2];
+  for (int b = 0; b < 2; ++b) {
+    ASSERT_TRUE(backends[b]->begin_micro_batch(samples, input, labels).ok());
+    for (int64_t layer = 0; layer < 3; ++layer) {
+      ASSERT_TRUE(backends[b]->layer_forward(layer, weights[static_cast<size_t>(2 * layer)],
+                                             weights[static_cast<size_t>(2 * layer + 1)]).ok());
+    }
+    Result<float> loss = backends[b]->loss(0.5f);
+    ASSERT_TRUE(loss.ok()) << loss.status().to_string();
+    losses[b] = *loss;
+    for (int64_t layer = 2; layer >= 0; --layer) {
+      std::vector<float> weight_gradient(weights[static_cast<size_t>(2 * layer)].size());
+      std::vector<float> bias_gradient(weights[static_cast<size_t>(2 * layer + 1)].size());
+      ASSERT_TRUE(backends[b]->layer_backward(layer, weights[static_cast<size_t>(2 * layer)], weight_gradient, bias_gradient).ok());
+      gradients[b].push_back(weight_gradient);
+      gradients[b].push_back(bias_gradient);
+    }
+  }
+  EXPECT_NEAR(losses[0], losses[1], 1e-5f * std::abs(losses[0]));
+  for (size_t k = 0; k < gradients[0].size(); ++k) near(gradients[0][k], gradients[1][k], "gradient " + std::to_string(k));
+}
+
+// Within the fast mode: the same run twice, and a save and resume at W' = 2 and 1, give the same
+// bits (on one GPU model: the ranks of W = 2 run on both H200s where there are two).
+TEST(DeviceEngine, FastModeIsReproducibleAndResumesBitIdentically) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  TestDirectory directory;
+  TrainingOptions options = make_options(ModelSpec{{64, 256, 128, 10}}, Precision::kBf16, 4, 2, 2, 5000, 43);
+  options.compute = cuda_device(CudaGemm::kCublas);
+  options.digest_every_step = true;
+  Result<TrainingRun> reference = train(options, 8);
+  ASSERT_TRUE(reference.ok()) << reference.status().to_string();
+  Result<TrainingRun> again = train(options, 8);
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_EQ(first_step_difference(*reference, *again), "");
+  TrainingOptions deterministic = options;
+  deterministic.compute = cuda_device();
+  Result<TrainingRun> exact = train(deterministic, 8);
+  ASSERT_TRUE(exact.ok()) << exact.status().to_string();
+  // Another summation order: not the same bits (else the mode would not be using cuBLAS), the
+  // same training to a few ULP of the loss.
+  EXPECT_NE(exact->digests.params, reference->digests.params);
+  EXPECT_NEAR(exact->steps[0].loss, reference->steps[0].loss, 1e-5f * std::abs(exact->steps[0].loss));
+
+  CheckpointPlan saving;
+  saving.save_directory = directory.path() + "/checkpoints";
+  saving.save_every_steps = 4;
+  ASSERT_TRUE(train(options, 4, saving).ok());
+  for (int resume_world_size : {2, 1}) {
+    SCOPED_TRACE("resume at W=" + std::to_string(resume_world_size));
+    TrainingOptions resumed_options = options;
+    resumed_options.world_size = resume_world_size;
+    resumed_options.config.gradient_accumulation_steps = options.config.train_batch_size /
+                                                         (options.config.micro_batch_size * resume_world_size);
+    CheckpointPlan resuming;
+    resuming.resume_directory = saving.save_directory;
+    Result<TrainingRun> resumed = train(resumed_options, 8, resuming);
+    ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
+    ASSERT_EQ(resumed->steps.size(), 4u);
+    for (size_t k = 0; k < 4; ++k) {
+      EXPECT_EQ(first_differing_component(reference->step_digests[4 + k], resumed->step_digests[k]), "")
+          << "step " << 5 + k;
     }
   }
 }

@@ -33,16 +33,18 @@ int exit_code_for(const Status& status) {
 
 Result<ComputeDevice> compute_device_named(const std::string& name) {
   if (name == "cpu") return ComputeDevice{};
-  if (name != "cuda") return invalid_argument("--device " + name + ": expected cpu or cuda");
-  ZEROSIM_ASSIGN_OR_RETURN(ComputeBackendFactory factory, cuda_compute_backend_factory());
-  return ComputeDevice{"cuda", std::move(factory)};
+  if (name != "cuda" && name != "cuda-fast") return invalid_argument("--device " + name + ": expected cpu, cuda or cuda-fast");
+  ZEROSIM_ASSIGN_OR_RETURN(ComputeBackendFactory factory,
+                           cuda_compute_backend_factory(name == "cuda" ? CudaGemm::kDeterministic : CudaGemm::kCublas));
+  return ComputeDevice{name, std::move(factory)};
 }
 
 void add_device_flag(CLI::App& command, std::string& device) {
   command.add_option("--device", device,
-                     "Where the forward, backward and AdamW run: cpu, or cuda (rank r on GPU r mod the GPUs "
-                     "visible); the same bits either way")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+                     "Where the forward, backward and AdamW run: cpu; cuda (rank r on GPU r mod the GPUs "
+                     "visible), the CPU's bits; or cuda-fast (cuBLAS GEMMs: reproducible on one GPU model, "
+                     "not the CPU's bits)")
+      ->check(CLI::IsMember({"cpu", "cuda", "cuda-fast"}));
 }
 
 void add_config_flags(CLI::App& command, ConfigFlags& flags, bool config_is_positional) {

@@ -31,8 +31,10 @@ void add_config_flags(CLI::App& command, ConfigFlags& flags, bool config_is_posi
 // Reads, overrides and resolves the config. Errors name the file or key.
 Result<ResolvedConfig> load_config(const ConfigFlags& flags);
 
-// --device: "cpu" (the default) or "cuda" (rank r on GPU r mod the GPUs visible). kFailedPrecondition
-// when CUDA is not compiled in or no GPU is visible; kInvalidArgument for another name.
+// --device: "cpu" (the default), "cuda" (rank r on GPU r mod the GPUs visible; the CPU's bits)
+// or "cuda-fast" (cuBLAS GEMMs; see core/cuda/device_compute_backend.h). kFailedPrecondition
+// when CUDA is not compiled in; a missing GPU is reported when the run starts; kInvalidArgument
+// for another name.
 Result<ComputeDevice> compute_device_named(const std::string& name);
 // Adds --device to a command.
 void add_device_flag(CLI::App& command, std::string& device);

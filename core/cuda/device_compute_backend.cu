@@ -1,5 +1,6 @@
 #include "core/cuda/device_compute_backend.h"
 
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -44,24 +45,70 @@ class DeviceArray {
   size_t bytes_ = 0;
 };
 
+constexpr int kThreads = 256;
+int blocks_for(int64_t work) { return static_cast<int>(std::min<int64_t>((work + kThreads - 1) / kThreads, 65535)); }
+
+// The fast mode's elementwise pieces around the GEMMs.
+__global__ void broadcast_bias_kernel(int64_t samples, int64_t out, const float* bias, float* pre_activation) {
+  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < samples * out;
+       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    pre_activation[k] = bias[k % out];
+  }
+}
+__global__ void relu_kernel(int64_t count, const float* pre_activation, float* next_input) {
+  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < count;
+       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    next_input[k] = pre_activation[k] > 0.0f ? pre_activation[k] : 0.0f;
+  }
+}
+__global__ void column_sum_kernel(int64_t samples, int64_t out, const float* output_gradient, float* bias_gradient) {
+  for (int64_t o = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; o < out;
+       o += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float sum = 0.0f;
+    for (int64_t s = 0; s < samples; ++s) sum += output_gradient[s * out + o];
+    bias_gradient[o] = sum;
+  }
+}
+__global__ void relu_mask_kernel(int64_t count, const float* previous_pre_activation, float* gradient) {
+  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < count;
+       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if (!(previous_pre_activation[k] > 0.0f)) gradient[k] = 0.0f;
+  }
+}
+
 class CudaComputeBackend final : public ComputeBackend {
  public:
-  CudaComputeBackend(const ModelSpec& model, int device) : model_(model), device_(device) {}
+  CudaComputeBackend(const ModelSpec& model, int device, CudaGemm gemm) : model_(model), device_(device), gemm_(gemm) {}
   ~CudaComputeBackend() override {
     cudaSetDevice(device_);
+    if (cublas_ != nullptr) cublasDestroy(cublas_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
   Status start() {
     ZEROSIM_RETURN_IF_ERROR(cuda("cudaSetDevice", cudaSetDevice(device_)));
     ZEROSIM_RETURN_IF_ERROR(cuda("cudaStreamCreateWithFlags", cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)));
+    if (gemm_ == CudaGemm::kCublas) {
+      ZEROSIM_RETURN_IF_ERROR(blas("cublasCreate", cublasCreate(&cublas_)));
+      ZEROSIM_RETURN_IF_ERROR(blas("cublasSetStream", cublasSetStream(cublas_, stream_)));
+      // Plain fp32 FMA GEMMs (no TF32): the default math mode, named so that an environment
+      // override cannot change what the mode computes.
+      ZEROSIM_RETURN_IF_ERROR(blas("cublasSetMathMode", cublasSetMathMode(cublas_, CUBLAS_PEDANTIC_MATH)));
+      // A workspace of its own, so that no other stream's use of cuBLAS can change the
+      // algorithm's reduction order (cuBLAS's reproducibility condition).
+      ZEROSIM_RETURN_IF_ERROR(cuda("cudaMalloc (cuBLAS workspace)", cublas_workspace_.reserve(kCublasWorkspaceBytes)));
+      ZEROSIM_RETURN_IF_ERROR(blas("cublasSetWorkspace", cublasSetWorkspace(cublas_, cublas_workspace_.as<void>(),
+                                                                            kCublasWorkspaceBytes)));
+    }
     const size_t layer_count = static_cast<size_t>(mlp_layer_count(model_));
     inputs_.resize(layer_count);
     pre_activations_.resize(layer_count);
     return Status();
   }
 
-  std::string name() const override { return "cuda:" + std::to_string(device_); }
+  std::string name() const override {
+    return std::string(gemm_ == CudaGemm::kCublas ? "cuda-fast:" : "cuda:") + std::to_string(device_);
+  }
 
   Status begin_micro_batch(int64_t samples, std::span<const float> input, std::span<const int32_t> labels) override {
     ZEROSIM_CHECK(input.size() == static_cast<size_t>(samples * model_.layer_widths.front()) &&
@@ -93,6 +140,7 @@ class CudaComputeBackend final : public ComputeBackend {
     ZEROSIM_RETURN_IF_ERROR(upload_weights(layer_index, weight, bias));
     const size_t l = static_cast<size_t>(layer_index);
     const bool last = l + 1 == inputs_.size();
+    if (gemm_ == CudaGemm::kCublas) return in_layer(layer_index, fast_forward(layer_index));
     return in_layer(layer_index, device_mlp_layer_forward(shape(layer_index), inputs_[l].as<float>(), weight_.as<float>(),
                                                           bias_.as<float>(), pre_activations_[l].as<float>(),
                                                           last ? nullptr : inputs_[l + 1].as<float>(), stream_));
@@ -128,6 +176,8 @@ class CudaComputeBackend final : public ComputeBackend {
     const int next = 1 - current_gradient_;
     ZEROSIM_RETURN_IF_ERROR(in_layer(
         layer_index,
+        gemm_ == CudaGemm::kCublas ? fast_backward(layer_index, output_gradients_[current_gradient_].as<float>(),
+                                                   first ? nullptr : output_gradients_[next].as<float>()) :
         device_mlp_layer_backward(shape(layer_index), inputs_[l].as<float>(), weight_.as<float>(),
                                   output_gradients_[current_gradient_].as<float>(),
                                   first ? nullptr : pre_activations_[l - 1].as<float>(), weight_gradient_.as<float>(),
@@ -170,6 +220,60 @@ class CudaComputeBackend final : public ComputeBackend {
   }
 
  private:
+  static constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+
+  // Row-major [samples, out] = [samples, in] x [out, in]^T is, to column-major cuBLAS, the
+  // [out, samples] product W^T(as stored) x X: op(A) = T on the weight (lda = in).
+  Status fast_forward(int64_t layer_index) {
+    const size_t l = static_cast<size_t>(layer_index);
+    const DeviceLayerShape s = shape(layer_index);
+    float* pre_activation = pre_activations_[l].as<float>();
+    broadcast_bias_kernel<<<blocks_for(s.samples * s.out), kThreads, 0, stream_>>>(s.samples, s.out, bias_.as<float>(),
+                                                                                 pre_activation);
+    ZEROSIM_RETURN_IF_ERROR(cuda("broadcast_bias_kernel", cudaGetLastError()));
+    const float one = 1.0f;
+    ZEROSIM_RETURN_IF_ERROR(blas("cublasSgemm (forward)",
+                                 cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(s.out),
+                                             static_cast<int>(s.samples), static_cast<int>(s.in), &one,
+                                             weight_.as<float>(), static_cast<int>(s.in), inputs_[l].as<float>(),
+                                             static_cast<int>(s.in), &one, pre_activation, static_cast<int>(s.out))));
+    if (l + 1 == inputs_.size()) return Status();
+    relu_kernel<<<blocks_for(s.samples * s.out), kThreads, 0, stream_>>>(s.samples * s.out, pre_activation,
+                                                                       inputs_[l + 1].as<float>());
+    return cuda("relu_kernel", cudaGetLastError());
+  }
+
+  // dW [out, in] = dZ^T x X (column-major: [in, out] = X(in x samples) x dZ^T), the bias
+  // gradient a column sum, and dX [samples, in] = dZ x W (column-major: [in, samples] =
+  // W(as stored, in x out) x dZ(out x samples)) masked by the previous layer's ReLU.
+  Status fast_backward(int64_t layer_index, const float* output_gradient, float* previous_output_gradient) {
+    const size_t l = static_cast<size_t>(layer_index);
+    const DeviceLayerShape s = shape(layer_index);
+    const int samples = static_cast<int>(s.samples), in = static_cast<int>(s.in), out = static_cast<int>(s.out);
+    const float one = 1.0f, zero = 0.0f;
+    ZEROSIM_RETURN_IF_ERROR(blas("cublasSgemm (weight gradient)",
+                                 cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, in, out, samples, &one,
+                                             inputs_[l].as<float>(), in, output_gradient, out, &zero,
+                                             weight_gradient_.as<float>(), in)));
+    column_sum_kernel<<<blocks_for(s.out), kThreads, 0, stream_>>>(s.samples, s.out, output_gradient,
+                                                                  bias_gradient_.as<float>());
+    ZEROSIM_RETURN_IF_ERROR(cuda("column_sum_kernel", cudaGetLastError()));
+    if (previous_output_gradient == nullptr) return Status();
+    ZEROSIM_RETURN_IF_ERROR(blas("cublasSgemm (input gradient)",
+                                 cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, in, samples, out, &one,
+                                             weight_.as<float>(), in, output_gradient, out, &zero,
+                                             previous_output_gradient, in)));
+    relu_mask_kernel<<<blocks_for(s.samples * s.in), kThreads, 0, stream_>>>(
+        s.samples * s.in, pre_activations_[l - 1].as<float>(), previous_output_gradient);
+    return cuda("relu_mask_kernel", cudaGetLastError());
+  }
+
+  Status blas(const char* call, cublasStatus_t status) const {
+    if (status == CUBLAS_STATUS_SUCCESS) return Status();
+    return failed_precondition(std::string(call) + " on CUDA device " + std::to_string(device_) + ": " +
+                               cublasGetStatusName(status) + " (" + cublasGetStatusString(status) + ")");
+  }
+
   static size_t bytes_of(int64_t floats) { return static_cast<size_t>(std::max<int64_t>(floats, 1)) * sizeof(float); }
 
   DeviceLayerShape shape(int64_t layer_index) const {
@@ -201,7 +305,10 @@ class CudaComputeBackend final : public ComputeBackend {
 
   ModelSpec model_;
   int device_;
+  CudaGemm gemm_;
   cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  DeviceArray cublas_workspace_;
   int64_t samples_ = 0;
   std::vector<DeviceArray> inputs_, pre_activations_;
   DeviceArray output_gradients_[2];  // the gradient of the current layer's output, and the next one's
@@ -213,16 +320,16 @@ class CudaComputeBackend final : public ComputeBackend {
 
 }  // namespace
 
-Result<std::unique_ptr<ComputeBackend>> make_cuda_compute_backend(const ModelSpec& model, int device) {
-  auto backend = std::make_unique<CudaComputeBackend>(model, device);
+Result<std::unique_ptr<ComputeBackend>> make_cuda_compute_backend(const ModelSpec& model, int device, CudaGemm gemm) {
+  auto backend = std::make_unique<CudaComputeBackend>(model, device, gemm);
   ZEROSIM_RETURN_IF_ERROR(backend->start());
   return Result<std::unique_ptr<ComputeBackend>>(std::unique_ptr<ComputeBackend>(std::move(backend)));
 }
 
-Result<ComputeBackendFactory> cuda_compute_backend_factory() {
+Result<ComputeBackendFactory> cuda_compute_backend_factory(CudaGemm gemm) {
   // The CUDA runtime is first touched when a rank makes its backend, not here: a process that
   // forks workers (the real-kill mode) must not have initialized CUDA before the fork.
-  return ComputeBackendFactory([](int rank, int, const ModelSpec& model) -> Result<std::unique_ptr<ComputeBackend>> {
+  return ComputeBackendFactory([gemm](int rank, int, const ModelSpec& model) -> Result<std::unique_ptr<ComputeBackend>> {
     int device_count = 0;
     const cudaError_t error = cudaGetDeviceCount(&device_count);
     if (error != cudaSuccess || device_count < 1) {
@@ -230,7 +337,7 @@ Result<ComputeBackendFactory> cuda_compute_backend_factory() {
                                  " (" + (error == cudaSuccess ? "cudaGetDeviceCount found 0 devices" : cudaGetErrorString(error)) +
                                  ")");
     }
-    return make_cuda_compute_backend(model, rank % device_count);
+    return make_cuda_compute_backend(model, rank % device_count, gemm);
   });
 }
 

@@ -10,6 +10,15 @@
 // swap, exchange and checkpoint code is the CPU backend's, byte for byte. Partitions resident
 // in device memory with the collectives on NCCL are not wired to the engine yet.
 //
+// Two modes (CudaGemm):
+//   * deterministic (the default): the kernels above, the CPU backend's bits;
+//   * cuBLAS ("--device cuda-fast"): the layer products are fp32 cublasSgemm calls (pedantic
+//     math: no TF32), with the bias, ReLU and bias-gradient kernels around them. Not the CPU's
+//     bits. Still reproducible: cuBLAS gives the same bits at every run on GPUs of the same
+//     architecture and SM count with a workspace of the handle's own, and every micro-batch's
+//     products have the same shapes at any world size, so save, resume and a change of world
+//     size are bit-identical within the mode, on the same GPU model.
+//
 // Device memory grows to the largest layer and micro-batch seen and is kept. Every error names
 // the CUDA call, the device and the layer.
 #pragma once
@@ -20,14 +29,17 @@
 
 namespace zerosim {
 
+enum class CudaGemm { kDeterministic, kCublas };
+
 // A backend on CUDA device `device`. Fails (kFailedPrecondition) without the CUDA backend or
 // when the device cannot be used.
-Result<std::unique_ptr<ComputeBackend>> make_cuda_compute_backend(const ModelSpec& model, int device);
+Result<std::unique_ptr<ComputeBackend>> make_cuda_compute_backend(const ModelSpec& model, int device,
+                                                                  CudaGemm gemm = CudaGemm::kDeterministic);
 
 // The factory for TrainingOptions::compute: rank r runs on device r mod (devices visible), so W
 // ranks share the GPUs round-robin. Touches no CUDA call until a rank makes its backend (so a
 // process may fork before); that call fails, naming the rank, when no device is visible. Fails
 // itself only without the CUDA backend.
-Result<ComputeBackendFactory> cuda_compute_backend_factory();
+Result<ComputeBackendFactory> cuda_compute_backend_factory(CudaGemm gemm = CudaGemm::kDeterministic);
 
 }  // namespace zerosim
