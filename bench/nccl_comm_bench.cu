@@ -33,8 +33,9 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--repetitions") == 0) repetitions = std::atoi(argv[i + 1]);
     else if (std::strcmp(argv[i], "--piece-mib") == 0) options.piece_bytes = std::atoll(argv[i + 1]) << 20;
     else if (std::strcmp(argv[i], "--fold-blocks") == 0) options.fold_blocks = std::atoi(argv[i + 1]);
+    else if (std::strcmp(argv[i], "--peer-fold") == 0) options.peer_fold = std::atoi(argv[i + 1]) != 0;
     else {
-      std::fprintf(stderr, "usage: nccl_comm_bench [--repetitions R] [--piece-mib M] [--fold-blocks B]\n");
+      std::fprintf(stderr, "usage: nccl_comm_bench [--repetitions R] [--piece-mib M] [--fold-blocks B] [--peer-fold 0|1]\n");
       return 2;
     }
   }
@@ -115,11 +116,11 @@ int main(int argc, char** argv) {
     }
     const double bus = static_cast<double>(world_size - 1) / world_size;
     const double gathered = static_cast<double>(bytes) * world_size;
-    std::printf("{\"gpus\": %d, \"piece_mib\": %lld, \"fold_blocks\": %d, \"size_mib_per_rank\": %zu, "
+    std::printf("{\"gpus\": %d, \"peer_fold\": %s, \"piece_mib\": %lld, \"fold_blocks\": %d, \"size_mib_per_rank\": %zu, "
                 "\"all_gather_seam_busbw_gb_s\": %.1f, \"all_gather_raw_busbw_gb_s\": %.1f, \"all_gather_ratio\": %.3f, "
                 "\"reduce_scatter_seam_busbw_gb_s\": %.1f, \"reduce_scatter_raw_busbw_gb_s\": %.1f, "
                 "\"reduce_scatter_ratio\": %.3f}\n",
-                world_size, static_cast<long long>(options.piece_bytes >> 20), options.fold_blocks, mib, gathered / best[0] * bus / 1e9, gathered / best[1] * bus / 1e9, best[1] / best[0],
+                world_size, (*world)->peer_fold() ? "true" : "false", static_cast<long long>(options.piece_bytes >> 20), options.fold_blocks, mib, gathered / best[0] * bus / 1e9, gathered / best[1] * bus / 1e9, best[1] / best[0],
                 static_cast<double>(bytes) / best[2] * bus / 1e9, static_cast<double>(bytes) / best[3] * bus / 1e9,
                 best[3] / best[2]);
   }

@@ -52,13 +52,24 @@ TEST(DeviceNcclComm, EveryCollectiveGivesTheCpuWorldsBytes) {
   if (world_size == 0) GTEST_SKIP() << "no CUDA device";
   std::vector<int> devices;
   for (int device = 0; device < world_size; ++device) devices.push_back(device);
-  Result<std::unique_ptr<NcclCommWorld>> world = NcclCommWorld::create(devices);
-  ASSERT_TRUE(world.ok()) << world.status().to_string();
   ThreadCommWorld cpu_world(world_size);
 
+  // Both gradient paths: NCCL transfers then a fold, and (with peer access between the GPUs)
+  // the fold reading the peers' memory; an odd chunk (the scalar tail, unaligned peers) and an
+  // aligned one (the 16-byte vector loads).
+  for (const bool peer_fold : {false, true}) {
+  NcclCommOptions options;
+  options.peer_fold = peer_fold;
+  Result<std::unique_ptr<NcclCommWorld>> world = NcclCommWorld::create(devices, options);
+  ASSERT_TRUE(world.ok()) << world.status().to_string();
+  if (peer_fold && world_size > 1) {
+    int can = 0;
+    cudaDeviceCanAccessPeer(&can, 0, 1);
+    EXPECT_EQ((*world)->peer_fold(), can != 0) << "peer access between GPU 0 and 1: " << can;
+  }
+  for (const size_t chunk : {size_t{100003}, size_t{131072}})
   for (const DType dtype : {DType::kFp32, DType::kFp16, DType::kBf16}) {
-    SCOPED_TRACE(dtype_name(dtype));
-    const size_t chunk = 100003;  // odd: the fold kernel's tail
+    SCOPED_TRACE(std::string(dtype_name(dtype)) + " chunk " + std::to_string(chunk) + (peer_fold ? " peer fold" : " NCCL"));
     std::vector<std::vector<std::byte>> sends;
     std::vector<std::vector<float>> cpu_accumulators, gpu_results;
     for (int rank = 0; rank < world_size; ++rank) {
@@ -99,7 +110,11 @@ TEST(DeviceNcclComm, EveryCollectiveGivesTheCpuWorldsBytes) {
     }
   }
 
+  }
+
   // all_gather, gather, broadcast and all_reduce_max move or reduce exactly.
+  Result<std::unique_ptr<NcclCommWorld>> world = NcclCommWorld::create(devices);
+  ASSERT_TRUE(world.ok()) << world.status().to_string();
   const size_t bytes = 4099;
   std::vector<std::vector<std::byte>> gathered(static_cast<size_t>(world_size));
   std::vector<double> maxima(static_cast<size_t>(world_size));

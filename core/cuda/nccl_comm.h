@@ -36,6 +36,13 @@ struct NcclCommOptions {
   // Blocks of a fold launch, at most: memory-bound, it needs a few per SM to reach the HBM
   // bandwidth, and leaves the rest to NCCL's kernels. 0: one per 256 elements.
   int fold_blocks = 0;
+  // When every pair of the world's GPUs can read each other's memory (NVLink or PCIe peer
+  // access), the gradient collective reads the peers' chunks straight from their send buffers in
+  // its fold kernel, instead of moving them with NCCL into a scratch first: the same fold in the
+  // same order (the same bits), the bytes read once, over the link, as they are added. The ranks
+  // meet at a host barrier to publish their buffers and CUDA events (one process only). Off, or
+  // without peer access, the NCCL path above.
+  bool peer_fold = true;
 };
 
 class NcclCommWorld {
@@ -52,9 +59,17 @@ class NcclCommWorld {
   void* stream(int rank) const;
   // The raw ncclComm_t of rank `rank`, for benchmarks that compare against raw NCCL.
   void* raw_communicator(int rank) const;
+  // Whether the gradient collective folds from the peers' memory (NcclCommOptions::peer_fold
+  // asked for it and every pair of GPUs has peer access).
+  bool peer_fold() const { return peer_fold_; }
+
+  // What the ranks publish to each other for a peer fold (defined in nccl_comm.cu).
+  struct PeerExchange;
 
  private:
   NcclCommWorld() = default;
+  std::shared_ptr<PeerExchange> peer_exchange_;
+  bool peer_fold_ = false;
   std::vector<std::unique_ptr<Comm>> comms_;
 };
 
