@@ -238,6 +238,7 @@ std::string describe_state(const std::vector<PendingOperation>& pending, const s
 class FixedClock final : public Clock {
  public:
   uint64_t now_ns() override { return 0; }
+  void sleep_ns(uint64_t) override {}
 };
 
 }  // namespace

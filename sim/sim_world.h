@@ -40,6 +40,7 @@ namespace zerosim {
 class SimClock final : public Clock {
  public:
   uint64_t now_ns() override { return now_ns_.load(); }
+  void sleep_ns(uint64_t duration_ns) override { advance_ns(duration_ns); }
   void advance_ns(uint64_t duration_ns) { now_ns_ += duration_ns; }
   void advance_to_ns(uint64_t time_ns) {
     uint64_t current = now_ns_.load();

@@ -3,7 +3,11 @@
 // the gradient collective's rank-order fold included, in fp32, fp16 and bf16.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <random>
 #include <thread>
@@ -11,6 +15,8 @@
 
 #include "core/cuda/cuda_probe.h"
 #include "core/cuda/nccl_comm.h"
+#include "core/env/env.h"
+#include "tests/test_directory.h"
 
 #if defined(ZEROSIM_HAVE_CUDA)
 #include <cuda_runtime.h>
@@ -157,6 +163,104 @@ TEST(DeviceNcclComm, EveryCollectiveGivesTheCpuWorldsBytes) {
     EXPECT_EQ(gathered[static_cast<size_t>(rank)], expected) << "all_gather on rank " << rank;
     EXPECT_EQ(maxima[static_cast<size_t>(rank)], static_cast<double>(world_size - 1) * 1.5 - 0.0);
   }
+}
+
+// One rank of the two-process test, in a forked child (CUDA is first touched there): joins
+// through the rendezvous file, then checks the gradient collective's fold and the all-gather
+// against what the host computes from every rank's (seeded) inputs. Exit 0: agreed; 77: fewer
+// than two GPUs; otherwise the failure, printed to stderr.
+int nccl_process_rank(int rank, int world_size, const std::string& path) {
+  int device_count = 0;
+  if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count < world_size) return 77;
+  RealEnv real_env;
+  const Env env = real_env.env();
+  NcclRendezvous rendezvous{rank, world_size, rank, path};
+  rendezvous.timeout_ns = uint64_t{120} * 1000 * 1000 * 1000;
+  Result<std::unique_ptr<Comm>> comm = create_nccl_process_comm(rendezvous, *env.disk, *env.clock);
+  if (!comm.ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, comm.status().to_string().c_str());
+    return 1;
+  }
+  const size_t chunk = 100003;
+  const DType dtype = DType::kBf16;
+  std::vector<std::vector<std::byte>> sends;
+  for (int source = 0; source < world_size; ++source) {
+    sends.push_back(random_bytes(chunk * static_cast<size_t>(world_size), 300u + static_cast<uint32_t>(source), dtype));
+  }
+  std::vector<float> expected(chunk), widened(chunk);
+  for (size_t i = 0; i < chunk; ++i) expected[i] = static_cast<float>(i % 7) * 0.125f;
+  std::vector<float> result = expected;
+  for (int source = 0; source < world_size; ++source) {
+    cast_to_fp32(dtype, sends[static_cast<size_t>(source)].data() + static_cast<size_t>(rank) * chunk * 2, widened.data(), chunk);
+    for (size_t i = 0; i < chunk; ++i) expected[i] = expected[i] + widened[i];
+  }
+  const std::vector<std::byte>& mine = sends[static_cast<size_t>(rank)];
+  std::byte *send = nullptr, *gathered = nullptr;
+  float* accumulator = nullptr;
+  if (cudaMalloc(&send, mine.size()) != cudaSuccess || cudaMalloc(&accumulator, chunk * sizeof(float)) != cudaSuccess ||
+      cudaMalloc(&gathered, mine.size() * static_cast<size_t>(world_size)) != cudaSuccess) {
+    std::fprintf(stderr, "rank %d: cudaMalloc failed\n", rank);
+    return 1;
+  }
+  cudaMemcpy(send, mine.data(), mine.size(), cudaMemcpyHostToDevice);
+  cudaMemcpy(accumulator, result.data(), chunk * sizeof(float), cudaMemcpyHostToDevice);
+  Status status = (*comm)->reduce_scatter_accumulate(std::span<const std::byte>(send, mine.size()), dtype, chunk,
+                                                     std::span<float>(accumulator, chunk));
+  if (status.ok()) {
+    status = (*comm)->all_gather(std::span<const std::byte>(send, mine.size()),
+                                 std::span<std::byte>(gathered, mine.size() * static_cast<size_t>(world_size)));
+  }
+  if (!status.ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, status.to_string().c_str());
+    return 1;
+  }
+  cudaMemcpy(result.data(), accumulator, chunk * sizeof(float), cudaMemcpyDeviceToHost);
+  if (std::memcmp(result.data(), expected.data(), chunk * sizeof(float)) != 0) {
+    std::fprintf(stderr, "rank %d: the two-process fold differs from the host's\n", rank);
+    return 2;
+  }
+  std::vector<std::byte> all(mine.size() * static_cast<size_t>(world_size));
+  cudaMemcpy(all.data(), gathered, all.size(), cudaMemcpyDeviceToHost);
+  for (int source = 0; source < world_size; ++source) {
+    if (std::memcmp(all.data() + static_cast<size_t>(source) * mine.size(), sends[static_cast<size_t>(source)].data(),
+                    mine.size()) != 0) {
+      std::fprintf(stderr, "rank %d: the all-gather delivered other bytes from rank %d\n", rank, source);
+      return 2;
+    }
+  }
+  double value[1] = {static_cast<double>(rank)};
+  status = (*comm)->all_reduce_max(value);
+  if (!status.ok() || value[0] != static_cast<double>(world_size - 1)) {
+    std::fprintf(stderr, "rank %d: all_reduce_max: %s\n", rank, status.to_string().c_str());
+    return 2;
+  }
+  return 0;
+}
+
+// Two processes, one GPU each, joined by a rendezvous file: the collectives agree with the host,
+// and rank 0 leaves the path free for the next launch. The parent touches no CUDA before the
+// fork (CUDA does not survive one).
+TEST(DeviceNcclComm, TwoProcessesJoinedByARendezvousFileGiveTheHostsBytes) {
+  TestDirectory directory;
+  const std::string path = directory.path() + "/rendezvous";
+  const int world_size = 2;
+  std::vector<pid_t> children;
+  for (int rank = 0; rank < world_size; ++rank) {
+    std::fflush(nullptr);
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0) << "fork";
+    if (child == 0) ::_exit(nccl_process_rank(rank, world_size, path));
+    children.push_back(child);
+  }
+  std::vector<int> codes;
+  for (pid_t child : children) {
+    int wait_status = 0;
+    ASSERT_EQ(::waitpid(child, &wait_status, 0), child);
+    codes.push_back(WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : 128 + WTERMSIG(wait_status));
+  }
+  if (codes[0] == 77 || codes[1] == 77) GTEST_SKIP() << "fewer than two GPUs";
+  for (int rank = 0; rank < world_size; ++rank) EXPECT_EQ(codes[static_cast<size_t>(rank)], 0) << "rank " << rank;
+  EXPECT_FALSE(std::filesystem::exists(path)) << "rank 0 left the rendezvous file behind";
 }
 
 TEST(DeviceNcclComm, BadDeviceListsAreRefusedNamingTheDevice) {

@@ -5,6 +5,8 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include "core/cuda/nccl_comm_internal.h"
+
 #include <algorithm>
 #include <barrier>
 #include <set>
@@ -26,7 +28,7 @@ __device__ __forceinline__ float widen<__half>(__half value) { return __half2flo
 template <>
 __device__ __forceinline__ float widen<__nv_bfloat16>(__nv_bfloat16 value) { return __bfloat162float(value); }
 
-constexpr int kMaxRanks = 64;
+constexpr int kMaxRanks = kMaxNcclRanks;
 
 template <typename Element>
 struct ChunkPointers {
@@ -443,6 +445,11 @@ Result<std::unique_ptr<NcclCommWorld>> NcclCommWorld::create(std::span<const int
     world->peer_fold_ = true;
   }
   return Result<std::unique_ptr<NcclCommWorld>>(std::move(world));
+}
+
+std::unique_ptr<Comm> make_nccl_rank_comm(int rank, int world_size, int device, ncclComm_t communicator,
+                                          cudaStream_t stream, cudaStream_t fold_stream, const NcclCommOptions& options) {
+  return std::make_unique<NcclComm>(rank, world_size, device, communicator, stream, fold_stream, options);
 }
 
 NcclCommWorld::~NcclCommWorld() {

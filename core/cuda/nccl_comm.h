@@ -15,16 +15,22 @@
 //
 // Every call returns when the collective has completed on this rank's stream. Errors name the
 // rank, the device and the NCCL or CUDA call. Not yet: abort() (a failed rank leaves its peers
-// waiting in NCCL, as a raw NCCL program would), and several processes (MPI or a rendezvous file).
+// waiting in NCCL, as a raw NCCL program would).
+//
+// Several processes (create_nccl_process_comm): one rank per process and GPU, the NCCL unique
+// id passed through a rendezvous file; the gradient collective then takes the NCCL path.
 //
 // Without the CUDA backend, create() returns kFailedPrecondition.
 #pragma once
 
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
+#include "core/env/clock.h"
 #include "core/env/comm.h"
+#include "core/env/disk.h"
 #include "core/status.h"
 
 namespace zerosim {
@@ -72,5 +78,26 @@ class NcclCommWorld {
   bool peer_fold_ = false;
   std::vector<std::unique_ptr<Comm>> comms_;
 };
+
+// Where this process's rank finds its peers: the launcher's RANK, WORLD_SIZE and LOCAL_RANK
+// (mpirun, srun or a torchrun-style launcher set them), and a file on a path every process
+// sees (a shared file system when the ranks span hosts).
+struct NcclRendezvous {
+  int rank = 0;
+  int world_size = 1;
+  int device = 0;  // this process's GPU (LOCAL_RANK)
+  std::string path;
+  uint64_t timeout_ns = uint64_t{300} * 1000 * 1000 * 1000;
+  uint64_t poll_interval_ns = uint64_t{10} * 1000 * 1000;
+};
+
+// Rank 0 makes the NCCL unique id and publishes it at `path` (written under a temporary name,
+// synced, renamed: a reader never sees half an id), the other ranks poll for it through the
+// Disk and Clock seams; then every rank joins ncclCommInitRank, and rank 0 removes the file, so
+// the path is free for the next launch. Refused, naming the path: a file already there when
+// rank 0 starts (left by an earlier run, or another run's), a file written for another world
+// size, an id that does not arrive within the timeout; and ranks or devices out of range.
+Result<std::unique_ptr<Comm>> create_nccl_process_comm(const NcclRendezvous& rendezvous, Disk& disk, Clock& clock,
+                                                       const NcclCommOptions& options = {});
 
 }  // namespace zerosim

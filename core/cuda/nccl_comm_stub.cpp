@@ -11,5 +11,8 @@ Comm& NcclCommWorld::comm(int rank) { return *comms_.at(static_cast<size_t>(rank
 int NcclCommWorld::world_size() const { return static_cast<int>(comms_.size()); }
 void* NcclCommWorld::stream(int) const { return nullptr; }
 void* NcclCommWorld::raw_communicator(int) const { return nullptr; }
+Result<std::unique_ptr<Comm>> create_nccl_process_comm(const NcclRendezvous&, Disk&, Clock&, const NcclCommOptions&) {
+  return failed_precondition("the CUDA backend is not compiled in (nvcc was not found at configure time), so NCCL is absent");
+}
 
 }  // namespace zerosim

@@ -12,6 +12,8 @@ class Clock {
   virtual ~Clock() = default;
   // Monotonic nanoseconds since an arbitrary origin.
   virtual uint64_t now_ns() = 0;
+  // Waits (or, in virtual time, advances) `duration_ns`: how a poll waits between tries.
+  virtual void sleep_ns(uint64_t duration_ns) = 0;
 };
 
 // The real implementation: std::chrono::steady_clock.

@@ -1,4 +1,5 @@
 #include <chrono>
+#include <thread>
 
 #include "core/env/clock.h"
 #include "core/env/rng.h"
@@ -13,6 +14,7 @@ class SteadyClock final : public Clock {
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
             .count());
   }
+  void sleep_ns(uint64_t duration_ns) override { std::this_thread::sleep_for(std::chrono::nanoseconds(duration_ns)); }
 };
 
 class CounterRng final : public Rng {
