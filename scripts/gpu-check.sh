@@ -5,7 +5,9 @@
 #      uninterrupted `train --device cuda` run against save at step 6 and resume to step 12 at
 #      the same world size and at the other one, and against the CPU run;
 #   3. the scenario library (alone, and with each defect switched on) on --device cuda against
-#      --device cpu: the same verdict and diagnosis for every scenario.
+#      --device cpu: the same verdict and diagnosis for every scenario;
+#   4. (two GPUs; run before 3) `train --rendezvous` as two processes, one GPU each, against the
+#      threads' digest, and a save by two processes resumed by one and the other way.
 # Usage: scripts/gpu-check.sh BUILD_DIR OUT_DIR. Exit status 0 when everything agrees.
 set -uo pipefail
 build=${1:?build directory}
@@ -38,6 +40,35 @@ for w in $world_sizes; do
   printf 'W=%s  cpu %s  cuda %s  resumed W=%s %s  resumed W=%s %s  %s\n' "$w" "$cpu" "$gpu" "$w" "$same" "$other" "$elastic" "$verdict"
 done | tee "$out/resume-equivalence.txt"
 grep -q DIFFERS "$out/resume-equivalence.txt" && status=1
+
+echo "== 4. several processes, one GPU each, NCCL through a rendezvous file (two GPUs)"
+if [ "$gpus" -ge 2 ]; then
+  # Each launch: two processes with RANK/WORLD_SIZE/LOCAL_RANK, as a launcher would start them.
+  launch() {
+    local rendezvous="$work/rendezvous-$RANDOM" pids=() rc=0
+    for r in 0 1; do
+      RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r timeout 300 "$zerosim" train $common --device cuda --rendezvous "$rendezvous" "$@" \
+          > "$work/process-$r.out" 2> "$work/process-$r.err" &
+      pids+=($!)
+    done
+    for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
+    [ $rc = 0 ] || { echo "a process failed:" >&2; tail -3 "$work"/process-*.err >&2; }
+    cat "$work/process-0.out"
+  }
+  reference=$("$zerosim" train $common --steps 12 --world-size 2 --device cpu --run-id mp-cpu | digest)
+  two=$(launch --steps 12 --run-id mp-two | digest)
+  launch --steps 6 --run-id mp-save --save-dir "$work/mp-ckpt" > /dev/null
+  one_from_two=$("$zerosim" train $common --steps 12 --world-size 1 --device cuda --run-id mp-one --resume "$work/mp-ckpt" | digest)
+  "$zerosim" train $common --steps 6 --world-size 1 --device cuda --run-id sp-save --save-dir "$work/sp-ckpt" > /dev/null
+  two_from_one=$(launch --steps 12 --run-id mp-resume --resume "$work/sp-ckpt" | digest)
+  verdict=ok
+  for d in "$two" "$one_from_two" "$two_from_one"; do [ "$d" = "$reference" ] || verdict=DIFFERS; done
+  [ "$verdict" = ok ] || status=1
+  printf 'cpu W=2 (threads) %s  2 processes %s  saved by 2 processes, resumed by 1 %s  saved by 1, resumed by 2 processes %s  %s\n' \
+      "$reference" "$two" "$one_from_two" "$two_from_one" "$verdict" | tee "$out/multi-process.txt"
+else
+  echo "skipped: one GPU" | tee "$out/multi-process.txt"
+fi
 
 echo "== 3. the scenario library on cuda against cpu"
 verdicts() { python3 -c '

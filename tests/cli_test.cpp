@@ -29,8 +29,9 @@ struct CommandResult {
   std::string output;  // stdout and stderr together
 };
 
-CommandResult run_cli(const std::string& arguments) {
-  const std::string command = std::string(ZEROSIM_CLI_PATH) + " " + arguments + " 2>&1";
+CommandResult run_cli(const std::string& arguments, const std::string& environment = "") {
+  const std::string command = (environment.empty() ? "" : "env " + environment + " ") + std::string(ZEROSIM_CLI_PATH) +
+                              " " + arguments + " 2>&1";
   CommandResult result;
   FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) return result;
@@ -88,6 +89,27 @@ TEST(Cli, DeviceCudaGivesTheCpuDigestOrSaysWhyItCannot) {
   const CommandResult unknown = run_cli(arguments + " --device tpu");
   EXPECT_EQ(unknown.exit_code, 2) << unknown.output;
   EXPECT_NE(unknown.output.find("--device"), std::string::npos) << unknown.output;
+}
+
+// --rendezvous: the launcher's variables are required and checked before anything starts.
+TEST(Cli, RendezvousNeedsTheLaunchersRankAndWorldSize) {
+  const CommandResult bare = run_cli("train --steps 1 --rendezvous /tmp/zerosim-cli-rendezvous-never");
+  EXPECT_EQ(bare.exit_code, 2) << bare.output;
+  EXPECT_NE(bare.output.find("none of RANK, OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID is set"), std::string::npos)
+      << bare.output;
+  const CommandResult mismatch =
+      run_cli("train --steps 1 --world-size 3 --rendezvous /tmp/zerosim-cli-rendezvous-never", "RANK=0 WORLD_SIZE=2 LOCAL_RANK=0");
+  EXPECT_EQ(mismatch.exit_code, 2) << mismatch.output;
+  EXPECT_NE(mismatch.output.find("--world-size 3 but the launcher started 2 processes"), std::string::npos) << mismatch.output;
+  const CommandResult outside = run_cli("train --steps 1 --rendezvous /tmp/zerosim-cli-rendezvous-never",
+                                        "RANK=2 WORLD_SIZE=2 LOCAL_RANK=0");
+  EXPECT_EQ(outside.exit_code, 2) << outside.output;
+  EXPECT_NE(outside.output.find("rank 2 is not a rank of a world of 2"), std::string::npos) << outside.output;
+  const CommandResult garbled = run_cli("train --steps 1 --rendezvous /tmp/zerosim-cli-rendezvous-never",
+                                        "OMPI_COMM_WORLD_RANK=x WORLD_SIZE=2 LOCAL_RANK=0");
+  EXPECT_EQ(garbled.exit_code, 2) << garbled.output;
+  EXPECT_NE(garbled.output.find("OMPI_COMM_WORLD_RANK=x: expected a non-negative integer"), std::string::npos)
+      << garbled.output;
 }
 
 TEST(Cli, FixedTrainBatchSizeGivesTheSameStateAtAnyWorldSize) {

@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 #include "core/engine/engine.h"
 #include "faults/faulty_disk.h"
@@ -328,6 +330,78 @@ TEST(Engine, RefusesABatchThatDoesNotMatchTheWorldSize) {
   ASSERT_FALSE(run.ok());
   EXPECT_EQ(run.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(run.status().message().find("train_batch_size"), std::string::npos) << run.status().message();
+}
+
+}  // namespace
+}  // namespace zerosim
+
+namespace zerosim {
+namespace {
+
+// run_training_rank, the loop of one process of a multi-process run, on W threads with one
+// ThreadComm each: the same steps, digests and checkpoints as run_training, and a save by the
+// per-rank loop resumes in run_training (and the other way) bit for bit. The multi-process launch
+// over NCCL runs on the GPU machine (scripts/gpu-check.sh).
+TEST(Engine, TheSingleRankLoopGivesRunTrainingsBitsAndCheckpoints) {
+  TestDirectory directory;
+  const int world_size = 3;
+  TrainingOptions options = make_options(ModelSpec{}, Precision::kBf16, 2, 2, world_size, 300, 17);
+  options.digest_every_step = true;
+  RealEnv real_env;
+  Result<TrainingRun> reference = run_training(options, 6, real_env.env());
+  ASSERT_TRUE(reference.ok()) << reference.status().to_string();
+
+  auto per_rank = [&](const CheckpointPlan& plan, int64_t steps) {
+    ThreadCommWorld world(world_size), checkpoint_world(world_size);
+    std::vector<Result<TrainingRun>> runs(static_cast<size_t>(world_size), Result<TrainingRun>(aborted("not run")));
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < world_size; ++rank) {
+      threads.emplace_back([&, rank] {
+        RealEnv rank_env;
+        runs[static_cast<size_t>(rank)] =
+            run_training_rank(options, steps, world.comm(rank), &checkpoint_world.comm(rank), rank_env.env(), plan);
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+    return runs;
+  };
+  CheckpointPlan saving;
+  saving.save_directory = directory.path() + "/per-rank";
+  saving.save_every_steps = 3;
+  std::vector<Result<TrainingRun>> runs = per_rank(saving, 6);
+  for (const Result<TrainingRun>& run : runs) ASSERT_TRUE(run.ok()) << run.status().to_string();
+  EXPECT_EQ(runs[0]->digests.state, reference->digests.state);
+  ASSERT_EQ(runs[0]->step_digests.size(), reference->step_digests.size());
+  for (size_t k = 0; k < runs[0]->step_digests.size(); ++k) {
+    EXPECT_EQ(first_difference(reference->step_digests[k], runs[0]->step_digests[k]), "") << "step " << k + 1;
+  }
+  EXPECT_TRUE(runs[1]->steps.empty()) << "only rank 0 reports the run";
+
+  // The per-rank loop's step-3 checkpoint, resumed by run_training; and run_training's, by the loop.
+  CheckpointPlan resuming;
+  resuming.resume_directory = saving.save_directory;
+  resuming.resume_tag = "global_step3";
+  Result<TrainingRun> resumed = run_training(options, 6, real_env.env(), resuming);
+  ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
+  EXPECT_EQ(resumed->digests.state, reference->digests.state);
+  CheckpointPlan threads_saving;
+  threads_saving.save_directory = directory.path() + "/threads";
+  ASSERT_TRUE(run_training(options, 3, real_env.env(), threads_saving).ok());
+  CheckpointPlan loop_resuming;
+  loop_resuming.resume_directory = threads_saving.save_directory;
+  runs = per_rank(loop_resuming, 6);
+  for (const Result<TrainingRun>& run : runs) ASSERT_TRUE(run.ok()) << run.status().to_string();
+  EXPECT_EQ(runs[0]->digests.state, reference->digests.state);
+}
+
+TEST(Engine, TheSingleRankLoopRefusesACommOfAnotherWorldSize) {
+  TrainingOptions options = make_options(ModelSpec{}, Precision::kFp32, 2, 1, 2, 300, 17);
+  ThreadCommWorld world(1);
+  RealEnv real_env;
+  Result<TrainingRun> run = run_training_rank(options, 1, world.comm(0), nullptr, real_env.env());
+  ASSERT_FALSE(run.ok());
+  EXPECT_EQ(run.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(run.status().message().find("communicator has 1 ranks, the run 2"), std::string::npos) << run.status().to_string();
 }
 
 }  // namespace

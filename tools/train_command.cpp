@@ -2,8 +2,11 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <optional>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -12,6 +15,7 @@
 
 #include "core/checkpoint/manifest.h"
 #include "core/cuda/device_compute_backend.h"
+#include "core/cuda/nccl_comm.h"
 #include "core/engine/engine.h"
 #include "tools/default_config.h"
 
@@ -204,8 +208,55 @@ Status adopt_checkpoint_settings(TrainFlags& flags) {
 
 }  // namespace
 
+Result<LaunchedRank> launched_rank_from_environment() {
+  auto read = [](std::initializer_list<const char*> names, const char* what) -> Result<int> {
+    for (const char* name : names) {
+      const char* value = std::getenv(name);
+      if (value == nullptr) continue;
+      char* end = nullptr;
+      errno = 0;
+      const long parsed = std::strtol(value, &end, 10);
+      if (errno != 0 || end == value || *end != '\0' || parsed < 0 || parsed > 1 << 20) {
+        return invalid_argument(std::string(name) + "=" + value + ": expected a non-negative integer");
+      }
+      return static_cast<int>(parsed);
+    }
+    std::string listed;
+    for (const char* name : names) listed += std::string(listed.empty() ? "" : ", ") + name;
+    return invalid_argument(std::string("--rendezvous: the ") + what + " is not in the environment (none of " + listed +
+                            " is set): start each process with a launcher (torchrun-style, mpirun, srun) or set them");
+  };
+  LaunchedRank launched;
+  ZEROSIM_ASSIGN_OR_RETURN(launched.rank, read({"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}, "rank"));
+  ZEROSIM_ASSIGN_OR_RETURN(launched.world_size,
+                           read({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}, "world size"));
+  ZEROSIM_ASSIGN_OR_RETURN(launched.local_rank,
+                           read({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}, "local rank"));
+  if (launched.world_size < 1 || launched.rank >= launched.world_size) {
+    return invalid_argument("--rendezvous: rank " + std::to_string(launched.rank) + " is not a rank of a world of " +
+                            std::to_string(launched.world_size));
+  }
+  return launched;
+}
+
 int run_train_command(const TrainFlags& given_flags) {
   TrainFlags flags = given_flags;
+  std::optional<LaunchedRank> launched;
+  if (!flags.rendezvous_path.empty()) {
+    Result<LaunchedRank> from_environment = launched_rank_from_environment();
+    if (!from_environment.ok()) {
+      std::fprintf(stderr, "zerosim: %s\n", from_environment.status().message().c_str());
+      return 2;
+    }
+    launched = *from_environment;
+    const bool world_size_given = flags.world_size_option != nullptr && flags.world_size_option->count() > 0;
+    if (world_size_given && flags.config.settings.world_size != launched->world_size) {
+      std::fprintf(stderr, "zerosim: --world-size %lld but the launcher started %d processes (WORLD_SIZE)\n",
+                   static_cast<long long>(flags.config.settings.world_size), launched->world_size);
+      return 2;
+    }
+    flags.config.settings.world_size = launched->world_size;
+  }
   if (!flags.resume_directory.empty()) {
     Status adopted = adopt_checkpoint_settings(flags);
     if (!adopted.ok()) {
@@ -281,11 +332,26 @@ int run_train_command(const TrainFlags& given_flags) {
   checkpoints.save_every_steps = flags.save_every_steps;
   checkpoints.resume_directory = flags.resume_directory;
   RealEnv real_env;
-  Result<TrainingRun> run = run_training(options, flags.steps, real_env.env(), checkpoints);
+  auto train = [&]() -> Result<TrainingRun> {
+    if (!launched) return run_training(options, flags.steps, real_env.env(), checkpoints);
+    // One rank of several processes: NCCL between the processes, staged through this rank's
+    // GPU (the partitions live in host memory); a second communicator for async saves.
+    const Env env = real_env.env();
+    auto connect = [&](const std::string& path) -> Result<std::unique_ptr<Comm>> {
+      NcclRendezvous rendezvous{launched->rank, launched->world_size, launched->local_rank, path};
+      ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<Comm> device_comm, create_nccl_process_comm(rendezvous, *env.disk, *env.clock));
+      return make_host_staged_comm(std::move(device_comm), launched->local_rank);
+    };
+    ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<Comm> training_comm, connect(flags.rendezvous_path));
+    ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<Comm> checkpoint_comm, connect(flags.rendezvous_path + ".checkpoint"));
+    return run_training_rank(options, flags.steps, *training_comm, checkpoint_comm.get(), env, checkpoints);
+  };
+  Result<TrainingRun> run = train();
   if (!run.ok()) {
     std::fprintf(stderr, "zerosim: training failed: %s\n", run.status().to_string().c_str());
     return exit_code_for(run.status());
   }
+  if (launched && launched->rank != 0) return 0;  // rank 0 reports the run
   for (const std::string& note : run->notes) {
     // Checkpoint notes carry their own "note:" or "warning:".
     const bool labelled = note.rfind("note:", 0) == 0 || note.rfind("warning:", 0) == 0;

@@ -53,15 +53,31 @@ struct TrainFlags {
   std::string save_directory;
   int64_t save_every_steps = 0;
   std::string resume_directory;
+  // Set: this process is one rank of a run spread over processes (one GPU each), its rank,
+  // world size and GPU from the launcher's environment (RANK, WORLD_SIZE, LOCAL_RANK; or
+  // OpenMPI's OMPI_COMM_WORLD_*, or Slurm's SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID), the
+  // NCCL id passed through this file.
+  std::string rendezvous_path;
   // Set by the parser: which of --model, --seed and --dataset-size were given (a resume takes
   // the checkpoint's values for the others).
   CLI::Option* model_option = nullptr;
   CLI::Option* seed_option = nullptr;
   CLI::Option* dataset_size_option = nullptr;
+  CLI::Option* world_size_option = nullptr;
 };
 
 // Exit codes: 0 success, 2 bad input, 3 environment error (disk, permissions), 1 other failure.
 int run_train_command(const TrainFlags& flags);
+
+// The launcher's rank, world size and local rank, from the first of RANK / OMPI_COMM_WORLD_RANK /
+// PMI_RANK / SLURM_PROCID (and likewise for the others) that is set; the error names what is
+// missing or not a number.
+struct LaunchedRank {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+};
+Result<LaunchedRank> launched_rank_from_environment();
 int run_config_check_command(const ConfigFlags& flags);
 int exit_code_for(const Status& status);
 

@@ -38,6 +38,11 @@ int main(int argc, char** argv) {
                     "Name of this run's swap directory under nvme_path (default: a digest of the run's settings)");
   train->add_flag("--json", train_flags.json, "Print one JSON object: steps, state_digest, component_digests");
   zerosim::add_device_flag(*train, train_flags.device);
+  train->add_option("--rendezvous", train_flags.rendezvous_path,
+                    "Run as one rank of several processes (one GPU each; rank, world size and GPU from the "
+                    "launcher's RANK/WORLD_SIZE/LOCAL_RANK, OMPI_COMM_WORLD_*, or SLURM_*), NCCL between them, "
+                    "the NCCL id passed through FILE on a path every process sees (must not exist at start)");
+  train_flags.world_size_option = train->get_option("--world-size");
 
   CLI::App* config = app.add_subcommand("config", "Inspect DeepSpeed configs");
   config->require_subcommand(1);

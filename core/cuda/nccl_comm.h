@@ -100,4 +100,10 @@ struct NcclRendezvous {
 Result<std::unique_ptr<Comm>> create_nccl_process_comm(const NcclRendezvous& rendezvous, Disk& disk, Clock& clock,
                                                        const NcclCommOptions& options = {});
 
+// A Comm over host memory whose collectives run on `device_comm` (device memory, e.g. NCCL):
+// each call copies its host buffers into scratch on `device`, runs the collective there and
+// copies the results back. It lets an engine whose partitions live in host memory (the compute
+// backends today) exchange over NCCL between processes, with the inner communicator's bits.
+Result<std::unique_ptr<Comm>> make_host_staged_comm(std::unique_ptr<Comm> device_comm, int device);
+
 }  // namespace zerosim

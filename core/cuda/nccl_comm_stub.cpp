@@ -15,4 +15,8 @@ Result<std::unique_ptr<Comm>> create_nccl_process_comm(const NcclRendezvous&, Di
   return failed_precondition("the CUDA backend is not compiled in (nvcc was not found at configure time), so NCCL is absent");
 }
 
+Result<std::unique_ptr<Comm>> make_host_staged_comm(std::unique_ptr<Comm>, int) {
+  return failed_precondition("the CUDA backend is not compiled in (nvcc was not found at configure time)");
+}
+
 }  // namespace zerosim

@@ -801,9 +801,89 @@ Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_co
   return run_training(options, step_count, seams, checkpoints);
 }
 
-Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_count, const RankSeams& seams,
-                                 const CheckpointPlan& checkpoints) {
-  ZEROSIM_CHECK(static_cast<bool>(seams.env_for_rank), "run_training needs every rank's Env");
+namespace {
+
+// One rank's whole run: initialize or load, train to step_count with the plan's saves, and the
+// digests; rank 0 fills `run`. On failure, abort_peers (when set) releases the other ranks.
+Status run_one_rank(const TrainingOptions& options, int64_t step_count, int rank, Comm& comm, Comm* checkpoint_comm,
+                    const Env& env, const CheckpointPlan& checkpoints, TrainingRun& run,
+                    const std::function<void()>& abort_peers) {
+  RankEngine engine(options, comm, env, checkpoint_comm);
+  // Declared after the engine, so destroyed before it: a rank that leaves with an error (or
+  // an exception) aborts its peers first, and no peer, foreground or background, is left
+  // waiting in a collective while this engine's destructor waits for its own async save.
+  struct AbortPeersOnFailure {
+    const std::function<void()>& abort_peers;
+    bool succeeded = false;
+    ~AbortPeersOnFailure() {
+      if (!succeeded && abort_peers) abort_peers();
+    }
+  } abort_on_failure{abort_peers};
+  std::vector<std::string> notes;
+  if (checkpoints.resume_directory.empty()) {
+    ZEROSIM_RETURN_IF_ERROR(engine.initialize());
+  } else {
+    ZEROSIM_RETURN_IF_ERROR(
+        engine.initialize_from_checkpoint(checkpoints.resume_directory, checkpoints.resume_tag, &notes));
+    // Each rank resolved the tag itself: they must have loaded the same step.
+    std::array<double, 2> loaded = {static_cast<double>(engine.counters().global_steps),
+                                    -static_cast<double>(engine.counters().global_steps)};
+    ZEROSIM_RETURN_IF_ERROR(comm.all_reduce_max(loaded));
+    if (loaded[0] != -loaded[1]) {
+      return data_loss("ranks loaded different checkpoints from " + checkpoints.resume_directory + " (steps " +
+                       std::to_string(static_cast<int64_t>(-loaded[1])) + " to " +
+                       std::to_string(static_cast<int64_t>(loaded[0])) +
+                       "): the directory changed during the load, or a rank could not read the newest tag");
+    }
+    if (engine.counters().global_steps > step_count) {
+      return invalid_argument("the checkpoint in " + checkpoints.resume_directory + " is at step " +
+                              std::to_string(engine.counters().global_steps) + ", past the " +
+                              std::to_string(step_count) + " steps asked for");
+    }
+  }
+  if (rank == 0) {
+    run.notes.insert(run.notes.end(), notes.begin(), notes.end());
+    if (!engine.swap_engine_note().empty()) run.notes.push_back(engine.swap_engine_note());
+  }
+  // A resumed run does not save its starting point again into the directory it came from.
+  // The full state at options.capture_state_at_step, kept on rank 0 (a diagnosis's input).
+  auto capture_here = [&]() -> CapturedState* {
+    if (rank != 0 || engine.counters().global_steps != options.capture_state_at_step) return nullptr;
+    run.captured.emplace();
+    return &*run.captured;
+  };
+  const bool capture_initial = options.capture_state_at_step == engine.counters().global_steps;
+  if (options.digest_every_step || capture_initial) {
+    ZEROSIM_ASSIGN_OR_RETURN(FullTrainingState state, engine.gather_state(capture_here()));
+    if (rank == 0) run.initial_digests = state.digests;
+  }
+  int64_t last_saved_step = checkpoints.resume_directory == checkpoints.save_directory ? engine.counters().global_steps : -1;
+  while (engine.counters().global_steps < step_count) {
+    ZEROSIM_ASSIGN_OR_RETURN(StepRecord record, engine.train_step());
+    if (rank == 0) run.steps.push_back(record);
+    if (options.digest_every_step || engine.counters().global_steps == options.capture_state_at_step) {
+      ZEROSIM_ASSIGN_OR_RETURN(FullTrainingState state, engine.gather_state(capture_here()));
+      if (rank == 0 && options.digest_every_step) run.step_digests.push_back(state.digests);
+    }
+    const int64_t step = engine.counters().global_steps;
+    if (checkpoints.save_every_steps > 0 && step % checkpoints.save_every_steps == 0) {
+      ZEROSIM_RETURN_IF_ERROR(engine.save_checkpoint(checkpoints.save_directory, checkpoint_tag_for_step(step)));
+      last_saved_step = step;
+    }
+  }
+  if (!checkpoints.save_directory.empty() && last_saved_step != engine.counters().global_steps) {
+    const int64_t step = engine.counters().global_steps;
+    ZEROSIM_RETURN_IF_ERROR(engine.save_checkpoint(checkpoints.save_directory, checkpoint_tag_for_step(step)));
+  }
+  ZEROSIM_RETURN_IF_ERROR(engine.wait_for_save());
+  ZEROSIM_ASSIGN_OR_RETURN(FullTrainingState state, engine.gather_state());
+  if (rank == 0) run.final_state = std::move(state);
+  abort_on_failure.succeeded = true;
+  return Status();
+}
+
+// What run_training and run_training_rank refuse before any rank starts.
+Status validate_run_request(const TrainingOptions& options, int64_t step_count, const CheckpointPlan& checkpoints) {
   ZEROSIM_RETURN_IF_ERROR(validate_training_options(options));
   if (step_count < 0) return invalid_argument("steps must be non-negative, got " + std::to_string(step_count));
   if (checkpoints.save_every_steps < 0) {
@@ -813,6 +893,29 @@ Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_co
     return invalid_argument("saving every " + std::to_string(checkpoints.save_every_steps) +
                             " steps needs a save directory");
   }
+  return Status();
+}
+
+// An exception never leaves a rank: it becomes that rank's error.
+Status run_one_rank_catching(const std::function<Status()>& body) {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return resource_exhausted("out of memory (model, batch or world size too large for this machine)");
+  } catch (const std::exception& error) {
+    return internal_error(std::string("unexpected exception: ") + error.what());
+  } catch (...) {
+    // A crash-point hook may stop a rank by throwing anything (a simulated kill).
+    return aborted("stopped by an exception that is not a std::exception (a crash point?)");
+  }
+}
+
+}  // namespace
+
+Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_count, const RankSeams& seams,
+                                 const CheckpointPlan& checkpoints) {
+  ZEROSIM_CHECK(static_cast<bool>(seams.env_for_rank), "run_training needs every rank's Env");
+  ZEROSIM_RETURN_IF_ERROR(validate_run_request(options, step_count, checkpoints));
   ThreadCommWorld world(options.world_size);
   // Async saves commit on their own communicator (see RankEngine).
   ThreadCommWorld checkpoint_world(options.world_size);
@@ -834,100 +937,20 @@ Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_co
     }
   };
 
+  const std::function<void()> abort_both = [&] {
+    world.abort();
+    checkpoint_world.abort();
+  };
   auto run_rank = [&](int rank) -> Status {
     const Env env = seams.env_for_rank(rank);
     std::unique_ptr<Comm> wrapped = seams.wrap_comm ? seams.wrap_comm(rank, world.comm(rank)) : nullptr;
-    RankEngine engine(options, wrapped ? *wrapped : world.comm(rank), env, &checkpoint_world.comm(rank));
-    // Declared after the engine, so destroyed before it: a rank that leaves with an error (or
-    // an exception) aborts both worlds first, and no peer, foreground or background, is left
-    // waiting in a collective while this engine's destructor waits for its own async save.
-    struct AbortWorldsOnFailure {
-      ThreadCommWorld& training;
-      ThreadCommWorld& checkpointing;
-      bool succeeded = false;
-      ~AbortWorldsOnFailure() {
-        if (!succeeded) {
-          training.abort();
-          checkpointing.abort();
-        }
-      }
-    } abort_on_failure{world, checkpoint_world};
-    std::vector<std::string> notes;
-    if (checkpoints.resume_directory.empty()) {
-      ZEROSIM_RETURN_IF_ERROR(engine.initialize());
-    } else {
-      ZEROSIM_RETURN_IF_ERROR(
-          engine.initialize_from_checkpoint(checkpoints.resume_directory, checkpoints.resume_tag, &notes));
-      // Each rank resolved the tag itself: they must have loaded the same step.
-      std::array<double, 2> loaded = {static_cast<double>(engine.counters().global_steps),
-                                      -static_cast<double>(engine.counters().global_steps)};
-      ZEROSIM_RETURN_IF_ERROR(world.comm(rank).all_reduce_max(loaded));
-      if (loaded[0] != -loaded[1]) {
-        return data_loss("ranks loaded different checkpoints from " + checkpoints.resume_directory + " (steps " +
-                         std::to_string(static_cast<int64_t>(-loaded[1])) + " to " +
-                         std::to_string(static_cast<int64_t>(loaded[0])) +
-                         "): the directory changed during the load, or a rank could not read the newest tag");
-      }
-      if (engine.counters().global_steps > step_count) {
-        return invalid_argument("the checkpoint in " + checkpoints.resume_directory + " is at step " +
-                                std::to_string(engine.counters().global_steps) + ", past the " +
-                                std::to_string(step_count) + " steps asked for");
-      }
-    }
-    if (rank == 0) {
-      run.notes.insert(run.notes.end(), notes.begin(), notes.end());
-      if (!engine.swap_engine_note().empty()) run.notes.push_back(engine.swap_engine_note());
-    }
-    // A resumed run does not save its starting point again into the directory it came from.
-    // The full state at options.capture_state_at_step, kept on rank 0 (a diagnosis's input).
-    auto capture_here = [&]() -> CapturedState* {
-      if (rank != 0 || engine.counters().global_steps != options.capture_state_at_step) return nullptr;
-      run.captured.emplace();
-      return &*run.captured;
-    };
-    const bool capture_initial = options.capture_state_at_step == engine.counters().global_steps;
-    if (options.digest_every_step || capture_initial) {
-      ZEROSIM_ASSIGN_OR_RETURN(FullTrainingState state, engine.gather_state(capture_here()));
-      if (rank == 0) run.initial_digests = state.digests;
-    }
-    int64_t last_saved_step = checkpoints.resume_directory == checkpoints.save_directory ? engine.counters().global_steps : -1;
-    while (engine.counters().global_steps < step_count) {
-      ZEROSIM_ASSIGN_OR_RETURN(StepRecord record, engine.train_step());
-      if (rank == 0) run.steps.push_back(record);
-      if (options.digest_every_step || engine.counters().global_steps == options.capture_state_at_step) {
-        ZEROSIM_ASSIGN_OR_RETURN(FullTrainingState state, engine.gather_state(capture_here()));
-        if (rank == 0 && options.digest_every_step) run.step_digests.push_back(state.digests);
-      }
-      const int64_t step = engine.counters().global_steps;
-      if (checkpoints.save_every_steps > 0 && step % checkpoints.save_every_steps == 0) {
-        ZEROSIM_RETURN_IF_ERROR(engine.save_checkpoint(checkpoints.save_directory, checkpoint_tag_for_step(step)));
-        last_saved_step = step;
-      }
-    }
-    if (!checkpoints.save_directory.empty() && last_saved_step != engine.counters().global_steps) {
-      const int64_t step = engine.counters().global_steps;
-      ZEROSIM_RETURN_IF_ERROR(engine.save_checkpoint(checkpoints.save_directory, checkpoint_tag_for_step(step)));
-    }
-    ZEROSIM_RETURN_IF_ERROR(engine.wait_for_save());
-    ZEROSIM_ASSIGN_OR_RETURN(FullTrainingState state, engine.gather_state());
-    if (rank == 0) run.final_state = std::move(state);
-    abort_on_failure.succeeded = true;
-    return Status();
+    return run_one_rank(options, step_count, rank, wrapped ? *wrapped : world.comm(rank), &checkpoint_world.comm(rank),
+                        env, checkpoints, run, abort_both);
   };
   // A rank never lets an exception escape its thread: an allocation failure becomes an error
   // on that rank, and the world is aborted so that no other rank waits for it forever.
   auto rank_main = [&](int rank) {
-    Status status;
-    try {
-      status = run_rank(rank);
-    } catch (const std::bad_alloc&) {
-      status = resource_exhausted("out of memory (model, batch or world size too large for this machine)");
-    } catch (const std::exception& error) {
-      status = internal_error(std::string("unexpected exception: ") + error.what());
-    } catch (...) {
-      // A crash-point hook may stop a rank by throwing anything (a simulated kill).
-      status = aborted("stopped by an exception that is not a std::exception (a crash point?)");
-    }
+    const Status status = run_one_rank_catching([&] { return run_rank(rank); });
     if (!status.ok()) {
       record_error(rank, Status(status.code(), "rank " + std::to_string(rank) + ": " + status.message()));
       world.abort();
@@ -951,6 +974,23 @@ Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_co
   if (!world.aborted()) rank_main(0);
   for (std::thread& thread : threads) thread.join();
   if (!first_error.ok()) return first_error;
+  run.digests = run.final_state.digests;
+  return run;
+}
+
+Result<TrainingRun> run_training_rank(const TrainingOptions& options, int64_t step_count, Comm& comm,
+                                      Comm* checkpoint_comm, const Env& env, const CheckpointPlan& checkpoints) {
+  ZEROSIM_RETURN_IF_ERROR(validate_run_request(options, step_count, checkpoints));
+  if (comm.world_size() != options.world_size) {
+    return invalid_argument("the communicator has " + std::to_string(comm.world_size()) + " ranks, the run " +
+                            std::to_string(options.world_size));
+  }
+  TrainingRun run;
+  const int rank = comm.rank();
+  const std::function<void()> no_abort;
+  const Status status = run_one_rank_catching(
+      [&] { return run_one_rank(options, step_count, rank, comm, checkpoint_comm, env, checkpoints, run, no_abort); });
+  if (!status.ok()) return Status(status.code(), "rank " + std::to_string(rank) + ": " + status.message());
   run.digests = run.final_state.digests;
   return run;
 }

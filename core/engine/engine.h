@@ -316,6 +316,14 @@ struct RankSeams {
 Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_count, const RankSeams& seams,
                                  const CheckpointPlan& checkpoints = {});
 
+// One rank of a run whose ranks are separate processes (one per GPU, each with its own
+// communicators, e.g. create_nccl_process_comm): the same loop as each thread of run_training.
+// Rank 0's result holds the run (steps, digests, notes); the others' hold nothing but success.
+// A failing rank cannot abort its peers through a communicator without abort (NCCL), so the
+// error is this rank's to report. `checkpoint_comm` is needed for async saves only.
+Result<TrainingRun> run_training_rank(const TrainingOptions& options, int64_t step_count, Comm& comm,
+                                      Comm* checkpoint_comm, const Env& env, const CheckpointPlan& checkpoints = {});
+
 // The tag a save at `global_step` gets: "global_step<N>", as DeepSpeed names them.
 std::string checkpoint_tag_for_step(int64_t global_step);
 
