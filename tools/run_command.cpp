@@ -73,6 +73,27 @@ std::string defect_flags(const std::vector<std::string>& names) {
   return flags;
 }
 
+// What --defect and --device chose for every run of run, suite, replay and fuzz.
+struct RunChoices {
+  DefectSet defects;
+  ComputeDevice compute;
+};
+// Prints what is wrong and sets exit_code when a flag is bad.
+std::optional<RunChoices> run_choices(const ReportFlags& flags, int& exit_code) {
+  const std::optional<DefectSet> defects = parse_defects(flags.defect_names);
+  if (!defects) {
+    exit_code = 2;
+    return std::nullopt;
+  }
+  Result<ComputeDevice> compute = compute_device_named(flags.device);
+  if (!compute.ok()) {
+    std::fprintf(stderr, "zerosim: %s\n", compute.status().to_string().c_str());
+    exit_code = exit_code_for(compute.status());
+    return std::nullopt;
+  }
+  return RunChoices{*defects, std::move(compute).value()};
+}
+
 // " --device cuda" when the runs were not on the CPU, for the replay commands and titles.
 std::string device_flag(const ReportFlags& flags) { return flags.device == "cpu" ? "" : " --device " + flags.device; }
 
@@ -134,13 +155,11 @@ int run_scenarios_command(const RunFlags& flags) {
       return 2;
     }
   }
-  const std::optional<DefectSet> defects = parse_defects(flags.report.defect_names);
-  if (!defects) return 2;
-  Result<ComputeDevice> compute = compute_device_named(flags.report.device);
-  if (!compute.ok()) {
-    std::fprintf(stderr, "zerosim: %s\n", compute.status().to_string().c_str());
-    return exit_code_for(compute.status());
-  }
+  int bad_flags_exit_code = 0;
+  const std::optional<RunChoices> choices = run_choices(flags.report, bad_flags_exit_code);
+  if (!choices) return bad_flags_exit_code;
+  const DefectSet* const defects = &choices->defects;
+  const ComputeDevice* const compute = &choices->compute;
   // Every file is read before any runs, so a typo in the last one does not cost a whole suite.
   std::vector<Scenario> scenarios;
   for (const std::string& path : paths) {
@@ -219,13 +238,11 @@ int run_fuzz_command(const FuzzFlags& flags) {
       return 2;
     }
   }
-  const std::optional<DefectSet> defects = parse_defects(flags.report.defect_names);
-  if (!defects) return 2;
-  Result<ComputeDevice> compute = compute_device_named(flags.report.device);
-  if (!compute.ok()) {
-    std::fprintf(stderr, "zerosim: %s\n", compute.status().to_string().c_str());
-    return exit_code_for(compute.status());
-  }
+  int bad_flags_exit_code = 0;
+  const std::optional<RunChoices> choices = run_choices(flags.report, bad_flags_exit_code);
+  if (!choices) return bad_flags_exit_code;
+  const DefectSet* const defects = &choices->defects;
+  const ComputeDevice* const compute = &choices->compute;
   std::string failures_directory = flags.failures_directory;
   if (failures_directory.empty()) failures_directory = flags.report.report_directory.empty() ? "." : flags.report.report_directory;
 
