@@ -9,41 +9,12 @@
 #include <vector>
 
 #include "core/cuda/device_adamw.h"
+#include "core/cuda/device_array.h"
 #include "core/cuda/device_mlp.h"
 
 namespace zerosim {
 
 namespace {
-
-// One growable device allocation; the contents are not kept across growth.
-class DeviceArray {
- public:
-  DeviceArray() = default;
-  ~DeviceArray() {
-    if (pointer_ != nullptr) cudaFree(pointer_);
-  }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  DeviceArray(DeviceArray&& other) noexcept : pointer_(std::exchange(other.pointer_, nullptr)), bytes_(other.bytes_) {}
-
-  cudaError_t reserve(size_t bytes) {
-    if (bytes <= bytes_) return cudaSuccess;
-    if (pointer_ != nullptr) cudaFree(pointer_);
-    pointer_ = nullptr;
-    bytes_ = 0;
-    const cudaError_t error = cudaMalloc(&pointer_, bytes);
-    if (error == cudaSuccess) bytes_ = bytes;
-    return error;
-  }
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(pointer_);
-  }
-
- private:
-  void* pointer_ = nullptr;
-  size_t bytes_ = 0;
-};
 
 constexpr int kThreads = 256;
 int blocks_for(int64_t work) { return static_cast<int>(std::min<int64_t>((work + kThreads - 1) / kThreads, 65535)); }

@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "core/cuda/device_array.h"
 #include "core/cuda/nccl_comm.h"
 
 namespace zerosim {
@@ -15,10 +16,7 @@ namespace {
 class HostStagedComm final : public Comm {
  public:
   HostStagedComm(std::unique_ptr<Comm> device_comm, int device) : inner_(std::move(device_comm)), device_(device) {}
-  ~HostStagedComm() override {
-    cudaSetDevice(device_);
-    if (scratch_ != nullptr) cudaFree(scratch_);
-  }
+  ~HostStagedComm() override { cudaSetDevice(device_); }
 
   int rank() const override { return inner_->rank(); }
   int world_size() const override { return inner_->world_size(); }
@@ -67,14 +65,11 @@ class HostStagedComm final : public Comm {
   }
 
  private:
+  // Selects the device and makes room; scratch_ points at the staging memory afterwards.
   Status reserve(size_t bytes) {
     ZEROSIM_RETURN_IF_ERROR(cuda("cudaSetDevice", cudaSetDevice(device_)));
-    if (bytes <= scratch_bytes_) return Status();
-    if (scratch_ != nullptr) cudaFree(scratch_);
-    scratch_ = nullptr;
-    scratch_bytes_ = 0;
-    ZEROSIM_RETURN_IF_ERROR(cuda("cudaMalloc (staging)", cudaMalloc(&scratch_, std::max<size_t>(bytes, 16))));
-    scratch_bytes_ = std::max<size_t>(bytes, 16);
+    ZEROSIM_RETURN_IF_ERROR(cuda("cudaMalloc (staging)", staging_.reserve(bytes)));
+    scratch_ = staging_.as<std::byte>();
     return Status();
   }
   Status copy(void* destination, const void* source, size_t bytes, cudaMemcpyKind kind) const {
@@ -90,8 +85,8 @@ class HostStagedComm final : public Comm {
 
   std::unique_ptr<Comm> inner_;
   int device_;
-  std::byte* scratch_ = nullptr;
-  size_t scratch_bytes_ = 0;
+  DeviceArray staging_;
+  std::byte* scratch_ = nullptr;  // staging_'s memory, after reserve()
 };
 
 }  // namespace

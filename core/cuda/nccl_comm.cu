@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include "core/cuda/device_array.h"
 #include "core/cuda/nccl_comm_internal.h"
 
 #include <algorithm>
@@ -105,8 +106,6 @@ class NcclComm final : public Comm {
         fold_stream_(fold_stream) {}
   ~NcclComm() override {
     cudaSetDevice(device_);
-    if (scratch_ != nullptr) cudaFree(scratch_);
-    if (scalars_ != nullptr) cudaFree(scalars_);
     for (cudaEvent_t event : events_) cudaEventDestroy(event);
     ncclCommDestroy(communicator_);
     cudaStreamDestroy(stream_);
@@ -175,7 +174,7 @@ class NcclComm final : public Comm {
     ZEROSIM_RETURN_IF_ERROR(reserve_events(static_cast<size_t>(pieces)));
     auto chunk_of = [&](int source) -> const std::byte* {
       return source == rank_ ? send.data() + static_cast<size_t>(rank_) * chunk_bytes
-                             : static_cast<const std::byte*>(scratch_) + static_cast<size_t>(source) * chunk_bytes;
+                             : scratch_.as<const std::byte>() + static_cast<size_t>(source) * chunk_bytes;
     };
     for (int64_t piece = 0; piece < pieces; ++piece) {
       const int64_t begin = piece * piece_elements;
@@ -189,7 +188,7 @@ class NcclComm final : public Comm {
         result = ncclSend(send.data() + static_cast<size_t>(peer) * chunk_bytes + offset, length, ncclUint8, peer,
                           communicator_, stream_);
         if (result == ncclSuccess) {
-          result = ncclRecv(static_cast<std::byte*>(scratch_) + static_cast<size_t>(peer) * chunk_bytes + offset, length,
+          result = ncclRecv(scratch_.as<std::byte>() + static_cast<size_t>(peer) * chunk_bytes + offset, length,
                             ncclUint8, peer, communicator_, stream_);
         }
       }
@@ -220,11 +219,11 @@ class NcclComm final : public Comm {
     ZEROSIM_RETURN_IF_ERROR(reserve_scalars(values.size()));
     const size_t bytes = values.size() * sizeof(double);
     ZEROSIM_RETURN_IF_ERROR(
-        cuda("cudaMemcpyAsync to the device", cudaMemcpyAsync(scalars_, values.data(), bytes, cudaMemcpyHostToDevice, stream_)));
-    ZEROSIM_RETURN_IF_ERROR(nccl("ncclAllReduce (max)", ncclAllReduce(scalars_, scalars_, values.size(), ncclFloat64,
+        cuda("cudaMemcpyAsync to the device", cudaMemcpyAsync(scalars_.as<double>(), values.data(), bytes, cudaMemcpyHostToDevice, stream_)));
+    ZEROSIM_RETURN_IF_ERROR(nccl("ncclAllReduce (max)", ncclAllReduce(scalars_.as<double>(), scalars_.as<double>(), values.size(), ncclFloat64,
                                                                        ncclMax, communicator_, stream_)));
     ZEROSIM_RETURN_IF_ERROR(
-        cuda("cudaMemcpyAsync to the host", cudaMemcpyAsync(values.data(), scalars_, bytes, cudaMemcpyDeviceToHost, stream_)));
+        cuda("cudaMemcpyAsync to the host", cudaMemcpyAsync(values.data(), scalars_.as<double>(), bytes, cudaMemcpyDeviceToHost, stream_)));
     return synchronize("all_reduce_max");
   }
 
@@ -325,13 +324,7 @@ class NcclComm final : public Comm {
     return internal_error(where() + collective + ": cudaStreamSynchronize: " + cudaGetErrorString(error));
   }
   Status reserve_scratch(size_t bytes) {
-    if (bytes <= scratch_bytes_) return Status();
-    if (scratch_ != nullptr) cudaFree(scratch_);
-    scratch_ = nullptr;
-    scratch_bytes_ = 0;
-    ZEROSIM_RETURN_IF_ERROR(cuda("cudaMalloc (reduce-scatter scratch)", cudaMalloc(&scratch_, bytes)));
-    scratch_bytes_ = bytes;
-    return Status();
+    return cuda("cudaMalloc (reduce-scatter scratch)", scratch_.reserve(bytes));
   }
   template <typename Element, typename ChunkOf>
   void launch_fold(const ChunkOf& chunk_of, int blocks, int threads, int64_t begin, int64_t end, float* accumulator) {
@@ -349,15 +342,7 @@ class NcclComm final : public Comm {
     }
     return Status();
   }
-  Status reserve_scalars(size_t count) {
-    if (count <= scalar_count_) return Status();
-    if (scalars_ != nullptr) cudaFree(scalars_);
-    scalars_ = nullptr;
-    scalar_count_ = 0;
-    ZEROSIM_RETURN_IF_ERROR(cuda("cudaMalloc (scalars)", cudaMalloc(&scalars_, count * sizeof(double))));
-    scalar_count_ = count;
-    return Status();
-  }
+  Status reserve_scalars(size_t count) { return cuda("cudaMalloc (scalars)", scalars_.reserve(count * sizeof(double))); }
 
   NcclCommOptions options_;
   int rank_;
@@ -367,10 +352,8 @@ class NcclComm final : public Comm {
   cudaStream_t stream_;
   cudaStream_t fold_stream_;
   std::vector<cudaEvent_t> events_;
-  void* scratch_ = nullptr;
-  size_t scratch_bytes_ = 0;
-  double* scalars_ = nullptr;
-  size_t scalar_count_ = 0;
+  DeviceArray scratch_;
+  DeviceArray scalars_;
   NcclCommWorld::PeerExchange* peer_ = nullptr;  // owned by the world; null: the NCCL path
 };
 
