@@ -2,7 +2,7 @@
 // ranks (threads; with cuda, rank r on GPU r mod the GPUs visible): the median wall time of a
 // step over the steps after the first two, as JSON. The peer (PyTorch FSDP2 on the same model,
 // batch and dtype) is bench/fsdp2_step.py; bench/training_step_vs_fsdp2.sh runs both.
-// Flags: --device cpu|cuda|cuda-fast --world-size W --model 1024,4096,4096,1024 --micro-batch N
+// Flags: --device cpu|cuda|cuda-fast|none --world-size W --model 1024,4096,4096,1024 --micro-batch N
 // --steps K --precision fp32|fp16|bf16.
 #include <algorithm>
 #include <cstdio>
@@ -14,6 +14,31 @@
 
 #include "core/cuda/device_compute_backend.h"
 #include "core/engine/engine.h"
+
+namespace {
+
+// --device none: a backend that computes nothing (zero gradients, no update), so the step's time
+// is the engine's own work: gathers and casts, the gradient exchange, the norm, the parameter
+// casts. What a faster backend cannot remove.
+class NoComputeBackend final : public zerosim::ComputeBackend {
+ public:
+  std::string name() const override { return "none"; }
+  zerosim::Status begin_micro_batch(int64_t, std::span<const float>, std::span<const int32_t>) override { return {}; }
+  zerosim::Status layer_forward(int64_t, std::span<const float>, std::span<const float>) override { return {}; }
+  zerosim::Result<float> loss(float) override { return 0.0f; }
+  zerosim::Status layer_backward(int64_t, std::span<const float>, std::span<float> weight_gradient,
+                                 std::span<float> bias_gradient) override {
+    std::fill(weight_gradient.begin(), weight_gradient.end(), 0.0f);
+    std::fill(bias_gradient.begin(), bias_gradient.end(), 0.0f);
+    return {};
+  }
+  zerosim::Status adam_update(const zerosim::AdamStepScalars&, float, float*, const float*, float*, float*,
+                              size_t) override {
+    return {};
+  }
+};
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace zerosim;
@@ -56,7 +81,11 @@ int main(int argc, char** argv) {
   options.data.feature_count = model->layer_widths.front();
   options.data.class_count = model->layer_widths.back();
   options.data.sample_count = 1 << 16;
-  if (device == "cuda" || device == "cuda-fast") {
+  if (device == "none") {
+    options.compute = ComputeDevice{"none", [](int, int, const ModelSpec&) -> Result<std::unique_ptr<ComputeBackend>> {
+                                      return std::unique_ptr<ComputeBackend>(new NoComputeBackend());
+                                    }};
+  } else if (device == "cuda" || device == "cuda-fast") {
     Result<ComputeBackendFactory> factory =
         cuda_compute_backend_factory(device == "cuda" ? CudaGemm::kDeterministic : CudaGemm::kCublas);
     if (!factory.ok()) {

@@ -12,9 +12,13 @@ constexpr uint64_t kShuffleStreamBase = 0x3000000;
 
 SyntheticDataset::SyntheticDataset(const DatasetSpec& spec) : spec_(spec) {
   ZEROSIM_CHECK(spec.sample_count > 0 && spec.feature_count > 0 && spec.class_count >= 2, "dataset spec");
-  teacher_.resize(static_cast<size_t>(spec.class_count * spec.feature_count));
-  for (size_t k = 0; k < teacher_.size(); ++k) {
-    teacher_[k] = random_symmetric_unit_float(mix_random_bits(spec.seed, kTeacherStream, k));
+  // Element (c, j) of the [class, feature] teacher is drawn at index c * feature_count + j.
+  const size_t classes = static_cast<size_t>(spec.class_count), features = static_cast<size_t>(spec.feature_count);
+  teacher_by_feature_.resize(classes * features);
+  for (size_t c = 0; c < classes; ++c) {
+    for (size_t j = 0; j < features; ++j) {
+      teacher_by_feature_[j * classes + c] = random_symmetric_unit_float(mix_random_bits(spec.seed, kTeacherStream, c * features + j));
+    }
   }
 }
 
@@ -28,17 +32,16 @@ void SyntheticDataset::features(int64_t sample_index, float* destination) const 
 int32_t SyntheticDataset::label(int64_t sample_index) const {
   std::vector<float> x(static_cast<size_t>(spec_.feature_count));
   features(sample_index, x.data());
+  const size_t classes = static_cast<size_t>(spec_.class_count);
+  std::vector<float> scores(classes, 0.0f);
+  for (size_t j = 0; j < static_cast<size_t>(spec_.feature_count); ++j) {
+    const float* weights = &teacher_by_feature_[j * classes];
+    const float feature = x[j];
+    for (size_t c = 0; c < classes; ++c) scores[c] = scores[c] + weights[c] * feature;
+  }
   int32_t best_class = 0;
-  float best_score = 0.0f;
-  for (int64_t c = 0; c < spec_.class_count; ++c) {
-    float score = 0.0f;
-    for (int64_t j = 0; j < spec_.feature_count; ++j) {
-      score = score + teacher_[static_cast<size_t>(c * spec_.feature_count + j)] * x[static_cast<size_t>(j)];
-    }
-    if (c == 0 || score > best_score) {
-      best_score = score;
-      best_class = static_cast<int32_t>(c);
-    }
+  for (size_t c = 1; c < classes; ++c) {
+    if (scores[c] > scores[static_cast<size_t>(best_class)]) best_class = static_cast<int32_t>(c);
   }
   return best_class;
 }

@@ -36,7 +36,10 @@ class SyntheticDataset {
 
  private:
   DatasetSpec spec_;
-  std::vector<float> teacher_;  // [class_count, feature_count]
+  // The teacher's weights, stored [feature_count, class_count] (transposed), so that label()
+  // advances every class's score together over the features: each score is still the left
+  // fold over the features in order (the same bits), and the loop over classes vectorizes.
+  std::vector<float> teacher_by_feature_;
 };
 
 class ShuffledSampler {
