@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "core/tensor/dtype.h"
 
@@ -74,6 +75,59 @@ RC_GTEST_PROP(DtypeProperty, Bf16IsNearestEvenOfItsNeighbours, (uint32_t bits)) 
   const double error = std::fabs(static_cast<double>(bf16_bits_to_fp32(rounded)) - value);
   RC_ASSERT(error <= std::fabs(above - below) / 2);
   if (std::fabs(value - below) == std::fabs(above - value)) RC_ASSERT((rounded & 1) == 0);
+}
+
+// The bulk casts (AVX-512 where the CPU has it, the scalar functions otherwise) give the scalar
+// functions' bits: every 16-bit pattern widened, and fp32 patterns narrowed (every 7th pattern
+// over all 2^32, and every pattern of the exponents next to fp16's and bf16's edges), from
+// unaligned starts and with tails shorter than a vector.
+TEST(Dtype, BulkCastsGiveTheScalarFunctionsBits) {
+  std::vector<uint16_t> halves(65536 + 3);
+  for (size_t k = 0; k < halves.size(); ++k) halves[k] = static_cast<uint16_t>(k * 40503u);
+  std::vector<float> widened(halves.size());
+  for (const size_t offset : {size_t{0}, size_t{1}, size_t{3}}) {
+    const size_t count = halves.size() - offset;
+    cast_to_fp32(DType::kFp16, reinterpret_cast<const std::byte*>(halves.data() + offset), widened.data(), count);
+    for (size_t k = 0; k < count; ++k) {
+      ASSERT_EQ(float_bits(widened[k]), float_bits(fp16_bits_to_fp32(halves[offset + k]))) << "fp16 " << halves[offset + k];
+    }
+    cast_to_fp32(DType::kBf16, reinterpret_cast<const std::byte*>(halves.data() + offset), widened.data(), count);
+    for (size_t k = 0; k < count; ++k) {
+      ASSERT_EQ(float_bits(widened[k]), float_bits(bf16_bits_to_fp32(halves[offset + k]))) << "bf16 " << halves[offset + k];
+    }
+  }
+  constexpr size_t kBatch = 1 << 20;
+  std::vector<float> floats(kBatch + 5);
+  std::vector<uint16_t> narrowed(kBatch + 5);
+  auto check = [&](size_t count, size_t offset) {
+    for (const DType dtype : {DType::kFp16, DType::kBf16}) {
+      cast_from_fp32(dtype, floats.data() + offset, reinterpret_cast<std::byte*>(narrowed.data()), count);
+      for (size_t k = 0; k < count; ++k) {
+        const float value = floats[offset + k];
+        const uint16_t expected = dtype == DType::kFp16 ? fp32_to_fp16_bits(value) : fp32_to_bf16_bits(value);
+        ASSERT_EQ(narrowed[k], expected) << dtype_name(dtype) << " of fp32 bits " << float_bits(value);
+      }
+    }
+  };
+  uint64_t pattern = 0;
+  while (pattern < (uint64_t{1} << 32)) {
+    size_t filled = 0;
+    for (; filled < kBatch + 5 && pattern < (uint64_t{1} << 32); ++filled, pattern += 7) {
+      floats[filled] = bits_to_float(static_cast<uint32_t>(pattern));
+    }
+    check(filled > 2 ? filled - 2 : filled, filled > 2 ? 2 : 0);
+  }
+  // Every pattern whose exponent is next to fp16's overflow and subnormal edges and bf16's.
+  for (const uint32_t exponent : {0u, 1u, 101u, 102u, 103u, 111u, 112u, 113u, 142u, 143u, 254u, 255u}) {
+    for (const uint32_t sign : {0u, 0x80000000u}) {
+      for (uint32_t base = 0; base < (1u << 23); base += kBatch) {
+        for (size_t k = 0; k < kBatch; ++k) {
+          floats[k] = bits_to_float(sign | (exponent << 23) | (base + static_cast<uint32_t>(k)));
+        }
+        check(kBatch, 0);
+      }
+    }
+  }
 }
 
 TEST(Dtype, BulkCastsRoundTrip) {
