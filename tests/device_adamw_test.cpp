@@ -8,16 +8,12 @@
 #include <random>
 #include <vector>
 
-#include "core/cuda/cuda_probe.h"
 #include "core/cuda/device_adamw.h"
+
+#include "tests/cuda_devices.h"
 
 namespace zerosim {
 namespace {
-
-bool have_gpu() {
-  const Result<CudaProbe> probe = probe_cuda();
-  return probe.ok() && probe->compiled_with_cuda && probe->device_count > 0;
-}
 
 struct State {
   std::vector<float> params, grads, exp_avg, exp_avg_sq;
@@ -46,7 +42,7 @@ void expect_same_bits(const std::vector<float>& cpu, const std::vector<float>& g
 }
 
 TEST(DeviceAdamW, WritesTheCpuKernelsBitsInEveryMode) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  if (usable_cuda_devices() == 0) GTEST_SKIP() << "no CUDA device";
   for (const bool adamw_mode : {true, false}) {
     for (const float weight_decay : {0.0f, 0.01f}) {
       for (const bool bias_correction : {true, false}) {
@@ -78,7 +74,7 @@ TEST(DeviceAdamW, WritesTheCpuKernelsBitsInEveryMode) {
 }
 
 TEST(DeviceAdamW, ManyUnalignedTensorsInOneCallMatchTheCpu) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  if (usable_cuda_devices() == 0) GTEST_SKIP() << "no CUDA device";
   // More than 64 tensors (three launches of at most 32) cut from one flat buffer at odd offsets.
   const size_t total = 500000;
   State cpu = random_state(total, 11, 1.0f);

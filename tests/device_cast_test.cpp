@@ -12,14 +12,15 @@
 #include <cuda_runtime.h>
 #endif
 
+#include "tests/cuda_devices.h"
+
 namespace zerosim {
 namespace {
 
 #if defined(ZEROSIM_HAVE_CUDA)
 
 TEST(DeviceCast, EveryConversionGivesTheCpuBits) {
-  const Result<CudaProbe> probe = probe_cuda();
-  if (!probe.ok() || !probe->compiled_with_cuda || probe->device_count == 0) GTEST_SKIP() << "no CUDA device";
+  if (usable_cuda_devices() == 0) GTEST_SKIP() << "no CUDA device";
   std::vector<uint32_t> patterns;
   for (uint64_t bits = 0; bits <= 0xffffffffull; bits += 251) patterns.push_back(static_cast<uint32_t>(bits));
   for (uint32_t special : {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u, 0x477ff000u,

@@ -12,19 +12,15 @@
 #include <string>
 #include <vector>
 
-#include "core/cuda/cuda_probe.h"
 #include "core/cuda/device_compute_backend.h"
 #include "core/engine/engine.h"
 #include "tests/test_directory.h"
 #include "tests/test_training.h"
 
+#include "tests/cuda_devices.h"
+
 namespace zerosim {
 namespace {
-
-bool have_gpu() {
-  const Result<CudaProbe> probe = probe_cuda();
-  return probe.ok() && probe->compiled_with_cuda && probe->device_count > 0;
-}
 
 ComputeDevice cuda_device(CudaGemm gemm = CudaGemm::kDeterministic) {
   Result<ComputeBackendFactory> factory = cuda_compute_backend_factory(gemm);
@@ -67,7 +63,7 @@ std::string first_step_difference(const TrainingRun& expected, const TrainingRun
 }
 
 TEST(DeviceEngine, EveryConfigurationHasTheCpuBitsAtEveryStep) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  if (usable_cuda_devices() == 0) GTEST_SKIP() << "no CUDA device";
   const ComputeDevice cuda = cuda_device();
   for (const ModelSpec& model : {ModelSpec{}, ModelSpec{{64, 256, 128, 10}}}) {
     for (Precision precision : {Precision::kFp32, Precision::kFp16, Precision::kBf16}) {
@@ -94,7 +90,7 @@ TEST(DeviceEngine, EveryConfigurationHasTheCpuBitsAtEveryStep) {
 }
 
 TEST(DeviceEngine, SaveAndResumeOnTheGpuIsBitIdenticalAtAnyWorldSizeAndOnTheCpu) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  if (usable_cuda_devices() == 0) GTEST_SKIP() << "no CUDA device";
   for (Precision precision : {Precision::kFp16, Precision::kBf16}) {
     SCOPED_TRACE(precision_name(precision));
     TestDirectory directory;
@@ -143,7 +139,7 @@ TEST(DeviceEngine, SaveAndResumeOnTheGpuIsBitIdenticalAtAnyWorldSizeAndOnTheCpu)
 // CPU's to fp32 rounding (relative to the largest magnitude of the array; the sums run in another
 // order), so the GEMM operands and transposes are right.
 TEST(DeviceEngine, FastModeLayersComputeTheCpuLayersToRounding) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  if (usable_cuda_devices() == 0) GTEST_SKIP() << "no CUDA device";
   const ModelSpec model{{48, 96, 80, 6}};
   const int64_t samples = 9;
   Result<std::unique_ptr<ComputeBackend>> fast = make_cuda_compute_backend(model, 0, CudaGemm::kCublas);
@@ -194,7 +190,7 @@ TEST(DeviceEngine, FastModeLayersComputeTheCpuLayersToRounding) {
 // Within the fast mode: the same run twice, and a save and resume at W' = 2 and 1, give the same
 // bits (on one GPU model: the ranks of W = 2 run on both H200s where there are two).
 TEST(DeviceEngine, FastModeIsReproducibleAndResumesBitIdentically) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  if (usable_cuda_devices() == 0) GTEST_SKIP() << "no CUDA device";
   TestDirectory directory;
   TrainingOptions options = make_options(ModelSpec{{64, 256, 128, 10}}, Precision::kBf16, 4, 2, 2, 5000, 43);
   options.compute = cuda_device(CudaGemm::kCublas);
@@ -236,7 +232,7 @@ TEST(DeviceEngine, FastModeIsReproducibleAndResumesBitIdentically) {
 }
 
 TEST(DeviceEngine, ABackendOnADeviceThatDoesNotExistIsANamedError) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  if (usable_cuda_devices() == 0) GTEST_SKIP() << "no CUDA device";
   Result<std::unique_ptr<ComputeBackend>> backend = make_cuda_compute_backend(ModelSpec{}, 4096);
   ASSERT_FALSE(backend.ok());
   EXPECT_EQ(backend.status().code(), StatusCode::kFailedPrecondition);

@@ -8,7 +8,6 @@
 #include <random>
 #include <vector>
 
-#include "core/cuda/cuda_probe.h"
 #include "core/cuda/device_mlp.h"
 #include "core/model/mlp.h"
 #include "core/tensor/portable_math.h"
@@ -17,15 +16,12 @@
 #include <cuda_runtime.h>
 #endif
 
+#include "tests/cuda_devices.h"
+
 namespace zerosim {
 namespace {
 
 #if defined(ZEROSIM_HAVE_CUDA)
-
-bool have_gpu() {
-  const Result<CudaProbe> probe = probe_cuda();
-  return probe.ok() && probe->compiled_with_cuda && probe->device_count > 0;
-}
 
 float* to_device(const std::vector<float>& host) {
   float* device = nullptr;
@@ -55,7 +51,7 @@ void expect_same_bits(const std::vector<float>& cpu, const std::vector<float>& g
 }
 
 TEST(DeviceMlp, EveryLayerWritesTheCpuLayersBits) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  if (usable_cuda_devices() == 0) GTEST_SKIP() << "no CUDA device";
   std::mt19937 random(5);
   for (const ModelSpec& spec : {ModelSpec{{13, 37, 29, 5}}, ModelSpec{{1, 1, 2}}, ModelSpec{{300, 257, 3}}}) {
     for (const int64_t samples : {int64_t{1}, int64_t{7}, int64_t{64}}) {
@@ -119,7 +115,7 @@ TEST(DeviceMlp, EveryLayerWritesTheCpuLayersBits) {
 }
 
 TEST(DeviceMlp, PortableExpAndLogGiveTheHostsBits) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  if (usable_cuda_devices() == 0) GTEST_SKIP() << "no CUDA device";
   std::vector<double> arguments = {0.0, -0.0, 1.0, -1.0, 0.5, 1e-300, 5e-324, 700.0, 709.7, -744.0, -745.2, 88.7, -103.9,
                                    1e300, 123.456, -0.3465735902799726};
   std::mt19937_64 random(3);
@@ -137,7 +133,7 @@ TEST(DeviceMlp, PortableExpAndLogGiveTheHostsBits) {
 }
 
 TEST(DeviceMlp, SoftmaxCrossEntropyGivesTheCpuLossAndGradient) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  if (usable_cuda_devices() == 0) GTEST_SKIP() << "no CUDA device";
   std::mt19937 random(9);
   for (const int64_t classes : {int64_t{2}, int64_t{5}, int64_t{1000}}) {
     for (const int64_t samples : {int64_t{1}, int64_t{13}, int64_t{256}}) {

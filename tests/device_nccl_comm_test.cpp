@@ -15,6 +15,7 @@
 
 #include "core/cuda/cuda_probe.h"
 #include "core/cuda/nccl_comm.h"
+#include "tests/cuda_devices.h"
 #include "core/env/env.h"
 #include "tests/test_directory.h"
 
@@ -26,11 +27,6 @@ namespace zerosim {
 namespace {
 
 #if defined(ZEROSIM_HAVE_CUDA)
-
-int gpu_count() {
-  const Result<CudaProbe> probe = probe_cuda();
-  return probe.ok() && probe->compiled_with_cuda ? probe->device_count : 0;
-}
 
 // Runs body(rank) on W threads and returns each rank's status.
 std::vector<Status> on_every_rank(int world_size, const std::function<Status(int)>& body) {
@@ -54,7 +50,7 @@ std::vector<std::byte> random_bytes(size_t count, uint32_t seed, DType dtype) {
 }
 
 TEST(DeviceNcclComm, EveryCollectiveGivesTheCpuWorldsBytes) {
-  const int world_size = gpu_count();
+  const int world_size = usable_cuda_devices();
   if (world_size == 0) GTEST_SKIP() << "no CUDA device";
   std::vector<int> devices;
   for (int device = 0; device < world_size; ++device) devices.push_back(device);
@@ -264,7 +260,7 @@ TEST(DeviceNcclComm, TwoProcessesJoinedByARendezvousFileGiveTheHostsBytes) {
 }
 
 TEST(DeviceNcclComm, BadDeviceListsAreRefusedNamingTheDevice) {
-  if (gpu_count() == 0) GTEST_SKIP() << "no CUDA device";
+  if (usable_cuda_devices() == 0) GTEST_SKIP() << "no CUDA device";
   const int twice[] = {0, 0};
   Result<std::unique_ptr<NcclCommWorld>> duplicate = NcclCommWorld::create(twice);
   ASSERT_FALSE(duplicate.ok());

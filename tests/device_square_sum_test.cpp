@@ -16,14 +16,15 @@
 #include <cuda_runtime.h>
 #endif
 
+#include "tests/cuda_devices.h"
+
 namespace zerosim {
 namespace {
 
 #if defined(ZEROSIM_HAVE_CUDA)
 
 TEST(DeviceSquareSum, GivesTheCpuBinsForAnyValuesAndSizes) {
-  const Result<CudaProbe> probe = probe_cuda();
-  if (!probe.ok() || !probe->compiled_with_cuda || probe->device_count == 0) GTEST_SKIP() << "no CUDA device";
+  if (usable_cuda_devices() == 0) GTEST_SKIP() << "no CUDA device";
   std::mt19937 random(13);
   std::uniform_int_distribution<uint32_t> any_bits;
   std::normal_distribution<float> normal(0.0f, 1.0f);
