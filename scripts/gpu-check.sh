@@ -7,7 +7,9 @@
 #   3. the scenario library (alone, and with each defect switched on) on --device cuda against
 #      --device cpu: the same verdict and diagnosis for every scenario;
 #   4. (two GPUs; run before 3) `train --rendezvous` as two processes, one GPU each, against the
-#      threads' digest, and a save by two processes resumed by one and the other way.
+#      threads' digest, and a save by two processes resumed by one and the other way;
+#   5. `explore --real-kill` with the killed children computing on the GPU, against the same
+#      exploration on the CPU: the same crash points, passed, refused and failed.
 # Usage: scripts/gpu-check.sh BUILD_DIR OUT_DIR. Exit status 0 when everything agrees.
 set -uo pipefail
 build=${1:?build directory}
@@ -88,6 +90,19 @@ for defect in "" $("$zerosim" defects | awk '{print $1}'); do
 done | tee "$out/suite-verdicts.txt"
 grep -q "VERDICTS DIFFER" "$out/suite-verdicts.txt" && status=1
 cp "$work/report-/report.md" "$out/suite-cuda-report.md" 2>/dev/null
+
+echo "== 5. explore --real-kill: children on the GPU against children on the CPU"
+counts() { python3 -c '
+import json,sys
+t=sys.stdin.read(); d=json.loads(t[t.index("{"):])
+print("crash_points", d["crash_points"], "passed", d["passed"], "refused", d["refused"], "failed", d["failed"])'; }
+for scenario in seed_crash_while_saving async_save_then_crash class_i_elastic_3_to_2_odd_sizes; do
+  cpu=$("$zerosim" explore "scenarios/library/$scenario.json" --real-kill "$work/kill-cpu-$scenario" --json --device cpu 2>/dev/null | counts)
+  cuda=$("$zerosim" explore "scenarios/library/$scenario.json" --real-kill "$work/kill-cuda-$scenario" --json --device cuda 2>/dev/null | counts)
+  verdict=ok; [ -n "$cuda" ] && [ "$cpu" = "$cuda" ] || { verdict=DIFFERS; status=1; }
+  printf '%-36s cpu: %s | cuda: %s | %s\n' "$scenario" "$cpu" "$cuda" "$verdict"
+done | tee "$out/real-kill.txt"
+grep -q DIFFERS "$out/real-kill.txt" && status=1
 rm -rf "$work"
 echo "gpu-check: $([ $status = 0 ] && echo all agree || echo FAILED)"
 exit $status

@@ -286,6 +286,10 @@ Result<std::string> check_determinism(const CrashScenario& scenario) {
   return hashes[0];
 }
 
+int64_t previous_save_step(const CrashScenario& scenario) {
+  return scenario.explored_save_step - scenario.save_every_steps;
+}
+
 Result<ExplorationResult> explore_save_crashes(const CrashScenario& scenario) {
   if (scenario.save_every_steps < 1 || scenario.explored_save_step <= scenario.save_every_steps ||
       scenario.explored_save_step % scenario.save_every_steps != 0) {
@@ -344,7 +348,7 @@ Result<ExplorationResult> explore_save_crashes(const CrashScenario& scenario) {
   }
   if (points.empty()) return internal_error("the explored save hit no crash point");
 
-  const std::string first_tag = checkpoint_tag_for_step(scenario.save_every_steps);
+  const std::string committed_tag = checkpoint_tag_for_step(previous_save_step(scenario));
   CheckpointPlan resuming;
   resuming.resume_directory = scenario.checkpoint_directory;
   for (const CrashPoint& point : points) {
@@ -371,8 +375,8 @@ Result<ExplorationResult> explore_save_crashes(const CrashScenario& scenario) {
         }
       };
       // No committed checkpoint may be lost: the earlier save was complete before the crash.
-      if (!check_tag_complete(*after, scenario.checkpoint_directory, first_tag).ok()) {
-        fail("the committed checkpoint " + first_tag + " was lost");
+      if (!check_tag_complete(*after, scenario.checkpoint_directory, committed_tag).ok()) {
+        fail("the committed checkpoint " + committed_tag + " was lost");
         continue;
       }
       const Result<TrainingRun> resumed =
@@ -386,8 +390,9 @@ Result<ExplorationResult> explore_save_crashes(const CrashScenario& scenario) {
         continue;
       }
       const int64_t resumed_at = scenario.total_steps - static_cast<int64_t>(resumed->steps.size());
-      if (resumed_at != scenario.save_every_steps && resumed_at != scenario.explored_save_step) {
-        fail("resumed at step " + std::to_string(resumed_at) + ", which is not a save");
+      if (resumed_at != previous_save_step(scenario) && resumed_at != scenario.explored_save_step) {
+        fail("resumed at step " + std::to_string(resumed_at) + ", which is neither the committed save (step " +
+             std::to_string(previous_save_step(scenario)) + ") nor the explored one");
         continue;
       }
       const std::string divergence = first_divergence(reference, *resumed, resumed_at);

@@ -4,7 +4,8 @@
 // uninterrupted run at every step.
 //
 // The scenario: train, save every `save_every_steps` steps; the save at `explored_save_step`
-// is the one explored, so an earlier committed checkpoint exists (at save_every_steps). For
+// is the one explored, so an earlier committed checkpoint exists (the save before it, at
+// explored_save_step - save_every_steps: saves commit in order, an async one included). For
 // each (site, rank, occurrence) of that save ("ckpt.*" sites, discovered by a recording run):
 //   1. a fresh SimDisk, the same run, and at that point the disk freezes (the power goes out:
 //      no rank does any more I/O) and the ranks stop (the hook throws SimulatedCrash);
@@ -141,6 +142,10 @@ Result<std::string> check_determinism(const CrashScenario& scenario);
 // (elastic resume), and per-step digests on. `source` prefixes the error when the world size
 // does not divide the batch.
 Result<TrainingOptions> resume_options_for(const CrashScenario& scenario, const std::string& source);
+
+// The save committed before the explored one begins (saves commit in order): a resume after a
+// crash in the explored save starts from it or from the explored save, never earlier.
+int64_t previous_save_step(const CrashScenario& scenario);
 
 // Validates the scenario (names what is wrong) and runs the exploration.
 Result<ExplorationResult> explore_save_crashes(const CrashScenario& scenario);

@@ -112,8 +112,9 @@ Result<ExplorationResult> explore_with_real_kills(const CrashScenario& scenario,
     }
     const int64_t resumed_at = scenario.total_steps - static_cast<int64_t>(resumed->steps.size());
     const std::string divergence = first_divergence(reference, *resumed, resumed_at);
-    if (resumed_at != scenario.save_every_steps && resumed_at != scenario.explored_save_step) {
-      fail("resumed at step " + std::to_string(resumed_at) + ", which is not a save");
+    if (resumed_at != previous_save_step(scenario) && resumed_at != scenario.explored_save_step) {
+      fail("resumed at step " + std::to_string(resumed_at) + ", which is neither the committed save (step " +
+           std::to_string(previous_save_step(scenario)) + ") nor the explored one");
     } else if (!divergence.empty()) {
       fail("resumed at step " + std::to_string(resumed_at) + ", diverged at " + divergence);
     } else {

@@ -133,6 +133,29 @@ TEST(CrashExplorer, RealKillModeResumesFromWhatAKilledProcessLeft) {
   EXPECT_EQ(result->passed + result->refused, result->crash_points);
 }
 
+// A later save explored (the fourth, async): the committed checkpoint is the third one, at step
+// 6, not the first; a resume from it is right, and in every crash state the step-6 tag survives.
+TEST(CrashExplorer, ALaterSaveResumesFromTheSaveJustBeforeIt) {
+  CrashScenario scenario = four_rank_scenario();
+  scenario.options.world_size = 2;
+  scenario.options.config.gradient_accumulation_steps = 2;
+  scenario.options.config.checkpoint.async_save = true;
+  scenario.resume_world_size = 0;
+  scenario.explored_save_step = 8;
+  scenario.total_steps = 10;
+  scenario.crash_state_bound = 4;
+  EXPECT_EQ(previous_save_step(scenario), 6);
+  const Result<ExplorationResult> simulated = explore_save_crashes(scenario);
+  ASSERT_TRUE(simulated.ok()) << simulated.status().to_string();
+  EXPECT_EQ(simulated->failed, 0) << report(*simulated);
+  EXPECT_GT(simulated->passed, 0) << report(*simulated);
+  TestDirectory directory;
+  const Result<ExplorationResult> killed = explore_with_real_kills(scenario, directory.path() + "/cases");
+  ASSERT_TRUE(killed.ok()) << killed.status().to_string();
+  EXPECT_EQ(killed->failed, 0) << report(*killed);
+  EXPECT_EQ(killed->passed + killed->refused, killed->crash_points);
+}
+
 TEST(CrashExplorer, BadScenariosAreRefusedNamingTheKey) {
   CrashScenario scenario = four_rank_scenario();
   scenario.explored_save_step = 3;
