@@ -7,7 +7,8 @@
 #   3. the scenario library (alone, and with each defect switched on) on --device cuda against
 #      --device cpu: the same verdict and diagnosis for every scenario;
 #   4. (two GPUs; run before 3) `train --rendezvous` as two processes, one GPU each, against the
-#      threads' digest, and a save by two processes resumed by one and the other way;
+#      threads' digest, and a save by two processes resumed by one and the other way; and the
+#      same under `mpiexec -n 2 train --mpi` when mpiexec is found (or given as $MPIEXEC);
 #   5. `explore --real-kill` with the killed children computing on the GPU, against the same
 #      exploration on the CPU: the same crash points, passed, refused and failed.
 # Usage: scripts/gpu-check.sh BUILD_DIR OUT_DIR. Exit status 0 when everything agrees.
@@ -68,6 +69,22 @@ if [ "$gpus" -ge 2 ]; then
   [ "$verdict" = ok ] || status=1
   printf 'cpu W=2 (threads) %s  2 processes %s  saved by 2 processes, resumed by 1 %s  saved by 1, resumed by 2 processes %s  %s\n' \
       "$reference" "$two" "$one_from_two" "$two_from_one" "$verdict" | tee "$out/multi-process.txt"
+  # The same under MPI (`train --mpi`: MPI only shares the NCCL id), when this build has MPI.
+  mpiexec=${MPIEXEC:-$(command -v mpiexec || true)}
+  if [ -n "$mpiexec" ] && "$zerosim" train --help | grep -q -- "--mpi"; then
+    mpi_run() { OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 "$mpiexec" -n 2 --oversubscribe \
+        "$zerosim" train $common --device cuda --mpi "$@" 2> "$work/mpi.err"; }
+    mpi_two=$(mpi_run --steps 12 --run-id mpi-two | digest) || tail -5 "$work/mpi.err" >&2
+    mpi_run --steps 6 --run-id mpi-save --save-dir "$work/mpi-ckpt" > /dev/null || tail -5 "$work/mpi.err" >&2
+    one_from_mpi=$("$zerosim" train $common --steps 12 --world-size 1 --device cuda --run-id mpi-one --resume "$work/mpi-ckpt" | digest)
+    verdict=ok
+    for d in "$mpi_two" "$one_from_mpi"; do [ "$d" = "$reference" ] || verdict=DIFFERS; done
+    [ "$verdict" = ok ] || status=1
+    printf 'mpiexec -n 2 train --mpi %s  saved under MPI, resumed by 1 process %s  %s\n' \
+        "$mpi_two" "$one_from_mpi" "$verdict" | tee -a "$out/multi-process.txt"
+  else
+    echo "MPI: skipped (no mpiexec, or built without MPI)" | tee -a "$out/multi-process.txt"
+  fi
 else
   echo "skipped: one GPU" | tee "$out/multi-process.txt"
 fi

@@ -30,8 +30,10 @@ struct CommandResult {
 };
 
 CommandResult run_cli(const std::string& arguments, const std::string& environment = "") {
-  const std::string command = (environment.empty() ? "" : "env " + environment + " ") + std::string(ZEROSIM_CLI_PATH) +
-                              " " + arguments + " 2>&1";
+  // `environment` may end with a launcher and the binary (the --mpi test); else the binary follows it.
+  const bool launches = environment.find(ZEROSIM_CLI_PATH) != std::string::npos;
+  const std::string command = (environment.empty() ? "" : "env " + environment + " ") +
+                              (launches ? std::string() : std::string(ZEROSIM_CLI_PATH)) + " " + arguments + " 2>&1";
   CommandResult result;
   FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) return result;
@@ -109,6 +111,28 @@ TEST(Cli, RendezvousNeedsTheLaunchersRankAndWorldSize) {
   EXPECT_EQ(garbled.exit_code, 2) << garbled.output;
   EXPECT_NE(garbled.output.find("OMPI_COMM_WORLD_RANK=x: expected a non-negative integer"), std::string::npos)
       << garbled.output;
+}
+
+// --mpi: two ranks under mpiexec. Without a GPU each rank fails to prepare for NCCL; both say
+// why, naming their rank, and the job ends with the exit code (no rank waits for the other).
+// Excluded with --rendezvous, and a --world-size that MPI contradicts is refused.
+TEST(Cli, MpiLaunchReportsEveryRanksFailureAndEnds) {
+  if (!ZEROSIM_HAVE_MPI) GTEST_SKIP() << "built without MPI";
+  if (zerosim::usable_cuda_devices() > 0) GTEST_SKIP() << "a GPU is here: the MPI run would train (gpu-check runs it)";
+  const std::string mpiexec = std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader timeout 120 ") +
+                              ZEROSIM_MPIEXEC + " -n 2 --oversubscribe " + ZEROSIM_CLI_PATH;
+  const CommandResult failed = run_cli("train --steps 1 --mpi --device cpu --run-id cli-mpi", mpiexec);
+  EXPECT_EQ(failed.exit_code, 3) << failed.output;
+  for (const char* rank : {"rank 0: ", "rank 1: "}) {
+    EXPECT_NE(failed.output.find(std::string("training failed: FAILED_PRECONDITION: ") + rank), std::string::npos)
+        << rank << "\n" << failed.output;
+  }
+  const CommandResult contradicted = run_cli("train --steps 1 --mpi --world-size 3", mpiexec);
+  EXPECT_EQ(contradicted.exit_code, 2) << contradicted.output;
+  EXPECT_NE(contradicted.output.find("--world-size 3 but MPI started 2 processes"), std::string::npos) << contradicted.output;
+  const CommandResult both = run_cli("train --steps 1 --mpi --rendezvous /tmp/zerosim-cli-rendezvous-never");
+  EXPECT_EQ(both.exit_code, 2) << both.output;
+  EXPECT_NE(both.output.find("--rendezvous excludes --mpi"), std::string::npos) << both.output;
 }
 
 TEST(Cli, FixedTrainBatchSizeGivesTheSameStateAtAnyWorldSize) {

@@ -18,6 +18,7 @@
 #include "core/cuda/nccl_comm.h"
 #include "core/engine/engine.h"
 #include "tools/default_config.h"
+#include "tools/mpi_launch.h"
 
 namespace zerosim {
 
@@ -239,10 +240,22 @@ Result<LaunchedRank> launched_rank_from_environment() {
   return launched;
 }
 
-int run_train_command(const TrainFlags& given_flags) {
+namespace {
+
+// The train command, as one process of a run or as one rank of a launch (`mpi` set for --mpi).
+int train(const TrainFlags& given_flags, const MpiLaunch* mpi) {
   TrainFlags flags = given_flags;
   std::optional<LaunchedRank> launched;
-  if (!flags.rendezvous_path.empty()) {
+  if (mpi != nullptr) {
+    launched = LaunchedRank{mpi->rank(), mpi->world_size(), mpi->local_rank()};
+    const bool world_size_given = flags.world_size_option != nullptr && flags.world_size_option->count() > 0;
+    if (world_size_given && flags.config.settings.world_size != launched->world_size) {
+      std::fprintf(stderr, "zerosim: rank %d: --world-size %lld but MPI started %d processes\n", launched->rank,
+                   static_cast<long long>(flags.config.settings.world_size), launched->world_size);
+      return 2;
+    }
+    flags.config.settings.world_size = launched->world_size;
+  } else if (!flags.rendezvous_path.empty()) {
     Result<LaunchedRank> from_environment = launched_rank_from_environment();
     if (!from_environment.ok()) {
       std::fprintf(stderr, "zerosim: %s\n", from_environment.status().message().c_str());
@@ -338,8 +351,17 @@ int run_train_command(const TrainFlags& given_flags) {
     // GPU (the partitions live in host memory); a second communicator for async saves.
     const Env env = real_env.env();
     auto connect = [&](const std::string& path) -> Result<std::unique_ptr<Comm>> {
-      NcclRendezvous rendezvous{launched->rank, launched->world_size, launched->local_rank, path};
-      ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<Comm> device_comm, create_nccl_process_comm(rendezvous, *env.disk, *env.clock));
+      std::unique_ptr<Comm> device_comm;
+      if (mpi != nullptr) {
+        const NcclIdShare share = [mpi](const Status& prepared, std::span<const std::byte> id_on_rank0) {
+          return mpi->share_from_rank0(prepared, id_on_rank0);
+        };
+        ZEROSIM_ASSIGN_OR_RETURN(device_comm, create_nccl_process_comm(
+                                                  NcclProcess{launched->rank, launched->world_size, launched->local_rank}, share));
+      } else {
+        NcclRendezvous rendezvous{launched->rank, launched->world_size, launched->local_rank, path};
+        ZEROSIM_ASSIGN_OR_RETURN(device_comm, create_nccl_process_comm(rendezvous, *env.disk, *env.clock));
+      }
       return make_host_staged_comm(std::move(device_comm), launched->local_rank);
     };
     ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<Comm> training_comm, connect(flags.rendezvous_path));
@@ -387,6 +409,22 @@ int run_train_command(const TrainFlags& given_flags) {
   }
   std::printf("state digest %s\n", run->digests.state.c_str());
   return 0;
+}
+
+}  // namespace
+
+int run_train_command(const TrainFlags& flags) {
+  if (!flags.mpi) return train(flags, nullptr);
+  Result<std::unique_ptr<MpiLaunch>> mpi = MpiLaunch::initialize();
+  if (!mpi.ok()) {
+    std::fprintf(stderr, "zerosim: --mpi: %s\n", mpi.status().to_string().c_str());
+    return exit_code_for(mpi.status());
+  }
+  const int exit_code = train(flags, mpi->get());
+  // A rank that failed alone may leave its peers waiting in NCCL or MPI: the job stops. When
+  // the ranks learned of a failure together, each has said why and all end normally.
+  if (exit_code != 0 && !(*mpi)->failed_together()) (*mpi)->abort_job(exit_code);
+  return exit_code;
 }
 
 }  // namespace zerosim

@@ -58,6 +58,9 @@ struct TrainFlags {
   // OpenMPI's OMPI_COMM_WORLD_*, or Slurm's SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID), the
   // NCCL id passed through this file.
   std::string rendezvous_path;
+  // Set: this process is one rank of an MPI job (mpirun, or srun with MPI): rank, world size
+  // and the rank on its host from MPI, rank 0's NCCL id shared by one MPI broadcast.
+  bool mpi = false;
   // Set by the parser: which of --model, --seed and --dataset-size were given (a resume takes
   // the checkpoint's values for the others).
   CLI::Option* model_option = nullptr;

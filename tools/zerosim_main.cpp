@@ -42,6 +42,12 @@ int main(int argc, char** argv) {
                     "Run as one rank of several processes (one GPU each; rank, world size and GPU from the "
                     "launcher's RANK/WORLD_SIZE/LOCAL_RANK, OMPI_COMM_WORLD_*, or SLURM_*), NCCL between them, "
                     "the NCCL id passed through FILE on a path every process sees (must not exist at start)");
+  CLI::Option* mpi_flag = train->add_flag(
+      "--mpi", train_flags.mpi,
+      "Run as one rank of an MPI job (mpirun -n N, or srun with MPI): rank, world size and GPU (the rank on "
+      "its host) from MPI, which only shares the NCCL id; NCCL between the processes. A rank that fails stops "
+      "the job (MPI_Abort)");
+  mpi_flag->excludes(train->get_option("--rendezvous"));
   train_flags.world_size_option = train->get_option("--world-size");
 
   CLI::App* config = app.add_subcommand("config", "Inspect DeepSpeed configs");

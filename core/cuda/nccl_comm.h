@@ -23,6 +23,8 @@
 // Without the CUDA backend, create() returns kFailedPrecondition.
 #pragma once
 
+#include <cstddef>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -78,6 +80,28 @@ class NcclCommWorld {
   bool peer_fold_ = false;
   std::vector<std::unique_ptr<Comm>> comms_;
 };
+
+// This process's place in a launch of several processes, one rank and one GPU each.
+struct NcclProcess {
+  int rank = 0;
+  int world_size = 1;
+  int device = 0;  // this process's GPU (its rank on the host: LOCAL_RANK)
+};
+
+// How the processes of a launch agree before they join NCCL. Every rank calls it once, with
+// the verdict of its own preparation (its GPU chosen; on rank 0 also the unique id made) and,
+// on rank 0, the NCCL unique id's bytes. It returns rank 0's id on every rank when every rank
+// prepared, and otherwise an error that names a failed rank on every rank that can know it,
+// so that no rank goes on into ncclCommInitRank to wait for a peer that will never come. An
+// MPI launch shares through MPI (tools/mpi_launch.h); the rendezvous file below is another.
+using NcclIdShare =
+    std::function<Result<std::vector<std::byte>>(const Status& prepared, std::span<const std::byte> id_on_rank0)>;
+
+// One rank of a launch of several processes: chooses the process's GPU, makes the unique id on
+// rank 0, shares it through `share`, and joins ncclCommInitRank. Refused, naming the rank:
+// ranks or devices out of range, a GPU the host lacks, an id of the wrong size.
+Result<std::unique_ptr<Comm>> create_nccl_process_comm(const NcclProcess& process, const NcclIdShare& share,
+                                                       const NcclCommOptions& options = {});
 
 // Where this process's rank finds its peers: the launcher's RANK, WORLD_SIZE and LOCAL_RANK
 // (mpirun, srun or a torchrun-style launcher set them), and a file on a path every process

@@ -15,6 +15,17 @@ Result<std::unique_ptr<Comm>> create_nccl_process_comm(const NcclRendezvous&, Di
   return failed_precondition("the CUDA backend is not compiled in (nvcc was not found at configure time), so NCCL is absent");
 }
 
+Result<std::unique_ptr<Comm>> create_nccl_process_comm(const NcclProcess& process, const NcclIdShare& share,
+                                                       const NcclCommOptions&) {
+  // The peers still hear this rank's verdict, so that none waits for it.
+  const Status absent = failed_precondition("rank " + std::to_string(process.rank) +
+                                            ": the CUDA backend is not compiled in (nvcc was not found at configure "
+                                            "time), so NCCL is absent");
+  ZEROSIM_ASSIGN_OR_RETURN(const std::vector<std::byte> ignored, share(absent, {}));
+  (void)ignored;
+  return absent;
+}
+
 Result<std::unique_ptr<Comm>> make_host_staged_comm(std::unique_ptr<Comm>, int) {
   return failed_precondition("the CUDA backend is not compiled in (nvcc was not found at configure time)");
 }

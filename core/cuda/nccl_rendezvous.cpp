@@ -3,6 +3,8 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -62,6 +64,69 @@ std::string parent_directory(const std::string& path) {
 
 }  // namespace
 
+Result<std::unique_ptr<Comm>> create_nccl_process_comm(const NcclProcess& process, const NcclIdShare& share,
+                                                       const NcclCommOptions& options) {
+  const int rank = process.rank, world_size = process.world_size;
+  if (world_size < 1 || world_size > kMaxNcclRanks || rank < 0 || rank >= world_size) {
+    return invalid_argument("NCCL launch: rank " + std::to_string(rank) + " is not a rank of a world of " +
+                            std::to_string(world_size) + " (1 to " + std::to_string(kMaxNcclRanks) + " ranks)");
+  }
+  if (options.piece_bytes <= 0 || options.fold_blocks < 0) {
+    return invalid_argument("NCCL launch: piece_bytes must be positive and fold_blocks non-negative");
+  }
+  // This rank's preparation; its verdict goes to `share` whatever it is, so that the peers
+  // hear of a failure instead of waiting for this rank in ncclCommInitRank.
+  ncclUniqueId id{};
+  const Status prepared = [&]() -> Status {
+    if (process.device < 0) {
+      return invalid_argument("rank " + std::to_string(rank) + ": LOCAL_RANK " + std::to_string(process.device) +
+                              " is negative");
+    }
+    int device_count = 0;
+    const cudaError_t counted = cudaGetDeviceCount(&device_count);
+    if (counted != cudaSuccess) {
+      return failed_precondition("rank " + std::to_string(rank) + ": cudaGetDeviceCount: " + cudaGetErrorString(counted));
+    }
+    if (process.device >= device_count) {
+      return invalid_argument("rank " + std::to_string(rank) + ": LOCAL_RANK " + std::to_string(process.device) +
+                              " names a GPU this host does not have (it has " + std::to_string(device_count) + ")");
+    }
+    if (cudaSetDevice(process.device) != cudaSuccess) {
+      return failed_precondition("rank " + std::to_string(rank) + ": cudaSetDevice(" + std::to_string(process.device) +
+                                 ") failed");
+    }
+    if (rank == 0) {
+      const ncclResult_t made = ncclGetUniqueId(&id);
+      if (made != ncclSuccess) return internal_error(std::string("rank 0: ncclGetUniqueId: ") + ncclGetErrorString(made));
+    }
+    return Status();
+  }();
+  const std::span<const std::byte> own_id = std::as_bytes(std::span<const char>(id.internal, sizeof id.internal));
+  ZEROSIM_ASSIGN_OR_RETURN(const std::vector<std::byte> shared,
+                           share(prepared, prepared.ok() && rank == 0 ? own_id : std::span<const std::byte>()));
+  ZEROSIM_RETURN_IF_ERROR(prepared);
+  if (shared.size() != sizeof id.internal) {
+    return data_loss("rank " + std::to_string(rank) + ": the NCCL id shared by rank 0 is " + std::to_string(shared.size()) +
+                     " bytes, expected " + std::to_string(sizeof id.internal));
+  }
+  std::memcpy(id.internal, shared.data(), shared.size());
+  ncclComm_t communicator = nullptr;
+  const ncclResult_t joined = ncclCommInitRank(&communicator, world_size, id, rank);
+  if (joined != ncclSuccess) {
+    return internal_error("rank " + std::to_string(rank) + " (GPU " + std::to_string(process.device) +
+                          "): ncclCommInitRank: " + ncclGetErrorString(joined));
+  }
+  cudaStream_t stream = nullptr, fold_stream = nullptr;
+  cudaError_t error = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  if (error == cudaSuccess) error = cudaStreamCreateWithFlags(&fold_stream, cudaStreamNonBlocking);
+  if (error != cudaSuccess) {
+    ncclCommDestroy(communicator);
+    return internal_error("rank " + std::to_string(rank) + ": cudaStreamCreate: " + cudaGetErrorString(error));
+  }
+  return Result<std::unique_ptr<Comm>>(
+      make_nccl_rank_comm(rank, world_size, process.device, communicator, stream, fold_stream, options));
+}
+
 Result<std::unique_ptr<Comm>> create_nccl_process_comm(const NcclRendezvous& rendezvous, Disk& disk, Clock& clock,
                                                        const NcclCommOptions& options) {
   const int rank = rendezvous.rank, world_size = rendezvous.world_size;
@@ -71,23 +136,24 @@ Result<std::unique_ptr<Comm>> create_nccl_process_comm(const NcclRendezvous& ren
                             std::to_string(world_size) + " (1 to " + std::to_string(kMaxNcclRanks) + " ranks)");
   }
   if (path.empty()) return invalid_argument("NCCL rendezvous: no rendezvous file path given");
-  if (rendezvous.device < 0) return invalid_argument("NCCL rendezvous: LOCAL_RANK " + std::to_string(rendezvous.device) + " is negative");
-  if (options.piece_bytes <= 0 || options.fold_blocks < 0) {
-    return invalid_argument("NCCL rendezvous: piece_bytes must be positive and fold_blocks non-negative");
-  }
-  ncclUniqueId id{};
   if (rank == 0) {
     ZEROSIM_ASSIGN_OR_RETURN(const bool taken, disk.exists(path));
     if (taken) {
       return failed_precondition("rendezvous file " + path + " already exists: an earlier run left it, or another run "
                                  "is using it; remove it or give each launch its own path");
     }
-  } else {
+  }
+  // A file carries rank 0's id one way only: a failure of another rank cannot reach rank 0
+  // (it waits in ncclCommInitRank; stop the launch with the launcher), and a failure of rank 0
+  // before it writes reaches the others as the timeout. The other ranks read the id before
+  // they touch CUDA, so a wrong path or file is named first.
+  ncclUniqueId id{};
+  if (rank != 0) {
     // Wait for rank 0's file. It appears whole (rank 0 renames it into place).
     const uint64_t started_ns = clock.now_ns();
     while (true) {
-      ZEROSIM_ASSIGN_OR_RETURN(const bool published, disk.exists(path));
-      if (published) break;
+      ZEROSIM_ASSIGN_OR_RETURN(const bool arrived, disk.exists(path));
+      if (arrived) break;
       if (clock.now_ns() - started_ns >= rendezvous.timeout_ns) {
         return failed_precondition("rank " + std::to_string(rank) + ": no NCCL id from rank 0 at " + path + " within " +
                                    std::to_string(rendezvous.timeout_ns / 1000000000) +
@@ -99,51 +165,31 @@ Result<std::unique_ptr<Comm>> create_nccl_process_comm(const NcclRendezvous& ren
     ZEROSIM_ASSIGN_OR_RETURN(id, parse_rendezvous(std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()),
                                                   world_size, path));
   }
-  int device_count = 0;
-  const cudaError_t counted = cudaGetDeviceCount(&device_count);
-  if (counted != cudaSuccess) {
-    return failed_precondition("rank " + std::to_string(rank) + ": cudaGetDeviceCount: " + cudaGetErrorString(counted));
-  }
-  if (rendezvous.device >= device_count) {
-    return invalid_argument("rank " + std::to_string(rank) + ": LOCAL_RANK " + std::to_string(rendezvous.device) +
-                            " names a GPU this host does not have (it has " + std::to_string(device_count) + ")");
-  }
-  if (cudaSetDevice(rendezvous.device) != cudaSuccess) {
-    return failed_precondition("rank " + std::to_string(rank) + ": cudaSetDevice(" + std::to_string(rendezvous.device) + ") failed");
-  }
-  if (rank == 0) {
-    const ncclResult_t made = ncclGetUniqueId(&id);
-    if (made != ncclSuccess) return internal_error(std::string("rank 0: ncclGetUniqueId: ") + ncclGetErrorString(made));
-    const std::string text = rendezvous_text(id, world_size);
-    const std::string temporary = path + ".tmp";
-    ZEROSIM_RETURN_IF_ERROR(write_whole_file(disk, temporary, std::as_bytes(std::span<const char>(text.data(), text.size())),
-                                             /*sync=*/true));
-    ZEROSIM_RETURN_IF_ERROR(disk.rename(temporary, path));
-    ZEROSIM_RETURN_IF_ERROR(disk.sync_directory(parent_directory(path)));
-  }
-  ncclComm_t communicator = nullptr;
-  const ncclResult_t joined = ncclCommInitRank(&communicator, world_size, id, rank);
-  if (rank == 0) {
+  bool published = false;
+  const NcclIdShare share = [&](const Status& prepared,
+                                std::span<const std::byte> id_on_rank0) -> Result<std::vector<std::byte>> {
+    ZEROSIM_RETURN_IF_ERROR(prepared);
+    if (rank == 0) {
+      std::memcpy(id.internal, id_on_rank0.data(), std::min(id_on_rank0.size(), sizeof id.internal));
+      const std::string text = rendezvous_text(id, world_size);
+      const std::string temporary = path + ".tmp";
+      ZEROSIM_RETURN_IF_ERROR(write_whole_file(disk, temporary, std::as_bytes(std::span<const char>(text.data(), text.size())),
+                                               /*sync=*/true));
+      ZEROSIM_RETURN_IF_ERROR(disk.rename(temporary, path));
+      ZEROSIM_RETURN_IF_ERROR(disk.sync_directory(parent_directory(path)));
+      published = true;
+    }
+    const auto* first = reinterpret_cast<const std::byte*>(id.internal);
+    return std::vector<std::byte>(first, first + sizeof id.internal);
+  };
+  Result<std::unique_ptr<Comm>> joined =
+      create_nccl_process_comm(NcclProcess{rank, world_size, rendezvous.device}, share, options);
+  if (published) {
     // Every rank read the id before it could join, so the file has served (or the join failed).
     const Status removed = disk.remove_file(path);
-    if (joined == ncclSuccess && !removed.ok()) {
-      ncclCommDestroy(communicator);
-      return removed;
-    }
+    if (joined.ok() && !removed.ok()) return removed;
   }
-  if (joined != ncclSuccess) {
-    return internal_error("rank " + std::to_string(rank) + " (GPU " + std::to_string(rendezvous.device) +
-                          "): ncclCommInitRank: " + ncclGetErrorString(joined));
-  }
-  cudaStream_t stream = nullptr, fold_stream = nullptr;
-  cudaError_t error = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-  if (error == cudaSuccess) error = cudaStreamCreateWithFlags(&fold_stream, cudaStreamNonBlocking);
-  if (error != cudaSuccess) {
-    ncclCommDestroy(communicator);
-    return internal_error("rank " + std::to_string(rank) + ": cudaStreamCreate: " + cudaGetErrorString(error));
-  }
-  return Result<std::unique_ptr<Comm>>(
-      make_nccl_rank_comm(rank, world_size, rendezvous.device, communicator, stream, fold_stream, options));
+  return joined;
 }
 
 }  // namespace zerosim
