@@ -133,7 +133,11 @@ Result<CrashScenario> crash_scenario_from_json(const json& document, const std::
   CrashScenario scenario;
   ZEROSIM_ASSIGN_OR_RETURN(std::string model_text, reader.text("model", "6,5,3"));
   Result<ModelSpec> model = parse_model_spec(model_text);
-  if (!model.ok()) return reader.error("model", model.status().message());
+  if (!model.ok()) {
+    // The reader names the key; the parser's own "model: " would say it twice.
+    const std::string& message = model.status().message();
+    return reader.error("model", message.rfind("model: ", 0) == 0 ? message.substr(7) : message);
+  }
   ZEROSIM_ASSIGN_OR_RETURN(int64_t world_size, reader.integer("world_size", 4, 1, 256));
   ZEROSIM_ASSIGN_OR_RETURN(int64_t resume_world_size, reader.integer("resume_world_size", 0, 0, 256));
   ZEROSIM_ASSIGN_OR_RETURN(std::string precision, reader.text("precision", "fp16"));

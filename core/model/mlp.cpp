@@ -15,8 +15,8 @@ Status validate_model_spec(const ModelSpec& spec) {
   }
   for (size_t i = 0; i < spec.layer_widths.size(); ++i) {
     if (spec.layer_widths[i] <= 0 || spec.layer_widths[i] > (1 << 20)) {
-      return invalid_argument("model: layer width " + std::to_string(i) + " must be in 1..1048576, got " +
-                              std::to_string(spec.layer_widths[i]));
+      return invalid_argument("model: width " + std::to_string(i + 1) + " of " + std::to_string(spec.layer_widths.size()) +
+                              " must be in 1..1048576, got " + std::to_string(spec.layer_widths[i]));
     }
   }
   if (spec.layer_widths.back() < 2) {

@@ -94,6 +94,10 @@ Status check_swap_header(std::span<const std::byte> source, const SwapFileHeader
     return data_loss("swap file " + path + ": format version " + std::to_string(version) + ", expected " +
                      std::to_string(SwapFileHeader::kFormatVersion));
   }
+  if (get_u32(at + 12) != SwapFileHeader::kHeaderBytes) {
+    return data_loss("swap file " + path + ": header size " + std::to_string(get_u32(at + 12)) + ", expected " +
+                     std::to_string(SwapFileHeader::kHeaderBytes));
+  }
   const char* run_id_bytes = reinterpret_cast<const char*>(at + 16);
   found.run_id.assign(run_id_bytes, strnlen(run_id_bytes, kRunIdBytes));
   found.rank = get_u32(at + 80);
