@@ -2,9 +2,14 @@
 // --json` output, world-size invariance through the CLI, exit codes, `config check`, and the
 // `zerosim ckpt` commands on checkpoints saved through the engine's C++ API.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
+#include <chrono>
+#include <thread>
 #include <set>
 #include <cmath>
 #include <cstdio>
@@ -133,6 +138,106 @@ TEST(Cli, MpiLaunchReportsEveryRanksFailureAndEnds) {
   const CommandResult both = run_cli("train --steps 1 --mpi --rendezvous /tmp/zerosim-cli-rendezvous-never");
   EXPECT_EQ(both.exit_code, 2) << both.output;
   EXPECT_NE(both.output.find("--rendezvous excludes --mpi"), std::string::npos) << both.output;
+}
+
+// Starts `zerosim <arguments>` in the background, stdout and stderr into `output_path`.
+pid_t spawn_cli(const std::string& arguments, const std::string& output_path) {
+  const std::string command = "exec " + std::string(ZEROSIM_CLI_PATH) + " " + arguments + " > " + output_path + " 2>&1";
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  return child;
+}
+
+int wait_for_exit_code(pid_t child) {
+  int status = 0;
+  if (::waitpid(child, &status, 0) != child) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1000 + WTERMSIG(status);
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream file(path);
+  return std::string((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+}
+
+std::string digest_of(const CommandResult& result) {
+  const nlohmann::json output = json_of(result);
+  return output.is_object() && output.contains("state_digest") ? output["state_digest"].get<std::string>() : "";
+}
+
+// SIGTERM with --save-on-signal: the step in progress finishes, is saved, the exit status is
+// 128 + 15, and resuming from the save gives the uninterrupted run's bits.
+TEST(Cli, SigtermFinishesTheStepSavesItAndTheResumeIsBitIdentical) {
+  zerosim::TestDirectory directory;
+  const std::string output = directory.path() + "/train.out";
+  const std::string common = " --set zero_optimization.offload_optimizer.nvme_path=" + directory.path() + "/nvme";
+  const pid_t child = spawn_cli("train --steps 1000000 --save-dir " + directory.path() + "/ckpt --save-on-signal --run-id cli-sigterm" + common, output);
+  ASSERT_GT(child, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  ASSERT_EQ(::kill(child, SIGTERM), 0);
+  ASSERT_EQ(wait_for_exit_code(child), 128 + SIGTERM) << read_text(output);
+  const std::string text = read_text(output);
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(text, match, std::regex("SIGTERM: stopped after step ([0-9]+) of 1000000; saved (\\S+)/global_step([0-9]+); resume with --resume")))
+      << text;
+  EXPECT_EQ(match[1].str(), match[3].str());
+  const int64_t stopped_at = std::stoll(match[1].str());
+  ASSERT_GT(stopped_at, 0);
+  const std::string steps = " --steps " + std::to_string(stopped_at + 2) + " --json";
+  const CommandResult uninterrupted = run_cli("train" + steps + " --run-id cli-sigterm-reference" + common);
+  const CommandResult resumed = run_cli("train" + steps + " --resume " + directory.path() + "/ckpt --run-id cli-sigterm-resumed" + common);
+  ASSERT_EQ(uninterrupted.exit_code, 0) << uninterrupted.output;
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_EQ(json_of(resumed)["steps"].size(), 2u) << resumed.output;
+  EXPECT_EQ(digest_of(resumed), digest_of(uninterrupted));
+}
+
+// While a run trains: its swap files are its user's only (0600), and a second run on the same
+// nvme_path and run id is refused (the first keeps its files), while another run id trains
+// beside it. SIGINT without --save-on-signal stops it unsaved, exit status 128 + 2.
+TEST(Cli, ARunsSwapFilesArePrivateAndLockedAndSigintStopsItUnsaved) {
+  zerosim::TestDirectory directory;
+  const std::string output = directory.path() + "/train.out";
+  const std::string nvme = " --set zero_optimization.offload_optimizer.nvme_path=" + directory.path() + "/nvme";
+  const pid_t child = spawn_cli("train --steps 1000000 --save-dir " + directory.path() + "/ckpt --save-every 1000000 --run-id shared" + nvme, output);
+  ASSERT_GT(child, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  int swap_files = 0;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(directory.path() + "/nvme")) {
+    if (entry.path().extension() != ".swp") continue;
+    struct stat status {};
+    ASSERT_EQ(::stat(entry.path().c_str(), &status), 0) << entry.path();
+    EXPECT_EQ(status.st_mode & 0777, 0600u) << entry.path();
+    ++swap_files;
+  }
+  EXPECT_GT(swap_files, 0) << "no swap file under " << directory.path() << "/nvme";
+  const CommandResult same = run_cli("train --steps 2 --run-id shared" + nvme);
+  EXPECT_EQ(same.exit_code, 3) << same.output;
+  EXPECT_NE(same.output.find("is locked by another zerosim run using the same directory"), std::string::npos) << same.output;
+  const CommandResult other = run_cli("train --steps 2 --json --run-id another" + nvme);
+  EXPECT_EQ(other.exit_code, 0) << other.output;
+  const CommandResult alone = run_cli("train --steps 2 --json --run-id alone --set zero_optimization.offload_optimizer.nvme_path=" +
+                                      directory.path() + "/nvme-alone");
+  EXPECT_EQ(digest_of(other), digest_of(alone));
+
+  ASSERT_EQ(::kill(child, SIGINT), 0);
+  ASSERT_EQ(wait_for_exit_code(child), 128 + SIGINT) << read_text(output);
+  EXPECT_NE(read_text(output).find("SIGINT: stopped after step"), std::string::npos) << read_text(output);
+  EXPECT_NE(read_text(output).find("not saved (--save-on-signal saves on a signal)"), std::string::npos) << read_text(output);
+  EXPECT_FALSE(std::filesystem::exists(directory.path() + "/ckpt/latest"));
+}
+
+// A checkpoint directory that cannot be written is reported before training starts.
+TEST(Cli, AnUnwritableSaveDirectoryIsReportedBeforeTraining) {
+  const CommandResult result = run_cli("train --steps 3 --save-dir /proc/zerosim-cannot-write-here/ckpt --run-id cli-unwritable");
+  EXPECT_EQ(result.exit_code, 3) << result.output;
+  EXPECT_NE(result.output.find("checkpoint directory /proc/zerosim-cannot-write-here/ckpt cannot be saved into"),
+            std::string::npos)
+      << result.output;
+  EXPECT_NE(result.output.find("found before training"), std::string::npos) << result.output;
+  EXPECT_EQ(result.output.find("state digest"), std::string::npos) << result.output;
 }
 
 TEST(Cli, FixedTrainBatchSizeGivesTheSameStateAtAnyWorldSize) {

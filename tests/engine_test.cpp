@@ -406,3 +406,121 @@ TEST(Engine, TheSingleRankLoopRefusesACommOfAnotherWorldSize) {
 
 }  // namespace
 }  // namespace zerosim
+
+namespace zerosim {
+namespace {
+
+// Counts the steps the ranks finish (engine.step_end hits), to show a refusal came first.
+class StepCounter final : public CrashPointHook {
+ public:
+  void hit(std::string_view site, int) override {
+    if (site == "engine.step_end") ++steps_;
+  }
+  int steps() const { return steps_.load(); }
+
+ private:
+  std::atomic<int> steps_{0};
+};
+
+// A stop request (the CLI's SIGTERM/SIGINT) ends every rank after the same step; with
+// save_on_stop that step is saved, and resuming from it gives the uninterrupted run's bits.
+TEST(Engine, AStopRequestEndsEveryRankAfterTheSameStepAndSavesIt) {
+  TestDirectory directory;
+  TrainingOptions options = make_options(ModelSpec{}, Precision::kFp16, 2, 2, 3, 300, 17);
+  RealEnv real_env;
+  Result<TrainingRun> reference = run_training(options, 5, real_env.env());
+  ASSERT_TRUE(reference.ok()) << reference.status().to_string();
+
+  std::atomic<bool> stop{true};  // already requested: every rank sees it after its first step
+  CheckpointPlan plan;
+  plan.save_directory = directory.path() + "/stopped";
+  plan.stop_requested = &stop;
+  plan.save_on_stop = true;
+  Result<TrainingRun> stopped = run_training(options, 5, real_env.env(), plan);
+  ASSERT_TRUE(stopped.ok()) << stopped.status().to_string();
+  EXPECT_TRUE(stopped->stopped_early);
+  ASSERT_EQ(stopped->steps.size(), 1u);
+  EXPECT_EQ(stopped->last_saved_step, 1);
+  CheckpointPlan resuming;
+  resuming.resume_directory = plan.save_directory;
+  Result<TrainingRun> resumed = run_training(options, 5, real_env.env(), resuming);
+  ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
+  EXPECT_EQ(resumed->steps.size(), 4u);
+  EXPECT_EQ(resumed->digests.state, reference->digests.state);
+
+  // Without save_on_stop: stopped, nothing saved (the save directory holds no tag).
+  plan.save_directory = directory.path() + "/unsaved";
+  plan.save_on_stop = false;
+  stopped = run_training(options, 5, real_env.env(), plan);
+  ASSERT_TRUE(stopped.ok()) << stopped.status().to_string();
+  EXPECT_TRUE(stopped->stopped_early);
+  EXPECT_EQ(stopped->last_saved_step, -1);
+  std::unique_ptr<Disk> disk = make_posix_disk();
+  EXPECT_FALSE(*disk->exists(plan.save_directory + "/latest"));
+
+  // Never requested: the whole run, and not stopped_early.
+  stop = false;
+  plan.save_on_stop = true;
+  Result<TrainingRun> whole = run_training(options, 5, real_env.env(), plan);
+  ASSERT_TRUE(whole.ok()) << whole.status().to_string();
+  EXPECT_FALSE(whole->stopped_early);
+  EXPECT_EQ(whole->steps.size(), 5u);
+  EXPECT_EQ(whole->digests.state, reference->digests.state);
+}
+
+// A checkpoint directory that cannot be written is refused before the first step.
+TEST(Engine, ASaveDirectoryThatCannotBeWrittenIsRefusedBeforeTraining) {
+  TestDirectory directory;
+  TrainingOptions options = make_options(ModelSpec{}, Precision::kFp32, 2, 1, 2, 300, 17);
+  RealEnv real_env;
+  for (const FaultOperation operation : {FaultOperation::kCreateDirectory, FaultOperation::kOpen, FaultOperation::kWrite}) {
+    FaultyDisk disk(*real_env.env().disk, {{directory.path() + "/ckpt*", operation, 0, FaultKind::kIoError, 0, 0}});
+    StepCounter steps;
+    Env env = real_env.env();
+    env.disk = &disk;
+    env.crash_points = &steps;
+    CheckpointPlan plan;
+    plan.save_directory = directory.path() + "/ckpt";
+    plan.save_every_steps = 2;
+    const Result<TrainingRun> run = run_training(options, 4, env, plan);
+    ASSERT_FALSE(run.ok()) << fault_operation_name(operation);
+    EXPECT_EQ(run.status().code(), StatusCode::kFailedPrecondition) << run.status().to_string();
+    EXPECT_NE(run.status().message().find("checkpoint directory " + plan.save_directory + " cannot be saved into"),
+              std::string::npos)
+        << run.status().to_string();
+    EXPECT_EQ(steps.steps(), 0) << fault_operation_name(operation) << ": a step ran before the refusal";
+  }
+}
+
+// The disk fills during the second save: the run fails saying which checkpoint is still the
+// committed one, and a resume from the directory loads it and continues bit for bit.
+TEST(Engine, ADiskFullDuringASaveLeavesThePreviousCheckpointAndSaysSo) {
+  TestDirectory directory;
+  TrainingOptions options = make_options(ModelSpec{}, Precision::kBf16, 2, 1, 2, 300, 17);
+  RealEnv real_env;
+  Result<TrainingRun> reference = run_training(options, 6, real_env.env());
+  ASSERT_TRUE(reference.ok()) << reference.status().to_string();
+  FaultyDisk disk(*real_env.env().disk,
+                  {{"*/global_step4/rank-00001-of-00002.safetensors", FaultOperation::kWrite, 1, FaultKind::kNoSpace, 0, 0}});
+  Env env = real_env.env();
+  env.disk = &disk;
+  CheckpointPlan plan;
+  plan.save_directory = directory.path() + "/ckpt";
+  plan.save_every_steps = 2;
+  const Result<TrainingRun> run = run_training(options, 6, env, plan);
+  ASSERT_FALSE(run.ok());
+  EXPECT_EQ(run.status().code(), StatusCode::kResourceExhausted) << run.status().to_string();
+  EXPECT_NE(run.status().message().find("global_step4"), std::string::npos) << run.status().to_string();
+  EXPECT_NE(run.status().message().find("the last committed checkpoint is " + plan.save_directory + "/global_step2"),
+            std::string::npos)
+      << run.status().to_string();
+  CheckpointPlan resuming;
+  resuming.resume_directory = plan.save_directory;
+  Result<TrainingRun> resumed = run_training(options, 6, real_env.env(), resuming);
+  ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
+  EXPECT_EQ(resumed->steps.size(), 4u) << "resumed from global_step2";
+  EXPECT_EQ(resumed->digests.state, reference->digests.state);
+}
+
+}  // namespace
+}  // namespace zerosim

@@ -1,8 +1,11 @@
 #include "tools/train_command.h"
 
+#include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -242,6 +245,43 @@ Result<LaunchedRank> launched_rank_from_environment() {
 
 namespace {
 
+// What a SIGTERM or SIGINT handler may touch: lock-free atomics. The run reads the flag after
+// each step (CheckpointPlan::stop_requested); the signal's number goes into the message.
+std::atomic<bool> stop_requested{false};
+std::atomic<int> stop_signal{0};
+static_assert(std::atomic<bool>::is_always_lock_free && std::atomic<int>::is_always_lock_free);
+
+extern "C" void request_stop(int signal_number) {
+  if (stop_requested.exchange(true)) {
+    // The second signal: the user means it. The default action, at once.
+    std::signal(signal_number, SIG_DFL);
+    std::raise(signal_number);
+    return;
+  }
+  stop_signal.store(signal_number);
+}
+
+// Installs request_stop for SIGTERM and SIGINT; the previous handlers come back on destruction.
+class StopOnSignals {
+ public:
+  StopOnSignals() {
+    struct sigaction action {};
+    action.sa_handler = request_stop;
+    sigemptyset(&action.sa_mask);
+    installed_ = ::sigaction(SIGTERM, &action, &previous_term_) == 0 && ::sigaction(SIGINT, &action, &previous_int_) == 0;
+  }
+  ~StopOnSignals() {
+    if (!installed_) return;
+    ::sigaction(SIGTERM, &previous_term_, nullptr);
+    ::sigaction(SIGINT, &previous_int_, nullptr);
+  }
+  bool installed() const { return installed_; }
+
+ private:
+  bool installed_ = false;
+  struct sigaction previous_term_ {}, previous_int_ {};
+};
+
 // The train command, as one process of a run or as one rank of a launch (`mpi` set for --mpi).
 int train(const TrainFlags& given_flags, const MpiLaunch* mpi) {
   TrainFlags flags = given_flags;
@@ -344,6 +384,9 @@ int train(const TrainFlags& given_flags, const MpiLaunch* mpi) {
   checkpoints.save_directory = flags.save_directory;
   checkpoints.save_every_steps = flags.save_every_steps;
   checkpoints.resume_directory = flags.resume_directory;
+  const StopOnSignals stop_on_signals;
+  if (stop_on_signals.installed()) checkpoints.stop_requested = &stop_requested;
+  checkpoints.save_on_stop = flags.save_on_signal;
   RealEnv real_env;
   auto train = [&]() -> Result<TrainingRun> {
     if (!launched) return run_training(options, flags.steps, real_env.env(), checkpoints);
@@ -373,7 +416,28 @@ int train(const TrainFlags& given_flags, const MpiLaunch* mpi) {
     std::fprintf(stderr, "zerosim: training failed: %s\n", run.status().to_string().c_str());
     return exit_code_for(run.status());
   }
-  if (launched && launched->rank != 0) return 0;  // rank 0 reports the run
+  // Stopped by a signal: the conventional exit status 128 + the signal's number.
+  const int exit_code = run->stopped_early ? 128 + stop_signal.load() : 0;
+  if (launched && launched->rank != 0) return exit_code;  // rank 0 reports the run
+  if (run->stopped_early) {
+    const int signal_number = stop_signal.load();
+    const int64_t stopped_at = run->steps.empty() ? 0 : run->steps.back().step;
+    std::string saved;
+    if (run->last_saved_step == stopped_at && !flags.save_directory.empty()) {
+      saved = "saved " + flags.save_directory + "/" + checkpoint_tag_for_step(stopped_at) + "; resume with --resume " +
+              flags.save_directory;
+    } else if (flags.save_directory.empty()) {
+      saved = "not saved (no --save-dir)";
+    } else {
+      saved = "not saved (--save-on-signal saves on a signal)" +
+              (run->last_saved_step >= 0 ? "; the last checkpoint is " + flags.save_directory + "/" +
+                                               checkpoint_tag_for_step(run->last_saved_step)
+                                         : std::string());
+    }
+    std::fprintf(stderr, "zerosim: %s: stopped after step %lld of %lld; %s\n",
+                 signal_number == SIGINT ? "SIGINT" : signal_number == SIGTERM ? "SIGTERM" : "signal",
+                 static_cast<long long>(stopped_at), static_cast<long long>(flags.steps), saved.c_str());
+  }
   for (const std::string& note : run->notes) {
     // Checkpoint notes carry their own "note:" or "warning:".
     const bool labelled = note.rfind("note:", 0) == 0 || note.rfind("warning:", 0) == 0;
@@ -394,7 +458,7 @@ int train(const TrainFlags& given_flags, const MpiLaunch* mpi) {
     output["precision"] = precision_name(options.config.precision);
     output["model"] = flags.model_text;
     std::printf("%s\n", output.dump(2).c_str());
-    return 0;
+    return exit_code;
   }
   std::printf("zerosim train: model %s, world size %d on %s, %s, train_batch_size %lld = %lld x %lld x %d\n",
               flags.model_text.c_str(), options.world_size, options.compute.name.c_str(),
@@ -408,7 +472,7 @@ int train(const TrainFlags& given_flags, const MpiLaunch* mpi) {
                 step.learning_rate, step.loss_scale, step.grad_norm, step.skipped ? "yes" : "no");
   }
   std::printf("state digest %s\n", run->digests.state.c_str());
-  return 0;
+  return exit_code;
 }
 
 }  // namespace
@@ -422,8 +486,9 @@ int run_train_command(const TrainFlags& flags) {
   }
   const int exit_code = train(flags, mpi->get());
   // A rank that failed alone may leave its peers waiting in NCCL or MPI: the job stops. When
-  // the ranks learned of a failure together, each has said why and all end normally.
-  if (exit_code != 0 && !(*mpi)->failed_together()) (*mpi)->abort_job(exit_code);
+  // the ranks learned of a failure together, or a signal stopped them all after the same step
+  // (exit status 128 + the signal), each has said why and all end normally.
+  if (exit_code != 0 && exit_code < 128 && !(*mpi)->failed_together()) (*mpi)->abort_job(exit_code);
   return exit_code;
 }
 

@@ -52,6 +52,9 @@ struct TrainFlags {
   // resume from resume_directory's `latest`.
   std::string save_directory;
   int64_t save_every_steps = 0;
+  // SIGTERM or SIGINT stops the run after the step in progress; with this (and a save
+  // directory) it also saves that step before exiting.
+  bool save_on_signal = false;
   std::string resume_directory;
   // Set: this process is one rank of a run spread over processes (one GPU each), its rank,
   // world size and GPU from the launcher's environment (RANK, WORLD_SIZE, LOCAL_RANK; or

@@ -27,6 +27,10 @@ int main(int argc, char** argv) {
       train->add_option("--model", train_flags.model_text, "MLP layer widths: input,hidden...,classes");
   train->add_option("--save-dir", train_flags.save_directory,
                     "Save checkpoints here (<dir>/global_step<N>, and <dir>/latest): at the end, and with --save-every");
+  train->add_flag("--save-on-signal", train_flags.save_on_signal,
+                  "On SIGTERM or SIGINT, save the step that finishes into --save-dir before exiting (without it, "
+                  "the run stops after that step unsaved); a second signal exits at once")
+      ->needs(train->get_option("--save-dir"));
   train->add_option("--save-every", train_flags.save_every_steps, "Save every S steps (needs --save-dir)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   train->add_option("--resume", train_flags.resume_directory,

@@ -42,6 +42,20 @@ Status create_directories_durably(Disk& disk, const std::string& path) {
   return Status();
 }
 
+Status check_directory_writable(Disk& disk, const std::string& directory, const std::string& probe_name) {
+  const Status writable = [&]() -> Status {
+    ZEROSIM_RETURN_IF_ERROR(create_directories_durably(disk, directory));
+    const std::string probe_path = directory + "/" + probe_name;
+    const char probe_byte = 'z';
+    ZEROSIM_RETURN_IF_ERROR(write_whole_file(disk, probe_path, std::as_bytes(std::span<const char>(&probe_byte, 1)),
+                                             /*sync=*/true));
+    return disk.remove_file(probe_path);
+  }();
+  if (writable.ok()) return writable;
+  return failed_precondition("checkpoint directory " + directory + " cannot be saved into (" + writable.message() +
+                             "); found before training, so no step is lost: give a writable --save-dir");
+}
+
 Status write_file_atomically(Disk& disk, const std::string& directory, const std::string& name,
                              std::span<const std::byte> content) {
   const std::string final_path = directory + "/" + name;

@@ -19,6 +19,12 @@ Status validate_checkpoint_tag(const std::string& tag);
 // directory whose entries changed is fsynced (a new directory's name lives in its parent).
 Status create_directories_durably(Disk& disk, const std::string& path);
 
+// Creates `directory` (durably) and proves that files can be written there: `probe_name` is
+// created, written, synced and removed. For a run to refuse a checkpoint directory it could
+// never save into (read-only, another user's, a full disk) before it trains, not at its first
+// save. kFailedPrecondition naming the directory and the cause.
+Status check_directory_writable(Disk& disk, const std::string& directory, const std::string& probe_name);
+
 // Writes `content` to `<directory>/<name>` durably and atomically (temporary file, fsync,
 // rename, fsync of the directory).
 Status write_file_atomically(Disk& disk, const std::string& directory, const std::string& name,

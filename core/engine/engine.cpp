@@ -10,6 +10,7 @@
 #include <system_error>
 #include <thread>
 
+#include "core/checkpoint/commit.h"
 #include "core/checkpoint/manifest.h"
 #include "core/optim/grad_clip.h"
 #include "core/zero/exact_square_sum.h"
@@ -808,6 +809,11 @@ namespace {
 Status run_one_rank(const TrainingOptions& options, int64_t step_count, int rank, Comm& comm, Comm* checkpoint_comm,
                     const Env& env, const CheckpointPlan& checkpoints, TrainingRun& run,
                     const std::function<void()>& abort_peers) {
+  // A save directory that can never be written is found now, not after the first save's steps.
+  if (rank == 0 && !checkpoints.save_directory.empty()) {
+    ZEROSIM_RETURN_IF_ERROR(
+        check_directory_writable(*env.disk, checkpoints.save_directory, ".zerosim-write-probe-" + options.run_id));
+  }
   RankEngine engine(options, comm, env, checkpoint_comm);
   // Declared after the engine, so destroyed before it: a rank that leaves with an error (or
   // an exception) aborts its peers first, and no peer, foreground or background, is left
@@ -858,6 +864,26 @@ Status run_one_rank(const TrainingOptions& options, int64_t step_count, int rank
     if (rank == 0) run.initial_digests = state.digests;
   }
   int64_t last_saved_step = checkpoints.resume_directory == checkpoints.save_directory ? engine.counters().global_steps : -1;
+  // The newest save known to be committed (an async save is only once it has been waited for):
+  // a failed save names it, so that the user knows what a resume will load.
+  int64_t committed_step = last_saved_step;
+  const bool async_saves = options.config.checkpoint.async_save;
+  auto with_committed_note = [&](const Status& failed) {
+    const std::string note =
+        committed_step >= 0 ? "the last committed checkpoint is " + checkpoints.save_directory + "/" +
+                                  checkpoint_tag_for_step(committed_step) + " (latest names it; --resume " +
+                                  checkpoints.save_directory + " continues from it)"
+                            : "no checkpoint of this run was committed in " + checkpoints.save_directory;
+    return Status(failed.code(), failed.message() + "; " + note);
+  };
+  auto save_at = [&](int64_t step) -> Status {
+    const Status saved = engine.save_checkpoint(checkpoints.save_directory, checkpoint_tag_for_step(step));
+    if (!saved.ok()) return with_committed_note(saved);
+    // An async save returns once its snapshot is taken, after waiting for the one before.
+    committed_step = async_saves ? last_saved_step : step;
+    last_saved_step = step;
+    return saved;
+  };
   while (engine.counters().global_steps < step_count) {
     ZEROSIM_ASSIGN_OR_RETURN(StepRecord record, engine.train_step());
     if (rank == 0) run.steps.push_back(record);
@@ -867,15 +893,26 @@ Status run_one_rank(const TrainingOptions& options, int64_t step_count, int rank
     }
     const int64_t step = engine.counters().global_steps;
     if (checkpoints.save_every_steps > 0 && step % checkpoints.save_every_steps == 0) {
-      ZEROSIM_RETURN_IF_ERROR(engine.save_checkpoint(checkpoints.save_directory, checkpoint_tag_for_step(step)));
-      last_saved_step = step;
+      ZEROSIM_RETURN_IF_ERROR(save_at(step));
+    }
+    if (checkpoints.stop_requested != nullptr && step < step_count) {
+      std::array<double, 1> stop = {checkpoints.stop_requested->load() ? 1.0 : 0.0};
+      ZEROSIM_RETURN_IF_ERROR(comm.all_reduce_max(stop));
+      if (stop[0] > 0) {
+        if (rank == 0) run.stopped_early = true;
+        if (!checkpoints.save_on_stop) break;
+        if (!checkpoints.save_directory.empty() && last_saved_step != step) ZEROSIM_RETURN_IF_ERROR(save_at(step));
+        break;
+      }
     }
   }
-  if (!checkpoints.save_directory.empty() && last_saved_step != engine.counters().global_steps) {
-    const int64_t step = engine.counters().global_steps;
-    ZEROSIM_RETURN_IF_ERROR(engine.save_checkpoint(checkpoints.save_directory, checkpoint_tag_for_step(step)));
+  const bool stopped = checkpoints.stop_requested != nullptr && engine.counters().global_steps < step_count;
+  if (!stopped && !checkpoints.save_directory.empty() && last_saved_step != engine.counters().global_steps) {
+    ZEROSIM_RETURN_IF_ERROR(save_at(engine.counters().global_steps));
   }
-  ZEROSIM_RETURN_IF_ERROR(engine.wait_for_save());
+  if (const Status waited = engine.wait_for_save(); !waited.ok()) return with_committed_note(waited);
+  committed_step = last_saved_step;
+  if (rank == 0 && !checkpoints.save_directory.empty()) run.last_saved_step = last_saved_step;
   ZEROSIM_ASSIGN_OR_RETURN(FullTrainingState state, engine.gather_state());
   if (rank == 0) run.final_state = std::move(state);
   abort_on_failure.succeeded = true;

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <future>
@@ -286,6 +287,10 @@ struct TrainingRun {
   std::vector<ComponentDigests> step_digests;
   // With TrainingOptions::capture_state_at_step, when the run passed that step.
   std::optional<CapturedState> captured;
+  // CheckpointPlan::stop_requested ended the run before its last step.
+  bool stopped_early = false;
+  // The step of this run's last committed save (-1: none).
+  int64_t last_saved_step = -1;
 };
 
 // The name of the first component ("params", "master", ..., "data", in ComponentDigests'
@@ -298,6 +303,12 @@ struct CheckpointPlan {
   std::string resume_tag = "latest";
   std::string save_directory;  // empty: no saves
   int64_t save_every_steps = 0;  // 0: only at the end of the run (when save_directory is set)
+  // Stops the run early (a SIGTERM or SIGINT handler sets it, in the CLI): every rank reads it
+  // after each step and the ranks agree by a collective max, so that all stop after the same
+  // step whenever each saw it. Then the run saves when save_on_stop (and save_directory is
+  // set), and ends with TrainingRun::stopped_early. Null: never stops early.
+  const std::atomic<bool>* stop_requested = nullptr;
+  bool save_on_stop = false;
 };
 
 // Runs W ranks on threads until the global step count reaches `step_count` (from a fresh start,
