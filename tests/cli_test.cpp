@@ -151,6 +151,21 @@ pid_t spawn_cli(const std::string& arguments, const std::string& output_path) {
   return child;
 }
 
+// Waits (up to two minutes: sanitizer builds start slowly) until `path` holds a file whose
+// name ends with `suffix`: the sign that a spawned run is training.
+bool wait_for_file_ending(const std::string& path, const std::string& suffix) {
+  for (int attempt = 0; attempt < 1200; ++attempt) {
+    std::error_code error;
+    for (auto it = std::filesystem::recursive_directory_iterator(path, error);
+         !error && it != std::filesystem::recursive_directory_iterator(); it.increment(error)) {
+      const std::string name = it->path().filename().string();
+      if (name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
 int wait_for_exit_code(pid_t child) {
   int status = 0;
   if (::waitpid(child, &status, 0) != child) return -1;
@@ -175,7 +190,8 @@ TEST(Cli, SigtermFinishesTheStepSavesItAndTheResumeIsBitIdentical) {
   const std::string common = " --set zero_optimization.offload_optimizer.nvme_path=" + directory.path() + "/nvme";
   const pid_t child = spawn_cli("train --steps 1000000 --save-dir " + directory.path() + "/ckpt --save-on-signal --run-id cli-sigterm" + common, output);
   ASSERT_GT(child, 0);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  ASSERT_TRUE(wait_for_file_ending(directory.path() + "/nvme", ".swp")) << read_text(output);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
   ASSERT_EQ(::kill(child, SIGTERM), 0);
   ASSERT_EQ(wait_for_exit_code(child), 128 + SIGTERM) << read_text(output);
   const std::string text = read_text(output);
@@ -203,7 +219,7 @@ TEST(Cli, ARunsSwapFilesArePrivateAndLockedAndSigintStopsItUnsaved) {
   const std::string nvme = " --set zero_optimization.offload_optimizer.nvme_path=" + directory.path() + "/nvme";
   const pid_t child = spawn_cli("train --steps 1000000 --save-dir " + directory.path() + "/ckpt --save-every 1000000 --run-id shared" + nvme, output);
   ASSERT_GT(child, 0);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  ASSERT_TRUE(wait_for_file_ending(directory.path() + "/nvme", ".swp")) << read_text(output);
   int swap_files = 0;
   for (const auto& entry : std::filesystem::recursive_directory_iterator(directory.path() + "/nvme")) {
     if (entry.path().extension() != ".swp") continue;
@@ -418,7 +434,8 @@ TEST(Cli, FuzzShrinksADefectFailureToAFileThatReplaysTheSameDiagnosis) {
   for (const nlohmann::json* shard : {&shard0, &shard1}) {
     for (const nlohmann::json& scenario : (*shard)["scenarios"]) names.insert(scenario["scenario"].get<std::string>());
   }
-  for (const nlohmann::json& scenario : json_of(clean)["scenarios"]) {
+  const nlohmann::json clean_output = json_of(clean);  // kept alive: the loop iterates inside it
+  for (const nlohmann::json& scenario : clean_output["scenarios"]) {
     EXPECT_TRUE(names.count(scenario["scenario"].get<std::string>())) << scenario["scenario"];
   }
 

@@ -15,9 +15,8 @@ namespace zerosim {
 namespace {
 
 std::vector<std::byte> bytes_of(const std::string& text) {
-  std::vector<std::byte> out(text.size());
-  std::memcpy(out.data(), text.data(), text.size());
-  return out;
+  const auto* first = reinterpret_cast<const std::byte*>(text.data());
+  return std::vector<std::byte>(first, first + text.size());  // memcpy of an empty vector's null data is UB
 }
 
 Status write_file(SimDisk& disk, const std::string& path, const std::string& text, bool sync) {

@@ -284,6 +284,8 @@ class StopOnSignals {
 
 // The train command, as one process of a run or as one rank of a launch (`mpi` set for --mpi).
 int train(const TrainFlags& given_flags, const MpiLaunch* mpi) {
+  // First, so that a signal during the setup stops the run after its first step too.
+  const StopOnSignals stop_on_signals;
   TrainFlags flags = given_flags;
   std::optional<LaunchedRank> launched;
   if (mpi != nullptr) {
@@ -384,7 +386,6 @@ int train(const TrainFlags& given_flags, const MpiLaunch* mpi) {
   checkpoints.save_directory = flags.save_directory;
   checkpoints.save_every_steps = flags.save_every_steps;
   checkpoints.resume_directory = flags.resume_directory;
-  const StopOnSignals stop_on_signals;
   if (stop_on_signals.installed()) checkpoints.stop_requested = &stop_requested;
   checkpoints.save_on_stop = flags.save_on_signal;
   RealEnv real_env;

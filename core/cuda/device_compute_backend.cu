@@ -1,3 +1,4 @@
+#include "core/cuda/cublas_library.h"
 #include "core/cuda/device_compute_backend.h"
 
 #include <cublas_v2.h>
@@ -52,7 +53,7 @@ class CudaComputeBackend final : public ComputeBackend {
   CudaComputeBackend(const ModelSpec& model, int device, CudaGemm gemm) : model_(model), device_(device), gemm_(gemm) {}
   ~CudaComputeBackend() override {
     cudaSetDevice(device_);
-    if (cublas_ != nullptr) cublasDestroy(cublas_);
+    if (cublas_ != nullptr) blas_library_->destroy(cublas_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
@@ -60,15 +61,16 @@ class CudaComputeBackend final : public ComputeBackend {
     ZEROSIM_RETURN_IF_ERROR(cuda("cudaSetDevice", cudaSetDevice(device_)));
     ZEROSIM_RETURN_IF_ERROR(cuda("cudaStreamCreateWithFlags", cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)));
     if (gemm_ == CudaGemm::kCublas) {
-      ZEROSIM_RETURN_IF_ERROR(blas("cublasCreate", cublasCreate(&cublas_)));
-      ZEROSIM_RETURN_IF_ERROR(blas("cublasSetStream", cublasSetStream(cublas_, stream_)));
+      ZEROSIM_ASSIGN_OR_RETURN(blas_library_, CublasLibrary::load());
+      ZEROSIM_RETURN_IF_ERROR(blas("cublasCreate", blas_library_->create(&cublas_)));
+      ZEROSIM_RETURN_IF_ERROR(blas("cublasSetStream", blas_library_->set_stream(cublas_, stream_)));
       // Plain fp32 FMA GEMMs (no TF32): the default math mode, named so that an environment
       // override cannot change what the mode computes.
-      ZEROSIM_RETURN_IF_ERROR(blas("cublasSetMathMode", cublasSetMathMode(cublas_, CUBLAS_PEDANTIC_MATH)));
+      ZEROSIM_RETURN_IF_ERROR(blas("cublasSetMathMode", blas_library_->set_math_mode(cublas_, CUBLAS_PEDANTIC_MATH)));
       // A workspace of its own, so that no other stream's use of cuBLAS can change the
       // algorithm's reduction order (cuBLAS's reproducibility condition).
       ZEROSIM_RETURN_IF_ERROR(cuda("cudaMalloc (cuBLAS workspace)", cublas_workspace_.reserve(kCublasWorkspaceBytes)));
-      ZEROSIM_RETURN_IF_ERROR(blas("cublasSetWorkspace", cublasSetWorkspace(cublas_, cublas_workspace_.as<void>(),
+      ZEROSIM_RETURN_IF_ERROR(blas("cublasSetWorkspace", blas_library_->set_workspace(cublas_, cublas_workspace_.as<void>(),
                                                                             kCublasWorkspaceBytes)));
     }
     const size_t layer_count = static_cast<size_t>(mlp_layer_count(model_));
@@ -204,7 +206,7 @@ class CudaComputeBackend final : public ComputeBackend {
     ZEROSIM_RETURN_IF_ERROR(cuda("broadcast_bias_kernel", cudaGetLastError()));
     const float one = 1.0f;
     ZEROSIM_RETURN_IF_ERROR(blas("cublasSgemm (forward)",
-                                 cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(s.out),
+                                 blas_library_->sgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(s.out),
                                              static_cast<int>(s.samples), static_cast<int>(s.in), &one,
                                              weight_.as<float>(), static_cast<int>(s.in), inputs_[l].as<float>(),
                                              static_cast<int>(s.in), &one, pre_activation, static_cast<int>(s.out))));
@@ -223,7 +225,7 @@ class CudaComputeBackend final : public ComputeBackend {
     const int samples = static_cast<int>(s.samples), in = static_cast<int>(s.in), out = static_cast<int>(s.out);
     const float one = 1.0f, zero = 0.0f;
     ZEROSIM_RETURN_IF_ERROR(blas("cublasSgemm (weight gradient)",
-                                 cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, in, out, samples, &one,
+                                 blas_library_->sgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, in, out, samples, &one,
                                              inputs_[l].as<float>(), in, output_gradient, out, &zero,
                                              weight_gradient_.as<float>(), in)));
     column_sum_kernel<<<blocks_for(s.out), kThreads, 0, stream_>>>(s.samples, s.out, output_gradient,
@@ -231,7 +233,7 @@ class CudaComputeBackend final : public ComputeBackend {
     ZEROSIM_RETURN_IF_ERROR(cuda("column_sum_kernel", cudaGetLastError()));
     if (previous_output_gradient == nullptr) return Status();
     ZEROSIM_RETURN_IF_ERROR(blas("cublasSgemm (input gradient)",
-                                 cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, in, samples, out, &one,
+                                 blas_library_->sgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, in, samples, out, &one,
                                              weight_.as<float>(), in, output_gradient, out, &zero,
                                              previous_output_gradient, in)));
     relu_mask_kernel<<<blocks_for(s.samples * s.in), kThreads, 0, stream_>>>(
@@ -242,7 +244,7 @@ class CudaComputeBackend final : public ComputeBackend {
   Status blas(const char* call, cublasStatus_t status) const {
     if (status == CUBLAS_STATUS_SUCCESS) return Status();
     return failed_precondition(std::string(call) + " on CUDA device " + std::to_string(device_) + ": " +
-                               cublasGetStatusName(status) + " (" + cublasGetStatusString(status) + ")");
+                               blas_library_->status_name(status) + " (" + blas_library_->status_string(status) + ")");
   }
 
   static size_t bytes_of(int64_t floats) { return static_cast<size_t>(std::max<int64_t>(floats, 1)) * sizeof(float); }
@@ -278,6 +280,7 @@ class CudaComputeBackend final : public ComputeBackend {
   int device_;
   CudaGemm gemm_;
   cudaStream_t stream_ = nullptr;
+  std::unique_ptr<CublasLibrary> blas_library_;  // loaded for CudaGemm::kCublas only
   cublasHandle_t cublas_ = nullptr;
   DeviceArray cublas_workspace_;
   int64_t samples_ = 0;

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The sanitizer jobs of CI (scripts/test.sh runs both after the main suite).
+#   scripts/sanitize.sh address   AddressSanitizer + UndefinedBehaviorSanitizer, every CPU test
+#                                 (build-asan/; -O0 without debug info, so that the build fits
+#                                 CI's two cores: reports name functions, rebuild with -g for lines)
+#   scripts/sanitize.sh thread    ThreadSanitizer on the tests of the concurrent parts (build-tsan/):
+#                                 the thread communicator, async I/O, the swappers, async saves and
+#                                 checkpoints, the simulated world and the engine's rank threads
+# The CUDA kernels and MPI are left out (nvcc code is not instrumented; MPI's own threads are not
+# ours), and so are the benchmarks. A sanitizer report fails the test that triggered it.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+kind=${1:?address or thread}
+case "$kind" in
+  address)
+    build="$root/build-asan"
+    flags="-O0 -g0"
+    sanitize="address,undefined"
+    targets=()  # everything
+    tests=(-LE gpu)
+    ;;
+  thread)
+    build="$root/build-tsan"
+    flags="-O1 -g0"
+    sanitize="thread"
+    targets=(comm_test async_io_test optimizer_swapper_test partition_swapper_test checkpoint_test sim_world_test engine_test)
+    tests=(-R "^(ThreadComm|AsyncIo|AsyncIoProperty|FaultyDisk|OptimizerSwapper|OptimizerSwapperFault|PartitionSwapper|Checkpoint|CheckpointLoader|CheckpointProperty|CheckpointRetention|CheckpointShards|SimWorld|Engine|EngineProperty)\.")
+    ;;
+  *) echo "sanitize: expected address or thread, got $kind" >&2; exit 2 ;;
+esac
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="$flags" \
+      -DZEROSIM_SANITIZE="$sanitize" -DZEROSIM_WITH_CUDA=OFF -DZEROSIM_WITH_MPI=OFF -DZEROSIM_BUILD_BENCH=OFF > /dev/null
+if [ ${#targets[@]} -eq 0 ]; then
+  cmake --build "$build" -j "$(nproc)"
+else
+  cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
+fi
+cd "$build"
+# halt_on_error: the first report fails the test; detect_leaks stays on (ASan's default).
+export ASAN_OPTIONS="halt_on_error=1:abort_on_error=0:detect_stack_use_after_return=0"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
+ctest --output-on-failure -j "$(nproc)" --timeout 1800 "${tests[@]}"
