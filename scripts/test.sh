@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
 # The test command (README.md): installs what is missing, builds, runs every test but those
-# labelled "gpu" (they need a GPU; run them on the GPU machine with `ctest -L gpu`).
+# labelled "gpu" (they need a GPU; run them on the GPU machine with `ctest -L gpu`), then the
+# two sanitizer jobs (scripts/sanitize.sh): ASan+UBSan over every CPU test, TSan over the
+# concurrent parts. ZEROSIM_SKIP_SANITIZERS=1 skips those (a quick local run); CI runs them.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/install-deps.sh"
 "$root/scripts/build.sh"
-cd "$root/build"
-ctest --output-on-failure -j "$(nproc)" --timeout 900 -LE gpu
+(cd "$root/build" && ctest --output-on-failure -j "$(nproc)" --timeout 900 -LE gpu)
+if [ "${ZEROSIM_SKIP_SANITIZERS:-0}" != 1 ]; then
+  echo "== sanitizers: AddressSanitizer + UndefinedBehaviorSanitizer"
+  "$root/scripts/sanitize.sh" address
+  echo "== sanitizers: ThreadSanitizer"
+  "$root/scripts/sanitize.sh" thread
+fi

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/swap/swap_file.h"
+#include "tests/shell_command.h"
 
 namespace zerosim {
 namespace {
@@ -57,29 +58,13 @@ std::vector<BadInput> load_cases() {
   return cases;
 }
 
-struct CommandResult {
-  int exit_code = -1;
-  int signal = 0;
-  std::string output;
-};
-
-CommandResult run_zerosim(const std::string& arguments) {
+ShellResult run_zerosim(const std::string& arguments) {
 #ifdef ZEROSIM_SANITIZED
   const std::string limit;
 #else
   const std::string limit = "ulimit -v 4000000; ";
 #endif
-  const std::string command = "sh -c '" + limit + "exec " + ZEROSIM_CLI_PATH + " " + arguments + "' 2>&1";
-  CommandResult result;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  std::array<char, 4096> buffer;
-  size_t count;
-  while ((count = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), count);
-  const int status = ::pclose(pipe);
-  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
-  return result;
+  return run_shell_command("sh -c '" + limit + "exec " + ZEROSIM_CLI_PATH + " " + arguments + "' 2>&1");
 }
 
 class BadInputs : public ::testing::TestWithParam<BadInput> {};
@@ -112,7 +97,7 @@ TEST_P(BadInputs, GiveTheirExpectedErrorAndNeverCrash) {
     std::string arguments = bad.command;
     const size_t at = arguments.find("{input}");
     if (at != std::string::npos) arguments.replace(at, 7, data_path(bad.input));
-    const CommandResult result = run_zerosim(arguments);
+    const ShellResult result = run_zerosim(arguments);
     output = result.output;
     ASSERT_EQ(result.signal, 0) << "zerosim " << arguments << " died of signal " << result.signal << "\n" << output;
     EXPECT_EQ(result.exit_code, bad.exit_code) << "zerosim " << arguments << "\n" << output;

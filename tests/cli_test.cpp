@@ -24,30 +24,19 @@
 #include "core/engine/engine.h"
 #include "core/env/env.h"
 #include "tests/cuda_devices.h"
+#include "tests/shell_command.h"
 #include "tests/test_directory.h"
 #include "tools/ckpt_command.h"
 
 namespace {
 
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
+using CommandResult = zerosim::ShellResult;
 
 CommandResult run_cli(const std::string& arguments, const std::string& environment = "") {
   // `environment` may end with a launcher and the binary (the --mpi test); else the binary follows it.
   const bool launches = environment.find(ZEROSIM_CLI_PATH) != std::string::npos;
-  const std::string command = (environment.empty() ? "" : "env " + environment + " ") +
-                              (launches ? std::string() : std::string(ZEROSIM_CLI_PATH)) + " " + arguments + " 2>&1";
-  CommandResult result;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  std::array<char, 4096> buffer;
-  size_t count;
-  while ((count = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), count);
-  const int status = ::pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
+  return zerosim::run_shell_command((environment.empty() ? "" : "env " + environment + " ") +
+                                    (launches ? std::string() : std::string(ZEROSIM_CLI_PATH)) + " " + arguments + " 2>&1");
 }
 
 nlohmann::json json_of(const CommandResult& result) {

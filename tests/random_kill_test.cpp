@@ -21,27 +21,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/shell_command.h"
 #include "tests/test_directory.h"
 
 namespace zerosim {
 namespace {
 
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;
-};
+using CommandResult = ShellResult;
 
 CommandResult run_cli(const std::string& arguments) {
-  const std::string command = std::string(ZEROSIM_CLI_PATH) + " " + arguments + " 2>&1";
-  CommandResult result;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  std::array<char, 4096> buffer;
-  size_t count;
-  while ((count = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), count);
-  const int status = ::pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 1000 + WTERMSIG(status);
-  return result;
+  return run_shell_command(std::string(ZEROSIM_CLI_PATH) + " " + arguments + " 2>&1");
 }
 
 nlohmann::json json_of(const std::string& output) {
