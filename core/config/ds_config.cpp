@@ -2044,6 +2044,19 @@ Result<nlohmann::json> parse_json_text(const std::string& text, const std::strin
     std::string detail = error.what();
     // "[json.exception.parse_error.101] parse error at line 3, column 5: syntax error ..."
     if (const size_t colon = detail.find(": "); colon != std::string::npos) detail = detail.substr(colon + 2);
+    // The parser quotes what it last read, which may be any bytes of a hostile file: a terminal
+    // gets them as \xNN, not raw.
+    std::string printable;
+    for (const char c : detail) {
+      const auto byte = static_cast<unsigned char>(c);
+      if (byte >= 0x20 && byte < 0x7f) {
+        printable += c;
+      } else {
+        static const char* const kHex = "0123456789abcdef";
+        printable += std::string("\\x") + kHex[byte >> 4] + kHex[byte & 15];
+      }
+    }
+    detail = printable;
     return invalid_argument(source_name + ":" + std::to_string(line) + ":" + std::to_string(column) +
                             ": invalid JSON at line " + std::to_string(line) + ", column " + std::to_string(column) +
                             ": " + detail);
