@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes zerosim's readers with libFuzzer (clang from Debian), each target for a bounded time.
 # Not part of CI. Usage: scripts/fuzz.sh [SECONDS_PER_TARGET (default 60)] [TARGET...]
+# (the targets run side by side, one per core).
 # Targets: ds_config_fuzzer scenario_fuzzer fault_plan_fuzzer manifest_fuzzer safetensors_fuzzer
 # swap_header_fuzzer. Builds into build-fuzz/ (every library instrumented: ASan and
 # coverage), seeds each corpus from the repository's real inputs (the DeepSpeed configs, the
@@ -44,16 +45,26 @@ seed manifest_fuzzer "$bad"/checkpoints/*/global_step2/manifest.json
 seed safetensors_fuzzer "$bad"/checkpoints/*/global_step2/*.safetensors
 seed swap_header_fuzzer "$bad"/swap/*.swp
 
+# The targets run side by side, as many at once as there are cores.
+parallel=$(nproc)
+run_target() {
+  local target=$1 crashes="$build/crashes/$1"
+  mkdir -p "$crashes"
+  "$build/fuzz/$target" "$build/corpus/$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 \
+      -max_len=65536 -print_final_stats=1 -artifact_prefix="$crashes/" > "$build/$target.log" 2>&1
+}
+running=0
+for target in "${targets[@]}"; do
+  run_target "$target" &
+  running=$((running + 1))
+  if [ "$running" -ge "$parallel" ]; then wait -n; running=$((running - 1)); fi
+done
+wait
 status=0
 printf '%-22s %12s %8s %8s %8s\n' target executions seconds corpus crashes
 for target in "${targets[@]}"; do
-  crashes="$build/crashes/$target"
-  mkdir -p "$crashes"
-  log="$build/$target.log"
-  "$build/fuzz/$target" "$build/corpus/$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 \
-      -max_len=65536 -print_final_stats=1 -artifact_prefix="$crashes/" > "$log" 2>&1
-  executions=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | awk '{print $2}')
-  found=$(find "$crashes" -type f | wc -l)
+  executions=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$build/$target.log" | awk '{print $2}')
+  found=$(find "$build/crashes/$target" -type f | wc -l)
   [ "$found" -eq 0 ] || status=1
   printf '%-22s %12s %8s %8s %8s\n' "$target" "${executions:-?}" "$seconds" "$(ls "$build/corpus/$target" | wc -l)" "$found"
 done
