@@ -900,8 +900,9 @@ Status run_one_rank(const TrainingOptions& options, int64_t step_count, int rank
       ZEROSIM_RETURN_IF_ERROR(comm.all_reduce_max(stop));
       if (stop[0] > 0) {
         if (rank == 0) run.stopped_early = true;
-        if (!checkpoints.save_on_stop) break;
-        if (!checkpoints.save_directory.empty() && last_saved_step != step) ZEROSIM_RETURN_IF_ERROR(save_at(step));
+        if (checkpoints.save_on_stop && !checkpoints.save_directory.empty() && last_saved_step != step) {
+          ZEROSIM_RETURN_IF_ERROR(save_at(step));
+        }
         break;
       }
     }
@@ -911,7 +912,6 @@ Status run_one_rank(const TrainingOptions& options, int64_t step_count, int rank
     ZEROSIM_RETURN_IF_ERROR(save_at(engine.counters().global_steps));
   }
   if (const Status waited = engine.wait_for_save(); !waited.ok()) return with_committed_note(waited);
-  committed_step = last_saved_step;
   if (rank == 0 && !checkpoints.save_directory.empty()) run.last_saved_step = last_saved_step;
   ZEROSIM_ASSIGN_OR_RETURN(FullTrainingState state, engine.gather_state());
   if (rank == 0) run.final_state = std::move(state);
