@@ -95,7 +95,8 @@ TEST(Cli, RendezvousNeedsTheLaunchersRankAndWorldSize) {
   const CommandResult mismatch =
       run_cli("train --steps 1 --world-size 3 --rendezvous /tmp/zerosim-cli-rendezvous-never", "RANK=0 WORLD_SIZE=2 LOCAL_RANK=0");
   EXPECT_EQ(mismatch.exit_code, 2) << mismatch.output;
-  EXPECT_NE(mismatch.output.find("--world-size 3 but the launcher started 2 processes"), std::string::npos) << mismatch.output;
+  EXPECT_NE(mismatch.output.find("rank 0: --world-size 3 but the launcher (WORLD_SIZE) started 2 processes"), std::string::npos)
+      << mismatch.output;
   const CommandResult outside = run_cli("train --steps 1 --rendezvous /tmp/zerosim-cli-rendezvous-never",
                                         "RANK=2 WORLD_SIZE=2 LOCAL_RANK=0");
   EXPECT_EQ(outside.exit_code, 2) << outside.output;

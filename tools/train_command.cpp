@@ -252,13 +252,15 @@ std::atomic<int> stop_signal{0};
 static_assert(std::atomic<bool>::is_always_lock_free && std::atomic<int>::is_always_lock_free);
 
 extern "C" void request_stop(int signal_number) {
-  if (stop_requested.exchange(true)) {
+  if (stop_requested.load()) {
     // The second signal: the user means it. The default action, at once.
     std::signal(signal_number, SIG_DFL);
     std::raise(signal_number);
     return;
   }
+  // The number before the flag: whoever sees the flag finds the number.
   stop_signal.store(signal_number);
+  stop_requested.store(true);
 }
 
 // Installs request_stop for SIGTERM and SIGINT; the previous handlers come back on destruction.
@@ -290,13 +292,6 @@ int train(const TrainFlags& given_flags, const MpiLaunch* mpi) {
   std::optional<LaunchedRank> launched;
   if (mpi != nullptr) {
     launched = LaunchedRank{mpi->rank(), mpi->world_size(), mpi->local_rank()};
-    const bool world_size_given = flags.world_size_option != nullptr && flags.world_size_option->count() > 0;
-    if (world_size_given && flags.config.settings.world_size != launched->world_size) {
-      std::fprintf(stderr, "zerosim: rank %d: --world-size %lld but MPI started %d processes\n", launched->rank,
-                   static_cast<long long>(flags.config.settings.world_size), launched->world_size);
-      return 2;
-    }
-    flags.config.settings.world_size = launched->world_size;
   } else if (!flags.rendezvous_path.empty()) {
     Result<LaunchedRank> from_environment = launched_rank_from_environment();
     if (!from_environment.ok()) {
@@ -304,10 +299,14 @@ int train(const TrainFlags& given_flags, const MpiLaunch* mpi) {
       return 2;
     }
     launched = *from_environment;
+  }
+  if (launched) {
+    // The launcher decides the world size; a --world-size that contradicts it is a mistake.
     const bool world_size_given = flags.world_size_option != nullptr && flags.world_size_option->count() > 0;
     if (world_size_given && flags.config.settings.world_size != launched->world_size) {
-      std::fprintf(stderr, "zerosim: --world-size %lld but the launcher started %d processes (WORLD_SIZE)\n",
-                   static_cast<long long>(flags.config.settings.world_size), launched->world_size);
+      std::fprintf(stderr, "zerosim: rank %d: --world-size %lld but %s started %d processes\n", launched->rank,
+                   static_cast<long long>(flags.config.settings.world_size),
+                   mpi != nullptr ? "MPI" : "the launcher (WORLD_SIZE)", launched->world_size);
       return 2;
     }
     flags.config.settings.world_size = launched->world_size;
