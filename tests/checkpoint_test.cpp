@@ -139,6 +139,49 @@ RC_GTEST_PROP(CheckpointProperty, SaveDestroyResumeIsBitIdenticalAtEveryStep, ()
   RC_ASSERT(first_difference(uninterrupted->digests, after->digests) == std::string());
 }
 
+// The "deepspeed" numerics (ds_config.h NumericsMode): the bits depend on W, but a checkpoint
+// still resumes bit for bit at the same W, from any placement of the state and with the
+// gradients on NVMe, through skipped fp16 steps.
+RC_GTEST_PROP(CheckpointProperty, DeepSpeedNumericsResumeIsBitIdenticalAtTheSameWorldSize, ()) {
+  ModelSpec model;
+  model.layer_widths = {*rc::gen::inRange<int64_t>(2, 16), *rc::gen::inRange<int64_t>(2, 24),
+                        *rc::gen::inRange<int64_t>(2, 5)};
+  const int world_size = *rc::gen::inRange(1, 5);
+  const int64_t micro_batch = *rc::gen::inRange<int64_t>(1, 3);
+  const int64_t accumulation = *rc::gen::inRange<int64_t>(1, 4);
+  const int64_t total_steps = *rc::gen::inRange<int64_t>(1, 7);
+  const int64_t save_step = *rc::gen::inRange<int64_t>(0, total_steps + 1);
+  const Precision precision = *rc::gen::element(Precision::kFp32, Precision::kFp16, Precision::kBf16);
+  const int64_t sub_group_size = *rc::gen::element<int64_t>(1, 40, 1000000000);
+  const int placement = *rc::gen::inRange(0, 5);
+  const int resume_placement = *rc::gen::inRange(0, 5);
+  const uint64_t seed = *rc::gen::inRange<uint64_t>(1, 1000000);
+  RC_TAG(placement_name(placement), placement_name(resume_placement));
+
+  TestDirectory directory;
+  const std::string checkpoint_directory = directory.path() + "/checkpoints";
+  const std::string nvme_path = directory.path() + "/swap";
+  TrainingOptions reference = make_options(model, precision, micro_batch, accumulation, world_size, sub_group_size, seed);
+  reference.config.numerics = NumericsMode::kDeepSpeed;
+  reference.config.scheduler.c_library_math = true;
+  reference.config.loss_scaler.initial_scale_power = 18;  // some fp16 overflows, skipped steps
+  reference.digest_every_step = true;
+  TrainingOptions first = reference;
+  place_state(first, placement, nvme_path);
+  TrainingOptions resumed = reference;
+  place_state(resumed, resume_placement, nvme_path);
+
+  Result<TrainingRun> uninterrupted = train(reference, total_steps, {});
+  RC_ASSERT(uninterrupted.ok());
+  Result<TrainingRun> before = train(first, save_step, save_to(checkpoint_directory));
+  if (!before.ok()) RC_FAIL(before.status().to_string());
+  Result<TrainingRun> after = train(resumed, total_steps, resume_from(checkpoint_directory));
+  if (!after.ok()) RC_FAIL(after.status().to_string());
+  const std::string difference = compare_steps(*uninterrupted, *after, save_step);
+  if (!difference.empty()) RC_FAIL("resumed run differs at " + difference);
+  RC_ASSERT(first_difference(uninterrupted->digests, after->digests) == std::string());
+}
+
 TEST(Checkpoint, ResumeWithTheSwapDirectoryDeletedMatchesTheUninterruptedRun) {
   TestDirectory directory;
   const std::string nvme_path = directory.path() + "/swap";

@@ -20,6 +20,7 @@ namespace zerosim {
 namespace {
 
 using json = nlohmann::json;
+using ::testing::Contains;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
@@ -785,14 +786,25 @@ TEST(Precision, StaticAndDynamicLossScale) {
   EXPECT_DOUBLE_EQ(fixed.loss_scaler.static_loss_scale, 128.0);
   ResolvedConfig dynamic = accepted_text(R"({"train_batch_size": 8, "fp16": {"enabled": true,
       "initial_scale_power": 12, "loss_scale_window": 50, "hysteresis": 3, "consecutive_hysteresis": true,
-      "min_loss_scale": 0.25}})");
+      "min_loss_scale": 2.0}})");
   EXPECT_TRUE(dynamic.loss_scaler.dynamic);
   EXPECT_EQ(dynamic.loss_scaler.initial_scale_power, 12);
   EXPECT_EQ(dynamic.loss_scaler.loss_scale_window, 50);
   EXPECT_EQ(dynamic.loss_scaler.hysteresis, 3);
   EXPECT_TRUE(dynamic.loss_scaler.consecutive_hysteresis);
-  EXPECT_DOUBLE_EQ(dynamic.loss_scaler.min_loss_scale, 0.25);
+  EXPECT_DOUBLE_EQ(dynamic.loss_scaler.min_loss_scale, 2.0);  // an integral float passes, as in pydantic
   EXPECT_EQ(dynamic.communication_dtype, Precision::kFp16);
+  // DeepSpeedFP16Config declares both ints and refuses a bool before coercing it.
+  EXPECT_THAT(rejection_of(R"({"train_batch_size": 8, "fp16": {"enabled": true, "min_loss_scale": 0.25}})"),
+              StartsWith("fp16.min_loss_scale: expected an integer, found 0.25"));
+  EXPECT_THAT(rejection_of(R"({"train_batch_size": 8, "fp16": {"enabled": true, "loss_scale_window": true}})"),
+              StartsWith("fp16.loss_scale_window: expected an integer, found true"));
+  // A negative power is DeepSpeed's too (a scale below 1); beyond fp32's normal range is not.
+  EXPECT_EQ(accepted_text(R"({"train_batch_size": 8, "fp16": {"enabled": true, "initial_scale_power": -2}})")
+                .loss_scaler.initial_scale_power,
+            -2);
+  EXPECT_THAT(rejection_of(R"({"train_batch_size": 8, "fp16": {"enabled": true, "initial_scale_power": -127}})"),
+              StartsWith("fp16.initial_scale_power: expected an integer in [-126, 127]"));
 }
 
 TEST(Precision, CommunicationDataType) {
@@ -832,8 +844,64 @@ TEST(Optimizer, TypesAndModes) {
   EXPECT_THAT(
       rejection_of(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"betas": [0.9, 1.0]}}})"),
       StartsWith("optimizer.params.betas: expected a list of two numbers in [0, 1)"));
+  // Which Adam DeepSpeed builds decides: FusedAdam refuses AMSGrad, DeepSpeedCPUAdam (optimizer
+  // offload) ignores it, and only FusedAdam takes set_grad_none.
   EXPECT_THAT(rejection_of(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"amsgrad": true}}})"),
-              StartsWith("optimizer.params.amsgrad: zerosim does not implement AMSGrad"));
+              StartsWith("optimizer.params.amsgrad: DeepSpeed's FusedAdam refuses AMSGrad"));
+  const ResolvedConfig offloaded = accepted_text(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW",
+      "params": {"amsgrad": true}}, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}})");
+  EXPECT_THAT(offloaded.warnings, Contains(HasSubstr("DeepSpeedCPUAdam (optimizer offload) ignores it")));
+  EXPECT_THAT(rejection_of(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"set_grad_none":
+      true}}, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}})"),
+              StartsWith("optimizer.params.set_grad_none: DeepSpeedCPUAdam (optimizer offload) takes no such argument"));
+  accepted_text(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"set_grad_none": true}}})");
+  // engine._configure_basic_optimizer raises ValueError for it, whatever the value.
+  EXPECT_THAT(rejection_of(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"max_grad_norm": 1.0}}})"),
+              StartsWith("optimizer.params.max_grad_norm: DeepSpeed refuses it as an optimizer parameter"));
+}
+
+TEST(Checkpoint, TagValidationTakesDeepSpeedsThreeModesInAnyCase) {
+  const ResolvedConfig config =
+      accepted_text(R"({"train_batch_size": 8, "checkpoint": {"tag_validation": "fail"}})");
+  EXPECT_EQ(config.resolved.at("checkpoint").at("tag_validation"), "FAIL");
+  EXPECT_THAT(rejection_of(R"({"train_batch_size": 8, "checkpoint": {"tag_validation": "Strict"}})"),
+              StartsWith("checkpoint.tag_validation: expected \"Warn\", \"Ignore\" or \"Fail\""));
+  EXPECT_THAT(rejection_of(R"({"train_batch_size": 8, "checkpoint": {"tag_validation": 1}})"),
+              StartsWith("checkpoint.tag_validation: expected"));
+}
+
+TEST(Numerics, PortableByDefaultDeepSpeedOnRequestAndNothingElse) {
+  EXPECT_EQ(accepted_text(R"({"train_batch_size": 8})").numerics, NumericsMode::kPortable);
+  const ResolvedConfig deepspeed = accepted_text(R"({"train_batch_size": 8, "zerosim": {"numerics": "deepspeed"}})");
+  EXPECT_EQ(deepspeed.numerics, NumericsMode::kDeepSpeed);
+  EXPECT_TRUE(deepspeed.scheduler.c_library_math);
+  EXPECT_EQ(deepspeed.resolved.at("zerosim").at("numerics"), "deepspeed");
+  EXPECT_THAT(rejection_of(R"({"train_batch_size": 8, "zerosim": {"numerics": "exact"}})"),
+              StartsWith("zerosim.numerics: expected \"portable\" or \"deepspeed\", found \"exact\""));
+  EXPECT_THAT(rejection_of(R"({"train_batch_size": 8, "zerosim": {"numerics": ""}})"),
+              StartsWith("zerosim.numerics: expected"));
+  EXPECT_THAT(rejection_of(R"({"train_batch_size": 8, "zerosim": {"numeric": "deepspeed"}})"),
+              HasSubstr("numerics"));
+}
+
+// DeepSpeed's constructors' defaults and checks (lr_schedules.py; golden verdicts in
+// deepspeed_fidelity_test).
+TEST(Scheduler, DeepSpeedsOwnDefaultsAndVerdicts) {
+  const ResolvedConfig decay = accepted_text(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW",
+      "params": {"lr": 0.003}}, "scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 100}}})");
+  EXPECT_DOUBLE_EQ(decay.scheduler.warmup_max_lr, 0.001);  // WarmupDecayLR's own default, not the lr
+  EXPECT_THAT(rejection_of(R"({"train_batch_size": 8, "scheduler": {"type": "WarmupLR", "params":
+      {"warmup_num_steps": 5.0}}})"),
+              StartsWith("scheduler.params.warmup_num_steps: expected a positive integer, found 5.0"));
+  EXPECT_THAT(rejection_of(R"({"train_batch_size": 8, "scheduler": {"type": "WarmupLR"}})"),
+              StartsWith("scheduler.params: missing"));
+  const ResolvedConfig zero_total = accepted_text(R"({"train_batch_size": 8, "scheduler": {"type": "WarmupDecayLR",
+      "params": {"total_num_steps": 0, "warmup_num_steps": 5}}})");
+  EXPECT_EQ(zero_total.scheduler.total_num_steps, 0);
+  EXPECT_THAT(zero_total.warnings, Contains(HasSubstr("total_num_steps 0 is smaller than warmup_num_steps 5")));
+  EXPECT_THAT(rejection_of(R"({"train_batch_size": 8, "scheduler": {"type": "WarmupLR", "params":
+      {"last_batch_iteration": 5}}})"),
+              StartsWith("scheduler.params.last_batch_iteration: zerosim starts every schedule at -1"));
 }
 
 TEST(Scheduler, TypesAndParameters) {

@@ -261,6 +261,59 @@ TEST(Engine, Fp16OverflowSkipsTheUpdateAndTheSchedulerAndCountsSkippedSteps) {
   EXPECT_EQ(run.final_state.counters.global_samples, 3 * options.config.train_batch_size);
 }
 
+// The first loss-scale power at which step 1 overflows (and is skipped).
+int first_overflowing_power(TrainingOptions options) {
+  options.config.loss_scaler.hysteresis = 1;
+  for (int power = 0; power <= 60; ++power) {
+    options.config.loss_scaler.initial_scale_power = power;
+    const TrainingRun run = train_or_fail(options, 1);
+    if (run.steps.empty()) return -1;
+    if (run.steps[0].skipped) return power;
+  }
+  return -1;
+}
+
+// DeepSpeed casts each rank's micro-batch gradient of S * mean loss / G to fp16 before it
+// divides by W; the portable numerics cast S * mean loss / (G * W). So at W = 4 an overflow
+// fires at a scale 4 times (two powers) smaller under the "deepspeed" numerics, with one
+// micro-step; with three, DeepSpeed's fp16 accumulation of the micro-steps can overflow
+// earlier still. These are DeepSpeed's overflow steps, which the portable default moves.
+TEST(Engine, DeepSpeedNumericsOverflowAtTheScaleDeepSpeedOverflowsAt) {
+  const ModelSpec model;
+  for (int64_t accumulation : {1, 3}) {
+    TrainingOptions portable = make_options(model, Precision::kFp16, 2, accumulation, 4, 1000000000, 5);
+    TrainingOptions deepspeed = portable;
+    deepspeed.config.numerics = NumericsMode::kDeepSpeed;
+    const int portable_power = first_overflowing_power(portable);
+    const int deepspeed_power = first_overflowing_power(deepspeed);
+    ASSERT_GT(deepspeed_power, 0);
+    if (accumulation == 1) {
+      EXPECT_EQ(portable_power, deepspeed_power + 2);
+    } else {
+      EXPECT_LE(deepspeed_power, portable_power - 2);
+    }
+  }
+}
+
+// The portable numerics give the same bits at every W for one global batch; the "deepspeed"
+// numerics do not (fp16 pre-division, fp16 sums and fp16 accumulation depend on W), which is
+// why only its same-W resume is bit-exact (checkpoint_test).
+TEST(Engine, DeepSpeedNumericsDependOnTheWorldSizeAndPortableOnesDoNot) {
+  const ModelSpec model;
+  for (NumericsMode numerics : {NumericsMode::kPortable, NumericsMode::kDeepSpeed}) {
+    TrainingOptions one = make_options(model, Precision::kFp16, 2, 4, 1, 1000000000, 13);
+    TrainingOptions two = make_options(model, Precision::kFp16, 2, 2, 2, 1000000000, 13);
+    one.config.numerics = two.config.numerics = numerics;
+    const TrainingRun at_one = train_or_fail(one, 4);
+    const TrainingRun at_two = train_or_fail(two, 4);
+    if (numerics == NumericsMode::kPortable) {
+      EXPECT_EQ(at_one.digests.state, at_two.digests.state);
+    } else {
+      EXPECT_NE(at_one.digests.master, at_two.digests.master);
+    }
+  }
+}
+
 TEST(Engine, RefusesHyperparametersThatWouldTurnIntoNaN) {
   RealEnv real_env;
   TrainingOptions options = make_options(ModelSpec{}, Precision::kFp32, 2, 1, 1, 100, 1);

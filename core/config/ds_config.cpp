@@ -66,6 +66,10 @@ const char* scheduler_type_name(SchedulerType type) {
   return "unknown";
 }
 
+const char* numerics_mode_name(NumericsMode mode) {
+  return mode == NumericsMode::kDeepSpeed ? "deepspeed" : "portable";
+}
+
 namespace {
 
 using json = nlohmann::json;
@@ -103,6 +107,12 @@ std::string join_path(std::string_view parent, std::string_view key) {
   path += '.';
   path += key;
   return path;
+}
+
+std::string uppercase(std::string_view text) {
+  std::string result(text);
+  for (char& ch : result) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  return result;
 }
 
 std::string lowercase(std::string_view text) {
@@ -442,6 +452,7 @@ constexpr KeySpec kTopLevelKeys[] = {
     {"comet", Use::kInactive, Kind::kObject},
     {"comms_logger", Use::kInactive, Kind::kObject},
     {"checkpoint", Use::kActive},
+    {"zerosim", Use::kActive},
     {"data_types", Use::kInactive, Kind::kObject},
     {"compile", Use::kInactive, Kind::kObject},
     {"sparse_attention", Use::kInactive, Kind::kObject},
@@ -501,8 +512,6 @@ constexpr KeySpec kZeroKeys[] = {
     {"use_all_reduce_for_fetch_params", Use::kInactive, Kind::kBool, "false"},
     {"stage3_allgather_sequential", Use::kInactive, Kind::kBool, "false"},
     {"allgather_sequential", Use::kInactive, Kind::kBool, "false"},
-    {"stage3_partition_stream_chunk_size", Use::kInactive, Kind::kNonNegativeInt, "0"},
-    {"partition_stream_chunk_size", Use::kInactive, Kind::kNonNegativeInt, "0"},
     {"ignore_unused_parameters", Use::kInactive, Kind::kBool, "true"},
     {"legacy_stage1", Use::kInactive, Kind::kBool, "false"},
     {"round_robin_gradients", Use::kInactive, Kind::kBool, "false"},
@@ -534,7 +543,6 @@ constexpr KeySpec kOffloadOptimizerKeys[] = {
     {"fast_init", Use::kRead},
     {"ratio", Use::kRead},
     {"super_offload", Use::kInactive, Kind::kBool, "false"},
-    {"convert_grad_on_cpu", Use::kInactive, Kind::kBool, "true"},
     {"cpuadam_cores_perc", Use::kInactive, Kind::kUnitInterval, "0.8"},
 };
 
@@ -564,9 +572,8 @@ constexpr KeySpec kFp16Keys[] = {
 // bf16 (DeepSpeedBF16Config).
 constexpr KeySpec kBf16Keys[] = {
     {"enabled", Use::kActive},
-    {"immediate_grad_update", Use::kInactive, Kind::kBool, "true"},
-    {"check_grad_overflow", Use::kInactive, Kind::kBool, "false"},
-    {"check_overflow", Use::kInactive, Kind::kBool, "false"},
+    {"immediate_grad_update", Use::kInactive, Kind::kBool, "false"},
+    {"check_grad_overflow", Use::kInactive, Kind::kBool, "true"},
     {"bf16_master_weights_and_grads", Use::kInactive, Kind::kBool, "false", true},
     {"bf16_optimizer_states", Use::kInactive, Kind::kBool, "false", true},
 };
@@ -585,12 +592,17 @@ constexpr KeySpec kAioKeys[] = {
 // checkpoint (DeepSpeed reads the first four with dict lookups and ignores the rest; the last
 // two are zerosim's).
 constexpr KeySpec kCheckpointKeys[] = {
-    {"tag_validation", Use::kInactive, Kind::kString},
+    {"tag_validation", Use::kRead},
     {"load_universal", Use::kInactive, Kind::kBool, "false"},
     {"use_node_local_storage", Use::kInactive, Kind::kBool, "false"},
     {"parallel_write", Use::kInactive, Kind::kObject},
     {"async_save", Use::kActive},
     {"keep_last", Use::kActive},
+};
+
+// zerosim's own block (DeepSpeed ignores a top-level key it does not know).
+constexpr KeySpec kZerosimKeys[] = {
+    {"numerics", Use::kActive},
 };
 
 constexpr KeySpec kOptimizerBlockKeys[] = {
@@ -612,7 +624,7 @@ constexpr KeySpec kAdamParamKeys[] = {
     {"amsgrad", Use::kRead},
     {"max_grad_norm", Use::kRead},
     {"fp32_optimizer_states", Use::kInactive, Kind::kBool, "true"},
-    {"set_grad_none", Use::kInactive, Kind::kBool, "true"},
+    {"set_grad_none", Use::kRead},
 };
 
 constexpr KeySpec kSchedulerBlockKeys[] = {
@@ -626,7 +638,7 @@ constexpr KeySpec kWarmupLRKeys[] = {
     {"warmup_max_lr", Use::kActive},
     {"warmup_num_steps", Use::kActive},
     {"warmup_type", Use::kActive},
-    {"last_batch_iteration", Use::kInactive, Kind::kInt, "-1"},
+    {"last_batch_iteration", Use::kRead},
 };
 constexpr KeySpec kWarmupDecayLRKeys[] = {
     {"total_num_steps", Use::kActive},
@@ -634,7 +646,7 @@ constexpr KeySpec kWarmupDecayLRKeys[] = {
     {"warmup_max_lr", Use::kActive},
     {"warmup_num_steps", Use::kActive},
     {"warmup_type", Use::kActive},
-    {"last_batch_iteration", Use::kInactive, Kind::kInt, "-1"},
+    {"last_batch_iteration", Use::kRead},
 };
 constexpr KeySpec kWarmupCosineLRKeys[] = {
     {"total_num_steps", Use::kActive},
@@ -642,7 +654,7 @@ constexpr KeySpec kWarmupCosineLRKeys[] = {
     {"warmup_num_steps", Use::kActive},
     {"cos_min_ratio", Use::kActive},
     {"warmup_type", Use::kActive},
-    {"last_batch_iteration", Use::kInactive, Kind::kInt, "-1"},
+    {"last_batch_iteration", Use::kRead},
 };
 
 std::vector<std::string_view> names_of(std::span<const KeySpec> specs) {
@@ -1076,6 +1088,15 @@ struct PrecisionExtras {
   bool bf16_optimizer_states = false;
 };
 
+// What read_optimizer leaves for checks that need the zero_optimization block: which optimizer
+// class DeepSpeed builds (DeepSpeedCPUAdam with optimizer offload, FusedAdam without, torch's
+// with torch_adam) decides whether amsgrad and set_grad_none are accepted.
+struct OptimizerExtras {
+  bool torch_adam = false;
+  bool amsgrad = false;
+  bool set_grad_none_given = false;
+};
+
 // fp16 and bf16 (and the old top-level name "bfloat16"), the loss scaler.
 PrecisionExtras read_precision(Context& context, const json& document, ResolvedConfig& out, json& resolved) {
   PrecisionExtras extras;
@@ -1112,12 +1133,28 @@ PrecisionExtras read_precision(Context& context, const json& document, ResolvedC
   }
   LossScalerConfig& scaler = out.loss_scaler;
   scaler.initial_scale_power = get_int(context, fp16, "initial_scale_power", scaler.initial_scale_power, Bound::kAny);
-  if (scaler.initial_scale_power < 0 || scaler.initial_scale_power > 127) {
+  // DeepSpeed takes any int; zerosim keeps the scale 2^power a normal fp32 number, since it
+  // multiplies fp32 gradients (a negative power is DeepSpeed's too: a scale below 1, raised to
+  // min_loss_scale at the first overflow that counts).
+  if (scaler.initial_scale_power < -126 || scaler.initial_scale_power > 127) {
     context.error("fp16.initial_scale_power",
-                  "expected an integer in [0, 127] (the initial scale is 2^power), found " +
+                  "expected an integer in [-126, 127] (the initial scale 2^power must be a normal fp32 number), found " +
                       std::to_string(scaler.initial_scale_power));
   }
   const bool dynamic_requested = loss_scale == 0.0;
+  // DeepSpeedFP16Config declares both as int and rejects a bool before pydantic would coerce
+  // it; an integral float passes (2.0 -> 2), a fractional one does not.
+  for (const char* key : {"loss_scale_window", "min_loss_scale"}) {
+    const json* value = fp16.find(key);
+    if (value == nullptr) continue;
+    if (value->is_boolean()) {
+      context.error(fp16.at(key), std::string("expected an integer, found ") + show(*value) +
+                                      " (DeepSpeed refuses a boolean here)");
+    } else if (value->is_number_float() && std::trunc(value->get<double>()) != value->get<double>()) {
+      context.error(fp16.at(key), std::string("expected an integer, found ") + show(*value) +
+                                      " (DeepSpeed's fp16 config declares it an int)");
+    }
+  }
   // DeepSpeed's validators reject a window or minimum <= 0 when scaling is dynamic.
   scaler.loss_scale_window = get_int(context, fp16, "loss_scale_window", scaler.loss_scale_window,
                                      dynamic_requested ? Bound::kPositive : Bound::kAny);
@@ -1523,10 +1560,40 @@ void read_checkpoint(Context& context, const json& document, ResolvedConfig& out
   json& resolved_checkpoint = resolved["checkpoint"];
   resolved_checkpoint = block.object != nullptr ? *block.object : json::object();
   check_keys(context, block, kCheckpointKeys, Unknown::kIgnore, &resolved_checkpoint);
+  // DeepSpeedConfig: tag_validation.upper() must be WARN, IGNORE or FAIL (default WARN); anything
+  // else is a DeepSpeedConfigError (a non-string fails on .upper()).
+  if (const json* validation = block.find("tag_validation")) {
+    const std::string text = validation->is_string() ? uppercase(validation->get<std::string>()) : std::string();
+    if (text == "WARN" || text == "IGNORE" || text == "FAIL") {
+      resolved_checkpoint["tag_validation"] = text;
+    } else {
+      context.error(block.at("tag_validation"),
+                    "expected \"Warn\", \"Ignore\" or \"Fail\" (any case, as DeepSpeed upper-cases it), found " +
+                        show(*validation));
+    }
+  }
   checkpoint.async_save = get_bool(context, block, "async_save", checkpoint.async_save);
   checkpoint.keep_last = get_int(context, block, "keep_last", checkpoint.keep_last, Bound::kNonNegative);
   resolved_checkpoint["async_save"] = checkpoint.async_save;
   resolved_checkpoint["keep_last"] = checkpoint.keep_last;
+}
+
+void read_zerosim(Context& context, const json& document, ResolvedConfig& out, json& resolved) {
+  const Block block = object_block(context, find_or_null(document, "zerosim"), "zerosim", false, true);
+  json& resolved_block = resolved["zerosim"];
+  resolved_block = block.object != nullptr ? *block.object : json::object();
+  check_keys(context, block, kZerosimKeys, Unknown::kRefuse, &resolved_block);
+  if (const json* numerics = block.find("numerics")) {
+    const std::string text = numerics->is_string() ? numerics->get<std::string>() : std::string();
+    if (text == "portable") {
+      out.numerics = NumericsMode::kPortable;
+    } else if (text == "deepspeed") {
+      out.numerics = NumericsMode::kDeepSpeed;
+    } else {
+      context.error(block.at("numerics"), "expected \"portable\" or \"deepspeed\", found " + show(*numerics));
+    }
+  }
+  resolved_block["numerics"] = numerics_mode_name(out.numerics);
 }
 
 void read_aio(Context& context, const json& document, ResolvedConfig& out, json& resolved) {
@@ -1602,7 +1669,8 @@ std::optional<int64_t> read_filled_int(Context& context, const Block& block, std
   return parsed;
 }
 
-void read_optimizer(Context& context, const json& document, ResolvedConfig& out, json& resolved) {
+OptimizerExtras read_optimizer(Context& context, const json& document, ResolvedConfig& out, json& resolved) {
+  OptimizerExtras extras;
   OptimizerConfig& optimizer = out.optimizer;
   const RunSettings& settings = context.settings;
   const json* value = find_or_null(document, "optimizer");
@@ -1625,13 +1693,13 @@ void read_optimizer(Context& context, const json& document, ResolvedConfig& out,
     const Block block = object_block(context, value, "optimizer", false, false);
     json& resolved_block = resolved_object(resolved, "optimizer");
     check_keys(context, block, kOptimizerBlockKeys, Unknown::kIgnore, &resolved_block);
-    if (block.object == nullptr) return;
+    if (block.object == nullptr) return extras;
 
     // type: DeepSpeed lower-cases the names of its own optimizers.
     const json* type = block.find("type");
     if (type == nullptr || type->is_null()) {
       context.error("optimizer.type", "missing; zerosim supports Adam and AdamW");
-      return;
+      return extras;
     }
     const std::string type_text = type->is_string() ? lowercase(type->get_ref<const std::string&>()) : "";
     if (type_text == "adam") {
@@ -1640,7 +1708,7 @@ void read_optimizer(Context& context, const json& document, ResolvedConfig& out,
       optimizer.type = "AdamW";
     } else {
       context.error("optimizer.type", "zerosim supports Adam and AdamW, found " + show(*type));
-      return;
+      return extras;
     }
 
     const Block params = object_block(context, block.find("params"), "optimizer.params", false, false);
@@ -1705,16 +1773,15 @@ void read_optimizer(Context& context, const json& document, ResolvedConfig& out,
                     "torch.optim.Adam(W) has no bias_correction argument (torch_adam is true)");
     }
     optimizer.bias_correction = get_bool(context, params, "bias_correction", true);
-    if (get_bool(context, params, "amsgrad", false)) {
-      context.error("optimizer.params.amsgrad", "zerosim does not implement AMSGrad (nor do DeepSpeed's FusedAdam "
-                                                "and DeepSpeedCPUAdam); found true");
-    }
-    if (const json* norm = params.find("max_grad_norm")) {
-      if (auto parsed = parse_number(context, *norm, "optimizer.params.max_grad_norm", false, Bound::kAny);
-          parsed && *parsed > 0) {
-        context.warn("optimizer.params.max_grad_norm is not supported as an optimizer parameter (DeepSpeed ignores "
-                     "it); use gradient_clipping");
-      }
+    extras.torch_adam = torch_adam;
+    extras.amsgrad = get_bool(context, params, "amsgrad", false);
+    extras.set_grad_none_given = params.find("set_grad_none") != nullptr;
+    (void)get_bool(context, params, "set_grad_none", true);  // FusedAdam's flag: typed only
+    if (params.find("max_grad_norm") != nullptr) {
+      // engine._configure_basic_optimizer raises ValueError whatever the value.
+      context.error(params.at("max_grad_norm"),
+                    "DeepSpeed refuses it as an optimizer parameter (ValueError); use the top-level "
+                    "gradient_clipping instead");
     }
   }
 
@@ -1731,12 +1798,12 @@ void read_optimizer(Context& context, const json& document, ResolvedConfig& out,
     resolved_params["bias_correction"] = optimizer.bias_correction;
   }
   resolved_params["adam_w_mode"] = optimizer.adam_w_mode;
+  return extras;
 }
 
 void read_scheduler(Context& context, const json& document, ResolvedConfig& out, json& resolved) {
   SchedulerConfig& scheduler = out.scheduler;
   const RunSettings& settings = context.settings;
-  scheduler.warmup_max_lr = out.optimizer.learning_rate;
   const json* value = find_or_null(document, "scheduler");
   if (value == nullptr) return;
   const Block block = object_block(context, value, "scheduler", false, false);
@@ -1778,6 +1845,16 @@ void read_scheduler(Context& context, const json& document, ResolvedConfig& out,
     return;
   }
 
+  // The constructors' own defaults (lr_schedules.py): WarmupLR's warmup_max_lr is None, which
+  // means the optimizer's lr; WarmupDecayLR passes its own default, 0.001, up to WarmupLR.
+  scheduler.warmup_max_lr = scheduler.type == SchedulerType::kWarmupDecayLR ? 1e-3 : out.optimizer.learning_rate;
+  if (block.find("params") == nullptr) {
+    // engine._scheduler_from_config calls the class with **params: without the key, **None
+    // is a TypeError in DeepSpeed.
+    context.error("scheduler.params", "missing; DeepSpeed passes it to " + type_text +
+                                          " as keyword arguments and fails without it (write {} for the defaults)");
+    return;
+  }
   const Block params = object_block(context, block.find("params"), "scheduler.params", false, false);
   json& resolved_params = resolved_object(resolved_block, "params");
   // A parameter of another supported schedule gets a precise message; anything else is unknown.
@@ -1809,6 +1886,16 @@ void read_scheduler(Context& context, const json& document, ResolvedConfig& out,
     check_keys(context, filtered_block, specs, Unknown::kRefuse, &resolved_params);
   }
 
+  // DeepSpeed's constructors take a starting position, but then leave step 1 at the
+  // optimizer's own lr; a run that starts mid-schedule is a resume, which zerosim takes from
+  // a checkpoint (the schedule's state is its position).
+  if (const json* start = params.find("last_batch_iteration")) {
+    if (!(start->is_number_integer() && start->get<int64_t>() == -1)) {
+      context.error(params.at("last_batch_iteration"),
+                    "zerosim starts every schedule at -1 (found " + show(*start) +
+                        "); to start mid-schedule, resume from a checkpoint (--resume)");
+    }
+  }
   const bool cosine = scheduler.type == SchedulerType::kWarmupCosineLR;
   if (!cosine) {
     if (const json* min_lr = params.find("warmup_min_lr")) {
@@ -1825,9 +1912,24 @@ void read_scheduler(Context& context, const json& document, ResolvedConfig& out,
       scheduler.warmup_max_lr = *max_lr;
     }
   }
-  if (auto warmup = read_filled_int(context, params, "warmup_num_steps", settings.warmup_steps, kWarmupStepsSetting,
-                                    Bound::kNonNegative)) {
-    scheduler.warmup_num_steps = *warmup;  // the schedule clamps it to max(2, n), as DeepSpeed does
+  // WarmupLR and WarmupCosineLR check isinstance(warmup_num_steps, int) and > 0: a JSON float
+  // (5.0, 1e1) is refused, and true, a Python int, is taken as 1.
+  if (const json* warmup = params.find("warmup_num_steps"); warmup != nullptr && warmup->is_number_float()) {
+    context.error(params.at("warmup_num_steps"),
+                  "expected a positive integer, found " + show(*warmup) +
+                      " (DeepSpeed refuses a float here: warmup_num_steps must be a positive integer)");
+  } else if (warmup != nullptr && warmup->is_boolean()) {
+    context.warn(params.at("warmup_num_steps") + " is " + show(*warmup) +
+                 "; DeepSpeed takes a boolean as the integer " + (warmup->get<bool>() ? "1" : "0") +
+                 ", and so does zerosim");
+    if (!warmup->get<bool>()) {
+      context.error(params.at("warmup_num_steps"), "expected a positive integer, found false (0)");
+    } else {
+      scheduler.warmup_num_steps = 1;
+    }
+  } else if (auto steps = read_filled_int(context, params, "warmup_num_steps", settings.warmup_steps,
+                                          kWarmupStepsSetting, Bound::kPositive)) {
+    scheduler.warmup_num_steps = *steps;  // the schedule clamps it to max(2, n), as DeepSpeed does
   }
   if (const json* warmup_type = params.find("warmup_type")) {
     const std::string text = warmup_type->is_string() ? warmup_type->get<std::string>() : std::string();
@@ -1847,20 +1949,31 @@ void read_scheduler(Context& context, const json& document, ResolvedConfig& out,
     if (params.find("total_num_steps") == nullptr) {
       context.error("scheduler.params.total_num_steps", "missing; " + type_text + " requires it");
     } else if (auto total = read_filled_int(context, params, "total_num_steps", settings.total_steps,
-                                            kTotalStepsSetting, Bound::kPositive)) {
+                                            kTotalStepsSetting, Bound::kAny)) {
+      // DeepSpeed checks nothing here but warns below warmup; 0 or a negative total is accepted
+      // as it is (the lr falls to its floor as soon as warmup ends). A fractional total, which
+      // DeepSpeed would also take, is refused by parse_int: a step count of 5.5 is a typo.
       scheduler.total_num_steps = *total;
-      if (scheduler.type == SchedulerType::kWarmupDecayLR && scheduler.total_num_steps < scheduler.warmup_num_steps) {
+      if (scheduler.total_num_steps < scheduler.warmup_num_steps) {
         context.warn("scheduler.params.total_num_steps " + std::to_string(scheduler.total_num_steps) +
                      " is smaller than warmup_num_steps " + std::to_string(scheduler.warmup_num_steps) +
-                     " (DeepSpeed warns too)");
+                     " (DeepSpeed warns too): the schedule " +
+                     (cosine ? "holds cos_min_ratio" : "falls to warmup_min_lr") + " as soon as warmup ends");
       }
     }
   }
   if (cosine) {
     scheduler.warmup_min_ratio =
         get_number(context, params, "warmup_min_ratio", scheduler.warmup_min_ratio, Bound::kNonNegative);
-    scheduler.cos_min_ratio =
-        get_number(context, params, "cos_min_ratio", scheduler.cos_min_ratio, Bound::kNonNegative);
+    // DeepSpeed takes any cos_min_ratio; max(0, ...) keeps the lr >= 0 below 0, and above 1
+    // the lr rises after warmup. Both run as DeepSpeed runs them, with a warning.
+    scheduler.cos_min_ratio = get_number(context, params, "cos_min_ratio", scheduler.cos_min_ratio, Bound::kAny);
+    if (scheduler.cos_min_ratio < 0.0 || scheduler.cos_min_ratio > 1.0) {
+      context.warn("scheduler.params.cos_min_ratio " + show_number(scheduler.cos_min_ratio) + " is outside [0, 1]; " +
+                   (scheduler.cos_min_ratio < 0.0 ? "the lr reaches 0 before the end of the decay"
+                                                  : "the lr rises after warmup") +
+                   " (DeepSpeed accepts it too)");
+    }
   }
 
   resolved_block["type"] = type_text;
@@ -1874,6 +1987,27 @@ void read_scheduler(Context& context, const json& document, ResolvedConfig& out,
   resolved_params["warmup_num_steps"] = scheduler.warmup_num_steps;
   resolved_params["warmup_type"] = scheduler.warmup_type == WarmupType::kLog ? "log" : "linear";
   if (scheduler.type != SchedulerType::kWarmupLR) resolved_params["total_num_steps"] = scheduler.total_num_steps;
+}
+
+// The keyword arguments that only some of DeepSpeed's Adam classes take.
+void check_optimizer_class_arguments(Context& context, const OptimizerExtras& extras, const ResolvedConfig& out) {
+  if (!out.optimizer.present) return;
+  const bool cpu_adam = !extras.torch_adam && out.zero.offload_optimizer.device != OffloadDevice::kNone;
+  if (extras.amsgrad) {
+    if (cpu_adam) {
+      context.warn("optimizer.params.amsgrad is true, but DeepSpeedCPUAdam (optimizer offload) ignores it, and so "
+                   "does zerosim: plain Adam(W) runs");
+    } else {
+      context.error("optimizer.params.amsgrad",
+                    extras.torch_adam ? "torch's Adam(W) would run AMSGrad, which zerosim does not implement; found true"
+                                      : "DeepSpeed's FusedAdam refuses AMSGrad (RuntimeError); found true");
+    }
+  }
+  if (extras.set_grad_none_given && cpu_adam) {
+    context.error("optimizer.params.set_grad_none",
+                  "DeepSpeedCPUAdam (optimizer offload) takes no such argument (TypeError in DeepSpeed); only "
+                  "FusedAdam does");
+  }
 }
 
 Result<ResolvedConfig> resolve_document(const json& document, const RunSettings& settings) {
@@ -1896,11 +2030,14 @@ Result<ResolvedConfig> resolve_document(const json& document, const RunSettings&
   read_steps_per_print(context, top, out, resolved);
   const PrecisionExtras extras = read_precision(context, document, out, resolved);
   read_communication_dtype(context, top, out, resolved);
-  read_optimizer(context, document, out, resolved);
+  const OptimizerExtras optimizer_extras = read_optimizer(context, document, out, resolved);
   read_scheduler(context, document, out, resolved);
   read_zero(context, document, out, resolved);
+  check_optimizer_class_arguments(context, optimizer_extras, out);
   read_aio(context, document, out, resolved);
   read_checkpoint(context, document, out, resolved);
+  read_zerosim(context, document, out, resolved);
+  out.scheduler.c_library_math = out.numerics == NumericsMode::kDeepSpeed;
 
   // DeepSpeedConfig._do_error_check.
   if (extras.fp16_master_weights && out.zero.stage == 0) {

@@ -30,6 +30,19 @@ const char* scheduler_type_name(SchedulerType type);
 
 enum class WarmupType { kLog, kLinear };
 
+// How the gradient of one step is reduced (the "zerosim": {"numerics": ...} key).
+//   kPortable:  every sample's gradient carries loss_scale / train_batch_size, and the ranks'
+//               contributions are folded in fp32 in global micro-batch order (comm.h), so the
+//               bits do not depend on W: a checkpoint resumes bit for bit at any world size.
+//   kDeepSpeed: ZeRO-3's own sequence (stage3.py, coalesced_collectives.py): each rank's
+//               micro-batch gradient of loss_scale * mean loss / G in the model dtype, divided
+//               by W in the communication dtype, summed over ranks in that dtype (rank order),
+//               accumulated over the G micro-steps in the model dtype; the norm per sub-group
+//               in fp32. Overflows, skipped steps and the scale trajectory are DeepSpeed's for
+//               this config and W; the bits depend on W, so only a same-W resume is bit-exact.
+enum class NumericsMode { kPortable, kDeepSpeed };
+const char* numerics_mode_name(NumericsMode mode);  // "portable", "deepspeed"
+
 // Run settings outside the DeepSpeed JSON: what the HF Trainer's TrainingArguments
 // provide, used to fill "auto". A field left unset (has_... false / negative) means the
 // user did not give it: an "auto" that needs it is refused with the key's name.
@@ -84,6 +97,11 @@ struct SchedulerConfig {
   WarmupType warmup_type = WarmupType::kLog;
   double warmup_min_ratio = 0.0;  // WarmupCosineLR
   double cos_min_ratio = 1e-4;    // WarmupCosineLR
+  // log and cos from the C library, as Python's math module (so DeepSpeed) takes them: its lr
+  // bit for bit on this machine, but the C library's results differ between glibc versions
+  // and CPU variants. Off: zerosim's portable_log/portable_cos, the same bits everywhere and
+  // the same fp32 lr as DeepSpeed's in every golden case. Set by the numerics mode.
+  bool c_library_math = false;
 };
 
 struct LossScalerConfig {
@@ -158,6 +176,7 @@ struct ResolvedConfig {
   ZeroConfig zero;
   AioConfig aio;
   CheckpointConfig checkpoint;
+  NumericsMode numerics = NumericsMode::kPortable;
 
   // The verbatim input after --set overrides, and the same with every "auto" filled and every
   // default made explicit: what `zerosim config check` prints and a checkpoint records.

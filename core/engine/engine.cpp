@@ -335,6 +335,43 @@ Status RankEngine::gather_layer(int64_t layer_index, std::vector<std::vector<flo
   return Status();
 }
 
+Status RankEngine::exchange_layer_gradient(int64_t micro_step_index, size_t chunk_elements,
+                                           std::span<float> accumulator) {
+  if (options_.config.numerics == NumericsMode::kPortable) {
+    return comm_.reduce_scatter_accumulate(scatter_send_, communication_dtype_, chunk_elements, accumulator);
+  }
+  // DeepSpeed's reduce-scatter: every rank's chunk for this rank, summed in the communication
+  // dtype, one rounding per add. The chunks reach their owner by one gather per owner (an
+  // all-to-all: the bytes a ring moves), and the owner adds them in rank order. NCCL's ring
+  // adds them in its ring's order; for W <= 2 the order cannot change the sum.
+  const int world_size = comm_.world_size();
+  const size_t chunk_bytes = chunk_elements * dtype_size_bytes(communication_dtype_);
+  std::vector<std::byte>& received = gradient_chunks_scratch_;
+  received.resize(chunk_bytes * static_cast<size_t>(world_size));
+  for (int owner = 0; owner < world_size; ++owner) {
+    const std::span<const std::byte> chunk(scatter_send_.data() + static_cast<size_t>(owner) * chunk_bytes, chunk_bytes);
+    ZEROSIM_RETURN_IF_ERROR(comm_.gather(chunk, owner == comm_.rank() ? std::span<std::byte>(received)
+                                                                       : std::span<std::byte>(), owner));
+  }
+  std::vector<float>& sum = gradient_sum_scratch_;
+  std::vector<float>& contribution = gradient_contribution_scratch_;
+  sum.resize(chunk_elements);
+  contribution.resize(chunk_elements);
+  cast_to_fp32(communication_dtype_, received.data(), sum.data(), chunk_elements);
+  for (int source = 1; source < world_size; ++source) {
+    cast_to_fp32(communication_dtype_, received.data() + static_cast<size_t>(source) * chunk_bytes,
+                 contribution.data(), chunk_elements);
+    for (size_t i = 0; i < chunk_elements; ++i) sum[i] = round_through(communication_dtype_, sum[i] + contribution[i]);
+  }
+  // Accumulated over the micro-steps in the model dtype (grad_accum_dtype's default): the
+  // first micro-step copies, the others add with one rounding each.
+  for (size_t i = 0; i < chunk_elements; ++i) {
+    const float reduced = round_through(model_dtype_, sum[i]);
+    accumulator[i] = micro_step_index == 0 ? reduced : round_through(model_dtype_, accumulator[i] + reduced);
+  }
+  return Status();
+}
+
 Status RankEngine::reduce_scatter_layer(int64_t layer_index, int64_t micro_step_index,
                                         const std::vector<std::vector<float>>& full_gradients) {
   const LayerRange& layer = layout_.layers[static_cast<size_t>(layer_index)];
@@ -352,6 +389,17 @@ Status RankEngine::reduce_scatter_layer(int64_t layer_index, int64_t micro_step_
       const int64_t owned = partition.owned_count(owner);
       std::copy_n(full.begin() + partition.owned_begin(owner), owned, padded_slice.begin());
       std::fill(padded_slice.begin() + owned, padded_slice.end(), 0.0f);
+      if (options_.config.numerics == NumericsMode::kDeepSpeed) {
+        // param.grad in the model dtype, cast to the communication dtype, then
+        // reduce_scatter_coalesced's div_(W) in that dtype, before the sum. Each op computed
+        // in fp32 and rounded once is the dtype's own correctly rounded op (fp32 has more than
+        // 2p + 2 bits for fp16 and bf16), as PyTorch computes half ops.
+        const float world = static_cast<float>(world_size);
+        for (float& value : padded_slice) {
+          const float in_comm_dtype = round_through(communication_dtype_, round_through(model_dtype_, value));
+          value = round_through(communication_dtype_, in_comm_dtype / world);
+        }
+      }
       std::byte* destination = scatter_send_.data() +
                                (static_cast<size_t>(owner) * chunk_elements +
                                 static_cast<size_t>(partition.flat_offset - layer.flat_offset)) *
@@ -360,9 +408,8 @@ Status RankEngine::reduce_scatter_layer(int64_t layer_index, int64_t micro_step_
     }
   }
   if (!gradient_swapper_) {
-    return comm_.reduce_scatter_accumulate(
-        scatter_send_, communication_dtype_, chunk_elements,
-        std::span<float>(gradient_partition_.data() + layer.flat_offset, chunk_elements));
+    return exchange_layer_gradient(
+        micro_step_index, chunk_elements, std::span<float>(gradient_partition_.data() + layer.flat_offset, chunk_elements));
   }
   // Gradients on NVMe: the layer's accumulated partitions are read (zeros at micro-step 0),
   // accumulated into and written back; at the last micro-step the overflow and norm bins are
@@ -383,7 +430,7 @@ Status RankEngine::reduce_scatter_layer(int64_t layer_index, int64_t micro_step_
       ZEROSIM_RETURN_IF_ERROR(gradient_swapper_->read(static_cast<int>(p), version - 1, partition_bytes(p)));
     }
   }
-  ZEROSIM_RETURN_IF_ERROR(comm_.reduce_scatter_accumulate(scatter_send_, communication_dtype_, chunk_elements, accumulator));
+  ZEROSIM_RETURN_IF_ERROR(exchange_layer_gradient(micro_step_index, chunk_elements, accumulator));
   for (int64_t p = layer.first_parameter; p < layer.end_parameter; ++p) {
     ZEROSIM_RETURN_IF_ERROR(gradient_swapper_->write(static_cast<int>(p), version, partition_bytes(p)));
   }
@@ -417,10 +464,15 @@ Result<float> RankEngine::micro_step(int64_t micro_step_index) {
     ZEROSIM_RETURN_IF_ERROR(compute_->layer_forward(layer, layer_parameters[0], layer_parameters[1]));
   }
 
-  // Gradient of loss_scale * mean loss over the global batch: each sample's term carries
-  // loss_scale / train_batch_size, the same at every W.
+  // Portable: the gradient of loss_scale * mean loss over the global batch, each sample's term
+  // carrying loss_scale / train_batch_size, the same at every W. DeepSpeed: the backward of
+  // loss * S seeded with S, divided by G by the engine's hook on the model output, then by the
+  // micro-batch size by the mean, in fp32; W divides later, in the reduce-scatter.
+  const float loss_scale = static_cast<float>(loss_scaler_->loss_scale());
   const float gradient_scale =
-      static_cast<float>(loss_scaler_->loss_scale()) / static_cast<float>(config.train_batch_size);
+      config.numerics == NumericsMode::kDeepSpeed
+          ? (loss_scale / static_cast<float>(config.gradient_accumulation_steps)) / static_cast<float>(micro_batch)
+          : loss_scale / static_cast<float>(config.train_batch_size);
   ZEROSIM_ASSIGN_OR_RETURN(const float loss, compute_->loss(gradient_scale));
 
   std::vector<std::vector<float>>& gradients = gradient_scratch_;
@@ -457,9 +509,19 @@ Status RankEngine::optimizer_step(StepRecord& record) {
     ZEROSIM_RETURN_IF_ERROR(comm_.all_reduce_max(flag));
     overflow = flag[0] != 0.0;
   }
+  // DeepSpeed's stage 3 updates the scale before it unscales (_overflow_check_and_loss_scale_update,
+  // then unscale_and_clip_grads reads self.loss_scale): on a step where the scale doubles, the
+  // gradients made with S are divided by 2S. zerosim does the same, in every numerics mode.
+  {
+    const Status updated = loss_scaler_->update_scale(overflow);
+    if (!updated.ok()) {
+      std::fill(gradient_partition_.begin(), gradient_partition_.end(), 0.0f);
+      return updated;
+    }
+  }
+  const double unscale_by = loss_scaler_->loss_scale();
   auto finish_step = [&](bool skipped) -> Status {
     std::fill(gradient_partition_.begin(), gradient_partition_.end(), 0.0f);
-    ZEROSIM_RETURN_IF_ERROR(loss_scaler_->update_scale(skipped));
     if (!skipped) scheduler_->step();
     if (skipped) ++counters_.skipped_steps;
     ++counters_.global_steps;
@@ -494,12 +556,14 @@ Status RankEngine::optimizer_step(StepRecord& record) {
   ZEROSIM_RETURN_IF_ERROR(comm_.broadcast(global_bytes, 0));
   const ExactSquareSum global_sum =
       ExactSquareSum::deserialize(std::span<const std::byte, kBinBytes>(global_bytes.data(), kBinBytes));
-  const double scaled_norm = std::sqrt(global_sum.to_double());
+  // DeepSpeed holds the norm as an fp32 tensor: the exact sum's root, rounded once.
+  const float scaled_norm = static_cast<float>(std::sqrt(global_sum.to_double()));
   const bool norm_finite = std::isfinite(scaled_norm);
-  // DeepSpeed masks a non-finite norm to -1, which makes the clip factor 1 (§3.4).
-  record.grad_norm = norm_finite ? scaled_norm / loss_scale : -1.0;
+  // DeepSpeed masks a non-finite norm to -1, which makes the clip factor 1 (§3.4). The norm it
+  // reports is the scaled norm over the (updated) scale, in fp32.
+  record.grad_norm = norm_finite ? static_cast<double>(scaled_norm / static_cast<float>(unscale_by)) : -1.0;
   const float grad_multiplier =
-      compute_unscale_and_clip(norm_finite ? scaled_norm : -1.0, loss_scale, config.gradient_clipping).grad_multiplier;
+      compute_unscale_and_clip(norm_finite ? scaled_norm : -1.0f, unscale_by, config.gradient_clipping).grad_multiplier;
 
   ++counters_.optimizer_steps;
   const AdamStepScalars scalars =

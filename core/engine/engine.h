@@ -233,6 +233,9 @@ class RankEngine {
   Status gather_layer(int64_t layer_index, std::vector<std::vector<float>>& full_parameters);
   Status reduce_scatter_layer(int64_t layer_index, int64_t micro_step_index,
                               const std::vector<std::vector<float>>& full_gradients);
+  // scatter_send_ (W chunks) into this rank's accumulator, as the numerics mode says
+  // (ds_config.h NumericsMode). Collective.
+  Status exchange_layer_gradient(int64_t micro_step_index, size_t chunk_elements, std::span<float> accumulator);
   Result<float> micro_step(int64_t micro_step_index);
   Status optimizer_step(StepRecord& record);
 
@@ -274,6 +277,8 @@ class RankEngine {
   std::vector<float> padded_slice_scratch_;
   std::vector<std::byte> param_bytes_scratch_;
   std::vector<float> gradient_layer_scratch_, gradient_group_scratch_;
+  std::vector<std::byte> gradient_chunks_scratch_;  // kDeepSpeed numerics: the W chunks of this rank
+  std::vector<float> gradient_sum_scratch_, gradient_contribution_scratch_;
 };
 
 struct TrainingRun {

@@ -37,18 +37,20 @@ Status validate_adam_hyperparameters(const AdamHyperparameters& hyperparameters)
   return Status::ok_status();
 }
 
-double power_by_squaring(double base, int64_t exponent) {
-  ZEROSIM_CHECK(exponent >= 0, "power_by_squaring needs a non-negative exponent");
-  double result = 1.0;
-  double square = base;
-  // Low bit first: result *= base^(2^k) for every set bit k. The sequence of multiplies is
-  // fixed by the exponent alone.
-  while (exponent > 0) {
-    if (exponent & 1) result *= square;
-    exponent >>= 1;
-    if (exponent > 0) square *= square;
+float running_beta_power(float beta, int64_t step_index) {
+  ZEROSIM_CHECK(step_index >= 0, "running_beta_power needs a non-negative step index");
+  ZEROSIM_CHECK(beta >= 0.0f && beta < 1.0f, "running_beta_power needs a beta in [0, 1)");
+  float power = 1.0f;
+  for (int64_t t = 0; t < step_index; ++t) {
+    power *= beta;
+    // fl(p * beta) <= p for beta < 1, so once 1 - p rounds to 1 it does so at every later
+    // step: both bias corrections are exactly 1 from here on, whatever the later products.
+    // Stopping here bounds the loop (about 17,000 steps for beta 0.999) without changing a
+    // bias correction; the power returned is then not the running product's, but no caller
+    // can see the difference through 1 - power.
+    if (1.0f - power == 1.0f) break;
   }
-  return result;
+  return power;
 }
 
 AdamStepScalars make_adam_step_scalars(const AdamHyperparameters& hyperparameters, int64_t step_index) {
@@ -61,10 +63,13 @@ AdamStepScalars make_adam_step_scalars(const AdamHyperparameters& hyperparameter
   scalars.one_minus_beta2 = 1.0f - hyperparameters.beta2;
   scalars.epsilon = hyperparameters.epsilon;
   if (hyperparameters.bias_correction) {
-    const double beta1_power = power_by_squaring(static_cast<double>(hyperparameters.beta1), step_index);
-    const double beta2_power = power_by_squaring(static_cast<double>(hyperparameters.beta2), step_index);
-    scalars.bias_correction1 = static_cast<float>(1.0 - beta1_power);
-    scalars.bias_correction2_rsqrt = static_cast<float>(1.0 / std::sqrt(1.0 - beta2_power));
+    // fp32 throughout, as update_state() in DeepSpeed's cpu_adam.h: 1 - beta^t in float,
+    // sqrt resolved to the float overload (torch/extension.h reaches <math.h> through
+    // Python.h), and 1 / that in float.
+    const float beta1_power = running_beta_power(hyperparameters.beta1, step_index);
+    const float beta2_power = running_beta_power(hyperparameters.beta2, step_index);
+    scalars.bias_correction1 = 1.0f - beta1_power;
+    scalars.bias_correction2_rsqrt = 1.0f / std::sqrt(1.0f - beta2_power);
   } else {
     scalars.bias_correction1 = 1.0f;
     scalars.bias_correction2_rsqrt = 1.0f;

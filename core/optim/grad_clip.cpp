@@ -5,18 +5,21 @@
 
 namespace zerosim {
 
-UnscaleAndClip compute_unscale_and_clip(double scaled_global_grad_norm, double loss_scale, double max_grad_norm) {
+UnscaleAndClip compute_unscale_and_clip(float scaled_global_grad_norm, double loss_scale, double max_grad_norm) {
   UnscaleAndClip result;
-  result.combined_scale = loss_scale;
+  const float scale = static_cast<float>(loss_scale);
+  result.combined_scale = scale;
   if (max_grad_norm > 0.0) {
     // DeepSpeed's constant; the norm is of scaled gradients, so unscale it first.
-    const double clip = ((scaled_global_grad_norm / loss_scale) + 1e-6) / max_grad_norm;
-    if (clip > 1.0) {
-      result.combined_scale = clip * loss_scale;
+    const float clip = ((scaled_global_grad_norm / scale) + 1e-6f) / static_cast<float>(max_grad_norm);
+    if (clip > 1.0f) {
+      result.combined_scale = clip * scale;
       result.clipped = true;
     }
+    result.grad_multiplier = 1.0f / result.combined_scale;
+  } else {
+    result.grad_multiplier = static_cast<float>(1.0 / loss_scale);
   }
-  result.grad_multiplier = static_cast<float>(1.0 / result.combined_scale);
   return result;
 }
 

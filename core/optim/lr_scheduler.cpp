@@ -15,10 +15,18 @@ int64_t clamped_warmup_steps(const SchedulerConfig& config) { return std::max<in
 
 // _get_gamma's warmup branch (t in [0, N)); the same expression WarmupCosineLR uses for its
 // warmup ratio. Evaluation order follows the Python: inverse_log_warm_up is computed first.
+double schedule_log(const SchedulerConfig& config, double x) {
+  return config.c_library_math ? std::log(x) : portable_log(x);
+}
+
+double schedule_cos(const SchedulerConfig& config, double x) {
+  return config.c_library_math ? std::cos(x) : portable_cos(x);
+}
+
 double warmup_gamma(const SchedulerConfig& config, int64_t warmup_steps, int64_t last_batch_iteration) {
   if (config.warmup_type == WarmupType::kLog) {
-    const double inverse_log_warm_up = 1.0 / portable_log(static_cast<double>(warmup_steps));
-    return inverse_log_warm_up * portable_log(static_cast<double>(last_batch_iteration + 1));
+    const double inverse_log_warm_up = 1.0 / schedule_log(config, static_cast<double>(warmup_steps));
+    return inverse_log_warm_up * schedule_log(config, static_cast<double>(last_batch_iteration + 1));
   }
   return static_cast<double>(last_batch_iteration) / static_cast<double>(warmup_steps);
 }
@@ -52,7 +60,7 @@ double warmup_cosine_lr(const SchedulerConfig& config, double base_learning_rate
     const double cosine_progress =
         std::min(1.0, static_cast<double>(real_last_step) / static_cast<double>(real_total_steps));
     const double ratio_delta = 1.0 - config.cos_min_ratio;
-    ratio = (1.0 + portable_cos(std::numbers::pi * cosine_progress)) / 2.0;
+    ratio = (1.0 + schedule_cos(config, std::numbers::pi * cosine_progress)) / 2.0;
     ratio = std::max(0.0, config.cos_min_ratio + ratio_delta * ratio);
   }
   return base_learning_rate * ratio;

@@ -2,9 +2,12 @@
 // (deepspeed/runtime/lr_schedules.py; deepspeed-semantics.md §3.6), plus "no scheduler".
 //
 // Promise: learning_rate_at() is a pure function of (config, optimizer lr, t) and evaluates
-// DeepSpeed's Python expressions in the same order in double (Python floats are doubles), so
-// it gives DeepSpeed's values bit for bit wherever the C library's log() and cos() are the
-// ones Python uses. Being pure, it makes resume trivial: the only state is t.
+// DeepSpeed's Python expressions in the same order in double (Python floats are doubles). With
+// config.c_library_math (the "deepspeed" numerics) log and cos are the C library's, as
+// Python's math module takes them, so the values are DeepSpeed's bit for bit on the machine
+// that runs it (tests/data/deepspeed/lr_schedules.json); without it they are zerosim's
+// portable ones, the same on every machine, and the fp32 lr the Adam kernel takes is still
+// DeepSpeed's in every golden case. Being pure, it makes resume trivial: the only state is t.
 //
 // The position t is DeepSpeed's last_batch_iteration. It starts at -1; the lr in force at
 // t = -1 (min lr, or 0 for WarmupCosineLR) is what the first optimizer step uses, and each
