@@ -21,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/checkpoint/safetensors.h"
 #include "core/engine/engine.h"
 #include "core/env/env.h"
 #include "tests/cuda_devices.h"
@@ -313,6 +314,51 @@ TEST(Cli, SaveThenResumeGivesTheUninterruptedStateDigest) {
       EXPECT_EQ(output["steps"], nlohmann::json(all_steps.begin() + 10, all_steps.end()));
     }
   }
+}
+
+// --export-run: the files a reference implementation trains the same run from
+// (tools/export_run.h), with zerosim's own records; a directory with anything in it is refused.
+TEST(Cli, ExportRunWritesTheSettingsWeightsBatchesAndRecords) {
+  zerosim::TestDirectory directory;
+  const std::string exported = directory.path() + "/export";
+  const std::string arguments = "train --steps 4 --world-size 2 --set zerosim.numerics=deepspeed --json";
+  const CommandResult plain = run_cli(arguments);
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  const CommandResult result = run_cli(arguments + " --export-run " + exported);
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_EQ(json_of(result)["state_digest"], json_of(plain)["state_digest"]);  // exporting changes nothing
+
+  std::ifstream run_file(exported + "/run.json");
+  const nlohmann::json run = nlohmann::json::parse(run_file, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(run.is_object());
+  EXPECT_EQ(run["numerics"], "deepspeed");
+  EXPECT_EQ(run["world_size"], 2);
+  EXPECT_EQ(run["steps"], 4);
+  EXPECT_EQ(run["scheduler"]["type"], "WarmupLR");
+  EXPECT_EQ(run["parameters"].size(), 6u);
+  ASSERT_EQ(run["records"].size(), 4u);
+  EXPECT_EQ(run["records"], json_of(plain)["steps"]);
+
+  zerosim::RealEnv real_env;
+  zerosim::Disk& disk = *real_env.env().disk;
+  auto entries_of = [&](const std::string& name) {
+    zerosim::Result<zerosim::SafetensorsIndex> index = zerosim::read_safetensors_index(disk, exported + "/" + name);
+    EXPECT_TRUE(index.ok()) << name << ": " << index.status().to_string();
+    return index.ok() ? index->entries : std::vector<zerosim::SafetensorsEntry>{};
+  };
+  const auto initial = entries_of("initial.safetensors");
+  ASSERT_EQ(initial.size(), 6u);
+  EXPECT_EQ(initial[0].name, "layers.0.weight");
+  EXPECT_EQ(initial[0].shape, (std::vector<int64_t>{37, 13}));
+  EXPECT_EQ(entries_of("final.safetensors").size(), 24u);  // master, exp_avg, exp_avg_sq, params
+  const int64_t train_batch_size = run["train_batch_size"];
+  const auto batches = entries_of("batches.safetensors");
+  ASSERT_EQ(batches.size(), 2u);
+  EXPECT_EQ(batches[0].shape, (std::vector<int64_t>{4 * train_batch_size, 13}));
+
+  const CommandResult again = run_cli("train --steps 1 --export-run " + exported);
+  EXPECT_EQ(again.exit_code, 2) << again.output;
+  EXPECT_NE(again.output.find("the directory is not empty"), std::string::npos) << again.output;
 }
 
 TEST(Cli, ResumeRefusesWhatItCannotContinueAndNamesIt) {

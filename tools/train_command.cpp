@@ -21,6 +21,7 @@
 #include "core/cuda/nccl_comm.h"
 #include "core/engine/engine.h"
 #include "tools/default_config.h"
+#include "tools/export_run.h"
 #include "tools/mpi_launch.h"
 
 namespace zerosim {
@@ -381,6 +382,9 @@ int train(const TrainFlags& given_flags, const MpiLaunch* mpi) {
   const long page_size = ::sysconf(_SC_PAGESIZE);
   if (pages > 0 && page_size > 0) options.memory_limit_bytes = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size);
 
+  // An export needs the state at the last step (tools/export_run.h).
+  if (!flags.export_directory.empty()) options.capture_state_at_step = flags.steps;
+
   CheckpointPlan checkpoints;
   checkpoints.save_directory = flags.save_directory;
   checkpoints.save_every_steps = flags.save_every_steps;
@@ -437,6 +441,16 @@ int train(const TrainFlags& given_flags, const MpiLaunch* mpi) {
     std::fprintf(stderr, "zerosim: %s: stopped after step %lld of %lld; %s\n",
                  signal_number == SIGINT ? "SIGINT" : signal_number == SIGTERM ? "SIGTERM" : "signal",
                  static_cast<long long>(stopped_at), static_cast<long long>(flags.steps), saved.c_str());
+  }
+  if (!flags.export_directory.empty()) {
+    if (run->stopped_early) {
+      std::fprintf(stderr, "zerosim: --export-run: not written, the run stopped before step %lld\n",
+                   static_cast<long long>(flags.steps));
+    } else if (const Status exported = export_run(options, flags.steps, *run, real_env.env(), flags.export_directory);
+               !exported.ok()) {
+      std::fprintf(stderr, "zerosim: %s\n", exported.to_string().c_str());
+      return exit_code_for(exported);
+    }
   }
   for (const std::string& note : run->notes) {
     // Checkpoint notes carry their own "note:" or "warning:".

@@ -56,6 +56,9 @@ struct TrainFlags {
   // directory) it also saves that step before exiting.
   bool save_on_signal = false;
   std::string resume_directory;
+  // Set: after the run, write what a reference implementation needs to train the same run
+  // into this directory (tools/export_run.h). Fresh, single-process runs only.
+  std::string export_directory;
   // Set: this process is one rank of a run spread over processes (one GPU each), its rank,
   // world size and GPU from the launcher's environment (RANK, WORLD_SIZE, LOCAL_RANK; or
   // OpenMPI's OMPI_COMM_WORLD_*, or Slurm's SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID), the

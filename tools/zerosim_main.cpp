@@ -52,6 +52,12 @@ int main(int argc, char** argv) {
       "its host) from MPI, which only shares the NCCL id; NCCL between the processes. A rank that fails stops "
       "the job (MPI_Abort)");
   mpi_flag->excludes(train->get_option("--rendezvous"));
+  train->add_option("--export-run", train_flags.export_directory,
+                    "After the run, write its settings, initial weights, batches, per-step records and final state "
+                    "into this new or empty directory, for a reference implementation (scripts/torch_reference/)")
+      ->excludes(train->get_option("--resume"))
+      ->excludes(train->get_option("--rendezvous"))
+      ->excludes(mpi_flag);
   train_flags.world_size_option = train->get_option("--world-size");
 
   CLI::App* config = app.add_subcommand("config", "Inspect DeepSpeed configs");
