@@ -301,11 +301,71 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
   verdict.notes = resumed->notes;
   verdict.resumed_at = run.total_steps - static_cast<int64_t>(resumed->steps.size());
   for (const StepRecord& step : resumed->steps) verdict.resumed_losses.push_back(step.loss);
-  const Divergence divergence = find_first_divergence(reference, *resumed, verdict.resumed_at);
+
+  // The "deepspeed" numerics depend on W (ds_config.h NumericsMode), so a resume at another
+  // world size cannot follow the uninterrupted run at W. What it must follow: up to the load,
+  // the run at W (the state right after the load is compared with it, strictly); after it,
+  // the W' continuation of a clean checkpoint of that run, saved at the same step and loaded
+  // without faults or defects. Both comparisons are bit for bit.
+  const bool elastic_deepspeed =
+      options.config.numerics == NumericsMode::kDeepSpeed && resume_options.world_size != options.world_size;
+  auto continuation_at = [&](int64_t save_step, const TrainingOptions& continuation_options) -> Result<TrainingRun> {
+    SimDisk clean_disk(SimDiskOptions{512, uint64_t{1} << 40, run.seed});
+    {
+      SimWorld world(clean_disk, options.world_size, FaultPlan{}, no_crash);
+      CheckpointPlan saving_at_end;
+      saving_at_end.save_directory = run.checkpoint_directory;
+      TrainingOptions saving_options = options;
+      saving_options.capture_state_at_step = -1;
+      ZEROSIM_RETURN_IF_ERROR(run_training(saving_options, save_step, world.seams(), saving_at_end).status());
+    }
+    SimWorld world(clean_disk, continuation_options.world_size, FaultPlan{}, no_crash);
+    CheckpointPlan resuming;
+    resuming.resume_directory = run.checkpoint_directory;
+    return run_training(continuation_options, run.total_steps, world.seams(), resuming);
+  };
+  // The expected run: the reference, or with elastic_deepspeed its steps up to the load and the
+  // continuation's after. `capture_step` >= 0 captures that step's full state (a diagnosis).
+  auto expected_run = [&](int64_t capture_step) -> Result<TrainingRun> {
+    if (!elastic_deepspeed) {
+      TrainingOptions capturing = options;
+      capturing.capture_state_at_step = capture_step;
+      return run_reference(capturing);
+    }
+    TrainingOptions continuation_options = resume_options;
+    continuation_options.capture_state_at_step = capture_step > verdict.resumed_at ? capture_step : -1;
+    ZEROSIM_ASSIGN_OR_RETURN(TrainingRun continuation, continuation_at(verdict.resumed_at, continuation_options));
+    TrainingRun expected = reference;
+    if (capture_step >= 0 && capture_step <= verdict.resumed_at) {
+      TrainingOptions capturing = options;
+      capturing.capture_state_at_step = capture_step;
+      ZEROSIM_ASSIGN_OR_RETURN(expected, run_reference(capturing));
+    } else {
+      expected.captured = std::move(continuation.captured);
+    }
+    const size_t kept = static_cast<size_t>(verdict.resumed_at);
+    expected.steps.resize(kept);
+    expected.step_digests.resize(kept);
+    expected.steps.insert(expected.steps.end(), continuation.steps.begin(), continuation.steps.end());
+    expected.step_digests.insert(expected.step_digests.end(), continuation.step_digests.begin(),
+                                 continuation.step_digests.end());
+    expected.digests = continuation.digests;
+    expected.final_state = continuation.final_state;
+    return expected;
+  };
+  std::optional<TrainingRun> elastic_expected;
+  if (elastic_deepspeed) {
+    ZEROSIM_ASSIGN_OR_RETURN(elastic_expected, expected_run(-1));
+  }
+  const Divergence divergence =
+      find_first_divergence(elastic_expected ? *elastic_expected : reference, *resumed, verdict.resumed_at);
   if (divergence.found) verdict.divergence = divergence;
   verdict.outcome = "resumed at step " + std::to_string(verdict.resumed_at) +
                     (divergence.found ? ", diverged: " + divergence.describe()
-                                      : ", bit-identical to step " + std::to_string(run.total_steps));
+                                      : ", bit-identical to step " + std::to_string(run.total_steps)) +
+                    (elastic_deepspeed && !divergence.found
+                         ? " (deepspeed numerics: the run at W up to the load, then the clean checkpoint's W' continuation)"
+                         : "");
   if (!scenario.expect_error.empty()) {
     verdict.diagnosis = "expected a refusal containing '" + scenario.expect_error + "', but the run resumed";
   } else if (scenario.expect_resumed_at_step >= 0 && verdict.resumed_at != scenario.expect_resumed_at_step) {
@@ -318,11 +378,9 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
   }
   if (divergence.found && divergence.state_step >= 0) {
     // Narrow the component down to its first element: both runs again, capturing that step.
-    TrainingOptions capturing_reference = options;
-    capturing_reference.capture_state_at_step = divergence.state_step;
     TrainingOptions capturing_resume = resume_options;
     capturing_resume.capture_state_at_step = divergence.state_step;
-    ZEROSIM_ASSIGN_OR_RETURN(TrainingRun reference_again, run_reference(capturing_reference));
+    ZEROSIM_ASSIGN_OR_RETURN(TrainingRun reference_again, expected_run(divergence.state_step));
     ZEROSIM_ASSIGN_OR_RETURN(TrainingRun resumed_again, resume(*restart_disk, capturing_resume));
     if (reference_again.captured && resumed_again.captured) {
       verdict.element = diagnose_component(*reference_again.captured, *resumed_again.captured, divergence.component);
