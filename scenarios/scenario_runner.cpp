@@ -324,25 +324,12 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
     resuming.resume_directory = run.checkpoint_directory;
     return run_training(continuation_options, run.total_steps, world.seams(), resuming);
   };
-  // The expected run: the reference, or with elastic_deepspeed its steps up to the load and the
-  // continuation's after. `capture_step` >= 0 captures that step's full state (a diagnosis).
-  auto expected_run = [&](int64_t capture_step) -> Result<TrainingRun> {
-    if (!elastic_deepspeed) {
-      TrainingOptions capturing = options;
-      capturing.capture_state_at_step = capture_step;
-      return run_reference(capturing);
-    }
-    TrainingOptions continuation_options = resume_options;
-    continuation_options.capture_state_at_step = capture_step > verdict.resumed_at ? capture_step : -1;
-    ZEROSIM_ASSIGN_OR_RETURN(TrainingRun continuation, continuation_at(verdict.resumed_at, continuation_options));
-    TrainingRun expected = reference;
-    if (capture_step >= 0 && capture_step <= verdict.resumed_at) {
-      TrainingOptions capturing = options;
-      capturing.capture_state_at_step = capture_step;
-      ZEROSIM_ASSIGN_OR_RETURN(expected, run_reference(capturing));
-    } else {
-      expected.captured = std::move(continuation.captured);
-    }
+  // With elastic_deepspeed, the expected run: the reference's steps up to the load, the
+  // continuation's after.
+  std::optional<TrainingRun> elastic_expected;
+  if (elastic_deepspeed) {
+    ZEROSIM_ASSIGN_OR_RETURN(TrainingRun continuation, continuation_at(verdict.resumed_at, resume_options));
+    TrainingRun& expected = elastic_expected.emplace(reference);
     const size_t kept = static_cast<size_t>(verdict.resumed_at);
     expected.steps.resize(kept);
     expected.step_digests.resize(kept);
@@ -351,12 +338,19 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
                                  continuation.step_digests.end());
     expected.digests = continuation.digests;
     expected.final_state = continuation.final_state;
-    return expected;
-  };
-  std::optional<TrainingRun> elastic_expected;
-  if (elastic_deepspeed) {
-    ZEROSIM_ASSIGN_OR_RETURN(elastic_expected, expected_run(-1));
   }
+  // The expected full state at `step` (a diagnosis's input): the reference's, or after the
+  // load of an elastic_deepspeed resume, the continuation's.
+  auto expected_state_at = [&](int64_t step) -> Result<TrainingRun> {
+    if (elastic_deepspeed && step > verdict.resumed_at) {
+      TrainingOptions capturing = resume_options;
+      capturing.capture_state_at_step = step;
+      return continuation_at(verdict.resumed_at, capturing);
+    }
+    TrainingOptions capturing = options;
+    capturing.capture_state_at_step = step;
+    return run_reference(capturing);
+  };
   const Divergence divergence =
       find_first_divergence(elastic_expected ? *elastic_expected : reference, *resumed, verdict.resumed_at);
   if (divergence.found) verdict.divergence = divergence;
@@ -380,7 +374,7 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
     // Narrow the component down to its first element: both runs again, capturing that step.
     TrainingOptions capturing_resume = resume_options;
     capturing_resume.capture_state_at_step = divergence.state_step;
-    ZEROSIM_ASSIGN_OR_RETURN(TrainingRun reference_again, expected_run(divergence.state_step));
+    ZEROSIM_ASSIGN_OR_RETURN(TrainingRun reference_again, expected_state_at(divergence.state_step));
     ZEROSIM_ASSIGN_OR_RETURN(TrainingRun resumed_again, resume(*restart_disk, capturing_resume));
     if (reference_again.captured && resumed_again.captured) {
       verdict.element = diagnose_component(*reference_again.captured, *resumed_again.captured, divergence.component);
