@@ -482,6 +482,7 @@ TEST(Cli, FuzzShrinksADefectFailureToAFileThatReplaysTheSameDiagnosis) {
   ASSERT_NE(replay_at, std::string::npos) << failing.output;
   const size_t path_begin = replay_at + std::string("replay: zerosim replay ").size();
   const std::string shrunk_path = failing.output.substr(path_begin, failing.output.find('\n', path_begin) - path_begin);
+  EXPECT_EQ(shrunk_path.rfind(reports + "/failures/", 0), 0u) << "shrunk failures go to a directory of their own";
   std::ifstream shrunk_file(shrunk_path);
   const nlohmann::json shrunk = nlohmann::json::parse(shrunk_file, nullptr, false);
   ASSERT_TRUE(shrunk.is_object()) << shrunk_path;
@@ -497,6 +498,18 @@ TEST(Cli, FuzzShrinksADefectFailureToAFileThatReplaysTheSameDiagnosis) {
   for (const char* file : {"/report.html", "/report.json", "/report.md", "/junit.xml"}) {
     EXPECT_TRUE(std::ifstream(reports + file).good()) << file;
   }
+
+  // A time budget alone runs until the time is up (the default case count does not cap it).
+  const CommandResult timed = run_cli("fuzz --seed 3 --minutes 0.05 --json");
+  EXPECT_EQ(timed.exit_code, 0) << timed.output;
+  const nlohmann::json timed_output = json_of(timed);
+  ASSERT_TRUE(timed_output.is_object()) << timed.output;
+  EXPECT_TRUE(timed_output["stopped_by_minutes"].get<bool>()) << timed.output;
+  EXPECT_GE(timed_output["seconds"].get<double>(), 3.0) << timed.output;
+  EXPECT_GE(timed_output["cases_run"].get<int>(), 1) << timed.output;
+  const CommandResult no_time = run_cli("fuzz --minutes 0");
+  EXPECT_EQ(no_time.exit_code, 2) << no_time.output;
+  EXPECT_NE(no_time.output.find("--minutes"), std::string::npos) << no_time.output;
 
   const CommandResult bad_shard = run_cli("fuzz --shard 2/2");
   EXPECT_EQ(bad_shard.exit_code, 2) << bad_shard.output;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <filesystem>
 #include <optional>
@@ -37,8 +38,9 @@ class ProgressBar {
     std::string bar(static_cast<size_t>(filled), '#');
     bar.resize(kWidth, '.');
     std::string name = current.size() > 48 ? current.substr(0, 45) + "..." : current;
-    std::fprintf(stderr, "\r\033[K[%s] %lld/%lld, %lld failed  %s", bar.c_str(), static_cast<long long>(done),
-                 static_cast<long long>(total), static_cast<long long>(failed), name.c_str());
+    const std::string of = total > 0 ? std::to_string(total) : "?";
+    std::fprintf(stderr, "\r\033[K[%s] %lld/%s, %lld failed  %s", bar.c_str(), static_cast<long long>(done), of.c_str(),
+                 static_cast<long long>(failed), name.c_str());
     std::fflush(stderr);
     shown_ = true;
   }
@@ -244,7 +246,13 @@ int run_fuzz_command(const FuzzFlags& flags) {
   const DefectSet* const defects = &choices->defects;
   const ComputeDevice* const compute = &choices->compute;
   std::string failures_directory = flags.failures_directory;
-  if (failures_directory.empty()) failures_directory = flags.report.report_directory.empty() ? "." : flags.report.report_directory;
+  if (failures_directory.empty()) {
+    failures_directory = flags.report.report_directory.empty() ? "fuzz-failures" : flags.report.report_directory + "/failures";
+  }
+  // --cases alone: that many; --minutes alone: until the time is up; both: whichever first.
+  const bool unbounded_cases = flags.minutes.has_value() && !flags.cases.has_value();
+  const int64_t campaign_cases = flags.cases.value_or(unbounded_cases ? INT64_MAX : kDefaultFuzzCases);
+  const double minutes = flags.minutes.value_or(0.0);
 
   SuiteReport report;
   report.title = "zerosim fuzz --seed " + std::to_string(flags.seed) + " --shard " + flags.shard + device_flag(flags.report);
@@ -253,16 +261,22 @@ int run_fuzz_command(const FuzzFlags& flags) {
   const auto campaign_started = WallClock::now();
   ReferenceCache references;  // shrinking candidates often share their reference
   int64_t cases_run = 0, shrink_runs = 0;
+  // The progress bar's total: unknown (0) for a campaign bounded by time alone.
   const int64_t cases_in_shard =
-      flags.cases > static_cast<int64_t>(shard_index)
-          ? (flags.cases - static_cast<int64_t>(shard_index) + static_cast<int64_t>(shard_count) - 1) /
+      unbounded_cases ? 0
+      : campaign_cases > static_cast<int64_t>(shard_index)
+          ? (campaign_cases - static_cast<int64_t>(shard_index) + static_cast<int64_t>(shard_count) - 1) /
                 static_cast<int64_t>(shard_count)
           : 0;
-  bool out_of_time = false;
-  for (uint64_t index = shard_index; index < static_cast<uint64_t>(flags.cases); index += shard_count) {
+  bool out_of_time = false, stopped_by_failures = false;
+  for (uint64_t index = shard_index; index < static_cast<uint64_t>(campaign_cases); index += shard_count) {
     const double elapsed_minutes = std::chrono::duration<double>(WallClock::now() - campaign_started).count() / 60.0;
-    if (flags.minutes > 0.0 && elapsed_minutes >= flags.minutes) {
+    if (minutes > 0.0 && elapsed_minutes >= minutes) {
       out_of_time = true;
+      break;
+    }
+    if (flags.stop_after_failures > 0 && report.failed() >= flags.stop_after_failures) {
+      stopped_by_failures = true;
       break;
     }
     const uint64_t seed = case_seed(flags.seed, index);
@@ -326,10 +340,12 @@ int run_fuzz_command(const FuzzFlags& flags) {
   if (!flags.report.json) {
     std::printf("fuzz: %lld case(s) in %.1f s (%.1f cases/min)%s, %lld shrinking run(s)\n",
                 static_cast<long long>(cases_run), seconds, seconds > 0 ? 60.0 * static_cast<double>(cases_run) / seconds : 0.0,
-                out_of_time ? ", stopped by --minutes" : "", static_cast<long long>(shrink_runs));
+                out_of_time ? ", stopped by --minutes" : stopped_by_failures ? ", stopped by --stop-after-failures" : "",
+                static_cast<long long>(shrink_runs));
   }
   return finish(flags.report, report,
-                {{"cases_run", cases_run}, {"seconds", seconds}, {"shrink_runs", shrink_runs}, {"stopped_by_minutes", out_of_time}});
+                {{"cases_run", cases_run}, {"seconds", seconds}, {"shrink_runs", shrink_runs}, {"stopped_by_minutes", out_of_time},
+                 {"stopped_by_failures", stopped_by_failures}});
 }
 
 }  // namespace zerosim

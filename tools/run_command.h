@@ -6,7 +6,8 @@
 //   zerosim import-ds CONFIG   a scenario from a DeepSpeed config (scenarios/import_ds.h)
 //   zerosim fuzz [--seed S] [--cases N] [--minutes M] [--shard I/N]
 //                              generated scenarios (scenarios/generator.h); a failure is
-//                              shrunk and written as a scenario file to replay
+//                              shrunk and written as a scenario file to replay (into
+//                              fuzz-failures/ unless --failures-dir says where)
 // Each prints one verdict line per scenario (or one JSON object with --json), a progress bar
 // on a terminal, and with --junit FILE / --report-dir DIR writes the reports
 // (reports/suite_report.h). --defect NAME (repeatable) switches a defect on for every run.
@@ -14,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,12 +36,18 @@ struct RunFlags {
   ReportFlags report;
 };
 
+inline constexpr int64_t kDefaultFuzzCases = 20;
+
 struct FuzzFlags {
   uint64_t seed = 1;
-  int64_t cases = 20;         // in the whole campaign (all shards together)
-  double minutes = 0.0;       // 0: no time limit; else stop starting cases after this long
+  // The campaign's bound: --cases alone runs that many cases (all shards together), --minutes
+  // alone runs cases until the time is up, both stop at whichever comes first, neither runs
+  // kDefaultFuzzCases.
+  std::optional<int64_t> cases;
+  std::optional<double> minutes;
+  int64_t stop_after_failures = 0;  // > 0: stop starting cases once this many failed (mutation runs)
   std::string shard = "0/1";  // I/N: this process runs the cases whose index is I modulo N
-  std::string failures_directory;  // shrunk failures go here (default: the report directory, or .)
+  std::string failures_directory;  // shrunk failures go here (default: <report dir>/failures, or fuzz-failures)
   int64_t shrink_attempts = 200;
   ReportFlags report;
 };

@@ -111,13 +111,19 @@ int main(int argc, char** argv) {
   CLI::App* fuzz = app.add_subcommand(
       "fuzz", "Generated scenarios that demand recovery; a failure is shrunk and written as a scenario to replay");
   fuzz->add_option("--seed", fuzz_flags.seed, "Campaign seed: case i is a pure function of (seed, i)");
-  fuzz->add_option("--cases", fuzz_flags.cases, "Cases in the campaign (all shards together)")
+  fuzz->add_option("--cases", fuzz_flags.cases,
+                   "Cases in the campaign (all shards together); alone: that many; with --minutes: at most that many; "
+                   "with neither: " + std::to_string(zerosim::kDefaultFuzzCases))
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
-  fuzz->add_option("--minutes", fuzz_flags.minutes, "Stop starting cases after this many minutes (0: no limit)")
-      ->check(CLI::Range(0.0, 1e6));
+  fuzz->add_option("--minutes", fuzz_flags.minutes,
+                   "Run cases until this many minutes have passed (alone: no case limit; a case started is finished)")
+      ->check(CLI::Range(1e-6, 1e6, "a duration > 0 in minutes"));
+  fuzz->add_option("--stop-after-failures", fuzz_flags.stop_after_failures,
+                   "Stop starting cases once this many have failed (0: never; mutation runs use 1)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   fuzz->add_option("--shard", fuzz_flags.shard, "I/N: run the cases whose index is I modulo N (a CI matrix, a Slurm array)");
   fuzz->add_option("--failures-dir", fuzz_flags.failures_directory,
-                   "Write shrunk failing scenarios here (default: the report directory, else .)");
+                   "Write shrunk failing scenarios here (default: <report dir>/failures, else fuzz-failures)");
   fuzz->add_option("--shrink-attempts", fuzz_flags.shrink_attempts, "Most candidate runs when shrinking one failure")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   add_report_flags(*fuzz, fuzz_flags.report);
