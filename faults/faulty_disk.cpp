@@ -30,6 +30,9 @@ const char* fault_kind_name(FaultKind kind) {
     case FaultKind::kLatency: return "latency";
     case FaultKind::kRefuseDirect: return "refuse_direct";
     case FaultKind::kBitFlip: return "bit_flip";
+    case FaultKind::kLostWrite: return "lost_write";
+    case FaultKind::kMisdirectedWrite: return "misdirected_write";
+    case FaultKind::kPowerLoss: return "power_loss";
   }
   return "unknown";
 }
@@ -63,7 +66,7 @@ Result<std::vector<FaultRule>> parse_fault_rules(const nlohmann::json& rules) {
             }
           }
         } else {
-          for (int kind = 0; kind <= static_cast<int>(FaultKind::kBitFlip); ++kind) {
+          for (int kind = 0; kind <= static_cast<int>(FaultKind::kPowerLoss); ++kind) {
             if (name == fault_kind_name(static_cast<FaultKind>(kind))) {
               out.kind = static_cast<FaultKind>(kind);
               found = true;
@@ -92,6 +95,17 @@ Result<std::vector<FaultRule>> parse_fault_rules(const nlohmann::json& rules) {
       return invalid_argument(where + ".fault: bit_flip applies to reads; found op '" +
                               fault_operation_name(out.operation) + "'");
     }
+    if ((out.kind == FaultKind::kLostWrite || out.kind == FaultKind::kMisdirectedWrite) &&
+        out.operation != FaultOperation::kWrite) {
+      return invalid_argument(where + ".fault: " + fault_kind_name(out.kind) + " applies to writes; found op '" +
+                              fault_operation_name(out.operation) + "'");
+    }
+    if (out.kind == FaultKind::kPowerLoss &&
+        (out.operation == FaultOperation::kOpen || out.operation == FaultOperation::kRead)) {
+      return invalid_argument(where + ".fault: power_loss applies to operations that change the disk (write, sync, "
+                              "rename, remove, create_directory, sync_directory); found op '" +
+                              fault_operation_name(out.operation) + "'");
+    }
     parsed.push_back(out);
   }
   return parsed;
@@ -109,6 +123,12 @@ Status fault_status(FaultKind kind, FaultOperation operation, const std::string&
 }
 
 namespace {
+
+// How far a misdirected write lands from where it was meant to.
+uint64_t misdirection_bytes(const FaultRule& rule, bool direct_io) {
+  const uint64_t bytes = rule.bytes == 0 ? 4096 : rule.bytes;
+  return direct_io ? (bytes + 4095) / 4096 * 4096 : bytes;
+}
 
 void flip_bit(std::span<std::byte> buffer, uint64_t bit) {
   if (buffer.empty()) return;
@@ -150,6 +170,13 @@ class FaultyFile final : public File {
           return data_loss("short write of " + path() + " at offset " + std::to_string(offset_bytes) + ": " +
                            std::to_string(kept) + " of " + std::to_string(data.size()) + " bytes");
         }
+        case FaultKind::kLostWrite: return Status();
+        case FaultKind::kMisdirectedWrite:
+          return inner_->write_all(offset_bytes + misdirection_bytes(decision.rule, inner_->direct_io()), data);
+        case FaultKind::kPowerLoss:
+          ZEROSIM_RETURN_IF_ERROR(inner_->write_all(offset_bytes, data));
+          return disk_.lose_power("write " + path() + " at offset " + std::to_string(offset_bytes) + " length " +
+                                  std::to_string(data.size()));
         default: return fault_status(decision.rule.kind, FaultOperation::kWrite, path(), offset_bytes, data.size());
       }
     }
@@ -160,6 +187,10 @@ class FaultyFile final : public File {
   Status truncate(uint64_t size_bytes) override { return inner_->truncate(size_bytes); }
   Status sync() override {
     const FaultyDisk::Decision decision = disk_.decide(FaultOperation::kSync, path());
+    if (decision.fires && decision.rule.kind == FaultKind::kPowerLoss) {
+      ZEROSIM_RETURN_IF_ERROR(inner_->sync());
+      return disk_.lose_power("sync " + path());
+    }
     if (decision.fires && decision.rule.kind != FaultKind::kLatency) {
       return fault_status(decision.rule.kind, FaultOperation::kSync, path(), 0, 0);
     }
@@ -201,6 +232,25 @@ class FaultyAsyncQueue final : public AsyncIoQueue {
           flips_.push_back({std::span<std::byte>(request.buffer, request.length_bytes), rule.bytes});
         }
         return inner_->submit(request);
+      case FaultKind::kLostWrite:
+        if (operation != FaultOperation::kWrite) return inner_->submit(request);
+        return Status();
+      case FaultKind::kMisdirectedWrite: {
+        if (operation != FaultOperation::kWrite) return inner_->submit(request);
+        IoRequest misdirected = request;
+        misdirected.offset_bytes += misdirection_bytes(rule, request.file->direct_io());
+        return inner_->submit(misdirected);
+      }
+      case FaultKind::kPowerLoss: {
+        ZEROSIM_RETURN_IF_ERROR(inner_->submit(request));
+        // The transfer is in flight when the power goes out: whether it reaches the disk is the
+        // simulated queue's (and then the crash's) to decide; the loss is reported at completion.
+        const Status lost = disk_.lose_power(std::string(operation == FaultOperation::kRead ? "read " : "write ") +
+                                             request.file->path() + " at offset " + std::to_string(request.offset_bytes) +
+                                             " length " + std::to_string(request.length_bytes));
+        if (pending_error_.ok()) pending_error_ = lost;
+        return Status();
+      }
       case FaultKind::kShortWrite:
       case FaultKind::kTornWrite: {
         if (operation != FaultOperation::kWrite) return inner_->submit(request);
@@ -263,6 +313,27 @@ std::vector<int64_t> FaultyDisk::fired_counts() const {
   return fired_counts_;
 }
 
+void FaultyDisk::set_power_loss_handler(std::function<void(const std::string& what)> handler) {
+  std::lock_guard lock(mutex_);
+  power_loss_handler_ = std::move(handler);
+}
+
+std::string FaultyDisk::power_loss_at() const {
+  std::lock_guard lock(mutex_);
+  return power_loss_at_;
+}
+
+Status FaultyDisk::lose_power(const std::string& what) {
+  std::function<void(const std::string&)> handler;
+  {
+    std::lock_guard lock(mutex_);
+    if (power_loss_at_.empty()) power_loss_at_ = what;
+    handler = power_loss_handler_;
+  }
+  if (handler) handler(what);
+  return io_error(what + ": the power went out during this operation (fault power_loss)");
+}
+
 FaultyDisk::Decision FaultyDisk::decide(FaultOperation operation, const std::string& path) {
   std::lock_guard lock(mutex_);
   Decision decision;
@@ -296,34 +367,37 @@ Result<std::unique_ptr<File>> FaultyDisk::open(const std::string& path, const Fi
   return std::unique_ptr<File>(new FaultyFile(*this, std::move(inner)));
 }
 
-#define ZEROSIM_FAULTY_PATH_OPERATION(operation, path)                                   \
-  do {                                                                                   \
-    const Decision decision = decide(operation, path);                                   \
-    if (decision.fires) {                                                                \
-      if (decision.rule.kind == FaultKind::kLatency) delay_us(decision.rule.latency_us); \
-      else return fault_status(decision.rule.kind, operation, path, 0, 0);               \
-    }                                                                                    \
+// A path operation under the rules: delayed, failed, or (power_loss) done and then the power
+// goes out.
+#define ZEROSIM_FAULTY_PATH_OPERATION(operation, path, name, call)                         \
+  do {                                                                                     \
+    const Decision decision = decide(operation, path);                                     \
+    if (decision.fires) {                                                                  \
+      if (decision.rule.kind == FaultKind::kPowerLoss) {                                   \
+        ZEROSIM_RETURN_IF_ERROR(call);                                                     \
+        return lose_power(std::string(name) + " " + path);                                 \
+      }                                                                                    \
+      if (decision.rule.kind == FaultKind::kLatency) delay_us(decision.rule.latency_us);   \
+      else return fault_status(decision.rule.kind, operation, path, 0, 0);                 \
+    }                                                                                      \
+    return call;                                                                           \
   } while (false)
 
 Status FaultyDisk::create_directories(const std::string& path) {
-  ZEROSIM_FAULTY_PATH_OPERATION(FaultOperation::kCreateDirectory, path);
-  return inner_.create_directories(path);
+  ZEROSIM_FAULTY_PATH_OPERATION(FaultOperation::kCreateDirectory, path, "create_directory",
+                                inner_.create_directories(path));
 }
 Status FaultyDisk::remove_file(const std::string& path) {
-  ZEROSIM_FAULTY_PATH_OPERATION(FaultOperation::kRemove, path);
-  return inner_.remove_file(path);
+  ZEROSIM_FAULTY_PATH_OPERATION(FaultOperation::kRemove, path, "remove", inner_.remove_file(path));
 }
 Status FaultyDisk::remove_tree(const std::string& path) {
-  ZEROSIM_FAULTY_PATH_OPERATION(FaultOperation::kRemove, path);
-  return inner_.remove_tree(path);
+  ZEROSIM_FAULTY_PATH_OPERATION(FaultOperation::kRemove, path, "remove", inner_.remove_tree(path));
 }
 Status FaultyDisk::rename(const std::string& from, const std::string& to) {
-  ZEROSIM_FAULTY_PATH_OPERATION(FaultOperation::kRename, from);
-  return inner_.rename(from, to);
+  ZEROSIM_FAULTY_PATH_OPERATION(FaultOperation::kRename, from, "rename", inner_.rename(from, to));
 }
 Status FaultyDisk::sync_directory(const std::string& path) {
-  ZEROSIM_FAULTY_PATH_OPERATION(FaultOperation::kSyncDirectory, path);
-  return inner_.sync_directory(path);
+  ZEROSIM_FAULTY_PATH_OPERATION(FaultOperation::kSyncDirectory, path, "sync_directory", inner_.sync_directory(path));
 }
 #undef ZEROSIM_FAULTY_PATH_OPERATION
 

@@ -12,6 +12,16 @@
 //   refuse_direct opening with O_DIRECT fails with EINVAL (as tmpfs used to)
 //   bit_flip      a read returns its data with one bit flipped: bit `bytes` of the transfer
 //                 (modulo its size), as a disk with silent corruption would
+//   lost_write    the write reports success and nothing reaches the file (TigerBeetle's and
+//                 the ZFS literature's "lost write": acknowledged, never persisted; later reads
+//                 return what was there before)
+//   misdirected_write  the write reports success but lands `bytes` bytes further into the
+//                 same file (4096 when 0; rounded up to 4096 for a direct transfer), leaving
+//                 the intended range as it was
+//   power_loss    the operation takes effect, then the power goes out: the disk's power-loss
+//                 handler runs (the simulator freezes its disk, so this operation and every
+//                 one before it that was not made durable get a crash fate) and the operation
+//                 fails. A crash in the middle of any write, fsync or rename a save makes.
 // A latency rule may also give bandwidth_mb_per_s: a read or write then takes latency_us plus
 // its size at that bandwidth (MB = 10^6 bytes), which is how the simulator models a disk on
 // its virtual clock.
@@ -32,7 +42,18 @@
 namespace zerosim {
 
 enum class FaultOperation { kOpen, kRead, kWrite, kSync, kRename, kRemove, kCreateDirectory, kSyncDirectory };
-enum class FaultKind { kIoError, kNoSpace, kShortWrite, kTornWrite, kLatency, kRefuseDirect, kBitFlip };
+enum class FaultKind {
+  kIoError,
+  kNoSpace,
+  kShortWrite,
+  kTornWrite,
+  kLatency,
+  kRefuseDirect,
+  kBitFlip,
+  kLostWrite,
+  kMisdirectedWrite,
+  kPowerLoss
+};
 
 const char* fault_operation_name(FaultOperation operation);
 const char* fault_kind_name(FaultKind kind);
@@ -62,6 +83,13 @@ class FaultyDisk final : public Disk {
 
   // How many times each rule fired, in rule order.
   std::vector<int64_t> fired_counts() const;
+  // What a power_loss rule does once its operation took effect (the simulator freezes its
+  // disk). Without one, power_loss fails the operation as io_error does.
+  void set_power_loss_handler(std::function<void(const std::string& what)> handler);
+  // The operation a power_loss rule fired at ("write /c/global_step4/manifest.json.tmp"), or empty.
+  std::string power_loss_at() const;
+  // Runs the handler for the operation `what`; the error the operation returns.
+  Status lose_power(const std::string& what);
 
   // The fault to apply to this operation on this path, if a rule fires (counts the match).
   struct Decision {
@@ -91,6 +119,8 @@ class FaultyDisk final : public Disk {
   mutable std::mutex mutex_;
   std::vector<int64_t> match_counts_;
   std::vector<int64_t> fired_counts_;
+  std::function<void(const std::string&)> power_loss_handler_;
+  std::string power_loss_at_;
 };
 
 // The error a fault produces, naming the operation, path, offset and length.

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <deque>
+#include <mutex>
 
 #include "core/checkpoint/commit.h"
 #include "core/checkpoint/manifest.h"
@@ -23,7 +25,92 @@ Status require_string_list(const json& value, const std::string& where) {
   return Status();
 }
 
+Result<uint64_t> non_negative(const json& object, const char* key, const std::string& where) {
+  if (!object.contains(key)) return uint64_t{0};
+  const json& value = object[key];
+  if (!value.is_number_integer() || value.get<int64_t>() < 0) {
+    return invalid_argument(where + "." + key + ": expected an integer >= 0, found " + value.dump());
+  }
+  return value.get<uint64_t>();
+}
+
+Status parse_object_action(const json& action, const std::string& where, Scenario& scenario) {
+  if (action.contains("sigterm_at_step")) {
+    if (action.size() != 1) return invalid_argument(where + ": sigterm_at_step takes no other key");
+    const json& step = action["sigterm_at_step"];
+    if (!step.is_number_integer()) return invalid_argument(where + ".sigterm_at_step: expected a step");
+    if (scenario.sigterm_at_step) return invalid_argument(where + ": a second sigterm_at_step");
+    scenario.sigterm_at_step = step.get<int64_t>();
+    return Status();
+  }
+  if (!action.contains("damage")) {
+    return invalid_argument(where + ": expected {\"damage\": ...} or {\"sigterm_at_step\": N}, found " + action.dump());
+  }
+  AtRestDamage damage;
+  const std::vector<std::string_view> kinds = {"flip_bit", "truncate", "remove", "stale_copy", "other_rank"};
+  for (const auto& [key, value] : action.items()) {
+    const std::string at = where + "." + key;
+    if (key == "damage" || key == "file" || key == "tag") {
+      if (!value.is_string()) return invalid_argument(at + ": expected a string, found " + value.dump());
+      const std::string text = value.get<std::string>();
+      if (key == "damage") {
+        const auto found = std::find(kinds.begin(), kinds.end(), text);
+        if (found == kinds.end()) return invalid_argument(at + ": unknown damage '" + text + "'; " + unknown_key_hint(text, kinds));
+        damage.kind = static_cast<AtRestDamage::Kind>(found - kinds.begin());
+      } else if (key == "file") {
+        if (text != "shard" && text != "manifest" && text != "latest") {
+          return invalid_argument(at + ": expected shard, manifest or latest, found '" + text + "'");
+        }
+        damage.file = text;
+      } else {
+        if (text != "newest" && text != "previous") return invalid_argument(at + ": expected newest or previous, found '" + text + "'");
+        damage.tag = text;
+      }
+    } else if (key == "rank" || key == "from_rank") {
+      if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() > 1 << 20) {
+        return invalid_argument(at + ": expected a rank, found " + value.dump());
+      }
+      (key == "rank" ? damage.rank : damage.from_rank) = value.get<int>();
+    } else if (key == "bit" || key == "keep_bytes") {
+      ZEROSIM_ASSIGN_OR_RETURN(const uint64_t number, non_negative(action, key.c_str(), where));
+      (key == "bit" ? damage.bit : damage.keep_bytes) = number;
+    } else {
+      return invalid_argument(at + ": unknown key; " +
+                              unknown_key_hint(key, {"damage", "file", "tag", "rank", "from_rank", "bit", "keep_bytes"}));
+    }
+  }
+  const bool copies = damage.kind == AtRestDamage::Kind::kStaleCopy || damage.kind == AtRestDamage::Kind::kOtherRank;
+  if (copies && damage.file == "latest") return invalid_argument(where + ": " + damage.describe() + ": latest is not a file of a tag");
+  if (damage.kind == AtRestDamage::Kind::kOtherRank && (damage.file != "shard" || damage.from_rank == damage.rank)) {
+    return invalid_argument(where + ": other_rank copies another rank's shard: file shard, from_rank != rank");
+  }
+  if (damage.file == "latest" && damage.tag != "newest") return invalid_argument(where + ": latest belongs to no tag: tag newest");
+  scenario.damage.push_back(damage);
+  return Status();
+}
+
 }  // namespace
+
+const char* at_rest_damage_kind_name(AtRestDamage::Kind kind) {
+  switch (kind) {
+    case AtRestDamage::Kind::kFlipBit: return "flip_bit";
+    case AtRestDamage::Kind::kTruncate: return "truncate";
+    case AtRestDamage::Kind::kRemove: return "remove";
+    case AtRestDamage::Kind::kStaleCopy: return "stale_copy";
+    case AtRestDamage::Kind::kOtherRank: return "other_rank";
+  }
+  return "unknown";
+}
+
+std::string AtRestDamage::describe() const {
+  std::string text = std::string(at_rest_damage_kind_name(kind)) + " " + file;
+  if (file == "shard") text += " of rank " + std::to_string(rank);
+  if (file != "latest") text += " of the " + tag + " tag";
+  if (kind == Kind::kFlipBit) text += " (bit " + std::to_string(bit) + ")";
+  if (kind == Kind::kTruncate) text += " (to " + std::to_string(keep_bytes) + " bytes)";
+  if (kind == Kind::kOtherRank) text += " (from rank " + std::to_string(from_rank) + ")";
+  return text;
+}
 
 Result<Scenario> scenario_from_json(const json& document, const std::string& source_name) {
   Scenario scenario;
@@ -63,16 +150,54 @@ Result<Scenario> scenario_from_json(const json& document, const std::string& sou
   ZEROSIM_RETURN_IF_ERROR(resume_options_for(schedule, source_name).status());
   if (document.contains("operator_actions")) {
     const std::string where = source_name + ": operator_actions";
-    ZEROSIM_RETURN_IF_ERROR(require_string_list(document["operator_actions"], where));
-    for (const json& action : document["operator_actions"]) {
+    if (!document["operator_actions"].is_array()) return invalid_argument(where + ": expected a list of actions");
+    for (size_t i = 0; i < document["operator_actions"].size(); ++i) {
+      const json& action = document["operator_actions"][i];
+      const std::string at = where + "[" + std::to_string(i) + "]";
+      if (action.is_object()) {
+        ZEROSIM_RETURN_IF_ERROR(parse_object_action(action, at, scenario));
+        continue;
+      }
+      if (!action.is_string()) return invalid_argument(at + ": expected a name or an object, found " + action.dump());
       const std::string name = action.get<std::string>();
       if (name == "delete_swap_directory") scenario.operator_actions.push_back(OperatorAction::kDeleteSwapDirectory);
       else if (name == "point_latest_at_partial_tag") scenario.operator_actions.push_back(OperatorAction::kPointLatestAtPartialTag);
       else {
-        return invalid_argument(where + ": unknown action '" + name + "'; " +
+        return invalid_argument(at + ": unknown action '" + name + "'; " +
                                 unknown_key_hint(name, {"delete_swap_directory", "point_latest_at_partial_tag"}));
       }
     }
+    if (scenario.sigterm_at_step &&
+        (*scenario.sigterm_at_step < 1 || *scenario.sigterm_at_step >= scenario.run.explored_save_step)) {
+      return invalid_argument(where + ": sigterm_at_step: " + std::to_string(*scenario.sigterm_at_step) +
+                              " is not a step of the first phase before its last (1 to " +
+                              std::to_string(scenario.run.explored_save_step - 1) + ")");
+    }
+    for (const AtRestDamage& damage : scenario.damage) {
+      for (int rank : {damage.rank, damage.from_rank}) {
+        if (rank >= scenario.run.options.world_size) {
+          return invalid_argument(where + ": " + damage.describe() + ": rank " + std::to_string(rank) +
+                                  " did not save (the first phase has " + std::to_string(scenario.run.options.world_size) +
+                                  " ranks)");
+        }
+      }
+    }
+  }
+  if (document.contains("resume_changes")) {
+    const json& changes = document["resume_changes"];
+    const std::string where = source_name + ": resume_changes";
+    if (!changes.is_object() || changes.empty()) return invalid_argument(where + ": expected an object of seed, dataset_size, model");
+    json restart = document;
+    for (const auto& [key, value] : changes.items()) {
+      if (key != "seed" && key != "dataset_size" && key != "model") {
+        return invalid_argument(where + "." + key + ": unknown key; " + unknown_key_hint(key, {"seed", "dataset_size", "model"}));
+      }
+      restart[key] = value;
+    }
+    restart.erase("resume_changes");
+    Result<CrashScenario> resolved = crash_scenario_from_json(restart, source_name);
+    if (!resolved.ok()) return invalid_argument(where + ": " + resolved.status().message());
+    scenario.resume_settings = resolved->options;
   }
   if (document.contains("defects")) {
     const std::string where = source_name + ": defects";
@@ -163,12 +288,30 @@ namespace {
 // passes every hit on. Only a count that does not depend on thread timing is reported: the
 // crashing rank's own (its hits before its crash are fixed), or with no crash point the
 // smallest (ranks stop together at a collective).
+// It also keeps the durability record: the step of each save rank 0 began, and which of them
+// returned (rank 0 published its `latest`; saves commit in order, async ones too), and it
+// delivers a scenario's SIGTERM at rank 0's end of the chosen step.
 class StepCountingHook final : public CrashPointHook {
  public:
-  StepCountingHook(CrashPointHook& inner, int world_size)
-      : inner_(inner), steps_(static_cast<size_t>(world_size)) {}
+  StepCountingHook(CrashPointHook& inner, int world_size, std::optional<int64_t> sigterm_at_step,
+                   std::atomic<bool>* stop_requested)
+      : inner_(inner), steps_(static_cast<size_t>(world_size)), sigterm_at_step_(sigterm_at_step),
+        stop_requested_(stop_requested) {}
   void hit(std::string_view site, int rank) override {
-    if (site == "engine.step_end") steps_[static_cast<size_t>(rank)].fetch_add(1);
+    if (site == "engine.step_end") {
+      const int64_t steps = steps_[static_cast<size_t>(rank)].fetch_add(1) + 1;
+      if (rank == 0 && sigterm_at_step_ && steps == *sigterm_at_step_) stop_requested_->store(true);
+    }
+    if (rank == 0 && site == "ckpt.save_begin") {
+      std::lock_guard lock(mutex_);
+      saves_begun_.push_back(steps_[0].load());
+    } else if (rank == 0 && site == "ckpt.latest_published") {
+      std::lock_guard lock(mutex_);
+      if (!saves_begun_.empty()) {
+        committed_step_ = saves_begun_.front();
+        saves_begun_.pop_front();
+      }
+    }
     inner_.hit(site, rank);
   }
   int64_t steps_of(int rank) const { return steps_[static_cast<size_t>(rank)].load(); }
@@ -177,10 +320,20 @@ class StepCountingHook final : public CrashPointHook {
     for (const std::atomic<int64_t>& steps : steps_) fewest = std::min(fewest, steps.load());
     return fewest;
   }
+  // The step of the newest save that returned, -1 when none did.
+  int64_t committed_step() const {
+    std::lock_guard lock(mutex_);
+    return committed_step_;
+  }
 
  private:
   CrashPointHook& inner_;
   std::vector<std::atomic<int64_t>> steps_;
+  std::optional<int64_t> sigterm_at_step_;
+  std::atomic<bool>* stop_requested_;
+  mutable std::mutex mutex_;
+  std::deque<int64_t> saves_begun_;
+  int64_t committed_step_ = -1;
 };
 
 Status apply_operator_action(OperatorAction action, const TrainingOptions& options, const std::string& checkpoint_directory,
@@ -200,6 +353,111 @@ Status apply_operator_action(OperatorAction action, const TrainingOptions& optio
   return publish_latest_tag(disk, checkpoint_directory, tag);
 }
 
+// What apply_damage did: the damaged file and its tag ("" for `latest`), or why nothing was.
+struct AppliedDamage {
+  bool applied = false;
+  std::string tag;
+  std::string path;
+  std::string describe;
+};
+
+Result<std::vector<std::byte>> read_whole(SimDisk& disk, const std::string& path) {
+  ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<File> file, disk.open(path, FileOpenOptions{}));
+  ZEROSIM_ASSIGN_OR_RETURN(uint64_t size, file->size_bytes());
+  std::vector<std::byte> bytes(size);
+  ZEROSIM_RETURN_IF_ERROR(file->read_exact(0, bytes));
+  ZEROSIM_RETURN_IF_ERROR(file->close());
+  return bytes;
+}
+
+// Damages the durable disk as the scenario says, durably (the restart finds it).
+Result<AppliedDamage> apply_damage(const AtRestDamage& damage, int world_size, const std::string& checkpoint_directory,
+                                   SimDisk& disk) {
+  AppliedDamage applied;
+  applied.describe = damage.describe();
+  // The newest tag: the one a restart would load (what `latest` names when it is complete).
+  std::string newest;
+  if (Result<std::string> resolved = resolve_checkpoint_tag(disk, checkpoint_directory, "latest", nullptr); resolved.ok()) {
+    newest = resolved.value();
+  }
+  std::string tag = newest;
+  if (damage.tag == "previous" && !newest.empty()) {
+    ZEROSIM_ASSIGN_OR_RETURN(std::vector<std::string> complete, list_complete_tags(disk, checkpoint_directory));
+    const auto at = std::find(complete.begin(), complete.end(), newest);
+    tag = at == complete.begin() || at == complete.end() ? std::string() : *(at - 1);
+  }
+  if (damage.file != "latest" && tag.empty()) {
+    applied.describe += ": not done, no such tag on the disk";
+    return applied;
+  }
+  auto file_of = [&](const std::string& of_tag, int rank) {
+    if (damage.file == "latest") return checkpoint_directory + "/latest";
+    if (damage.file == "manifest") return checkpoint_directory + "/" + of_tag + "/" + kManifestFileName;
+    return checkpoint_directory + "/" + of_tag + "/" + shard_file_name(rank, world_size);
+  };
+  applied.path = file_of(tag, damage.rank);
+  applied.tag = damage.file == "latest" ? std::string() : tag;
+  ZEROSIM_ASSIGN_OR_RETURN(bool exists, disk.exists(applied.path));
+  if (!exists) {
+    applied.describe += ": not done, " + applied.path + " does not exist";
+    return applied;
+  }
+  std::optional<std::vector<std::byte>> content;
+  switch (damage.kind) {
+    case AtRestDamage::Kind::kRemove:
+      ZEROSIM_RETURN_IF_ERROR(disk.remove_file(applied.path));
+      ZEROSIM_RETURN_IF_ERROR(disk.sync_directory(applied.path.substr(0, applied.path.find_last_of('/'))));
+      break;
+    case AtRestDamage::Kind::kFlipBit:
+    case AtRestDamage::Kind::kTruncate: {
+      ZEROSIM_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, read_whole(disk, applied.path));
+      if (bytes.empty()) {
+        applied.describe += ": not done, " + applied.path + " is empty";
+        return applied;
+      }
+      if (damage.kind == AtRestDamage::Kind::kFlipBit) {
+        const uint64_t bit = damage.bit % (bytes.size() * 8);
+        bytes[bit / 8] ^= static_cast<std::byte>(1u << (bit % 8));
+      } else {
+        bytes.resize(std::min<uint64_t>(damage.keep_bytes % bytes.size(), bytes.size() - 1));
+      }
+      content = std::move(bytes);
+      break;
+    }
+    case AtRestDamage::Kind::kStaleCopy:
+    case AtRestDamage::Kind::kOtherRank: {
+      std::string source;
+      if (damage.kind == AtRestDamage::Kind::kOtherRank) {
+        source = file_of(tag, damage.from_rank);
+      } else {
+        ZEROSIM_ASSIGN_OR_RETURN(std::vector<std::string> complete, list_complete_tags(disk, checkpoint_directory));
+        const auto at = std::find(complete.begin(), complete.end(), tag);
+        if (at == complete.begin() || at == complete.end()) {
+          applied.describe += ": not done, no older tag to copy from";
+          return applied;
+        }
+        source = file_of(*(at - 1), damage.rank);
+      }
+      ZEROSIM_ASSIGN_OR_RETURN(bool source_exists, disk.exists(source));
+      if (!source_exists) {
+        applied.describe += ": not done, " + source + " does not exist";
+        return applied;
+      }
+      ZEROSIM_ASSIGN_OR_RETURN(content, read_whole(disk, source));
+      break;
+    }
+  }
+  if (content) {
+    ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<File> file, disk.open(applied.path, {OpenMode::kCreateTruncate}));
+    if (!content->empty()) ZEROSIM_RETURN_IF_ERROR(file->write_all(0, *content));
+    ZEROSIM_RETURN_IF_ERROR(file->sync());
+    ZEROSIM_RETURN_IF_ERROR(file->close());
+  }
+  applied.applied = true;
+  applied.describe += ": " + applied.path;
+  return applied;
+}
+
 }  // namespace
 
 Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& extra_defects, ReferenceCache* cache) {
@@ -215,6 +473,11 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
     const int64_t accumulation = resume_options.config.gradient_accumulation_steps;
     resume_options.config = *scenario.resume_config;
     resume_options.config.gradient_accumulation_steps = accumulation;
+  }
+  if (scenario.resume_settings) {
+    resume_options.model = scenario.resume_settings->model;
+    resume_options.data = scenario.resume_settings->data;
+    resume_options.seed = scenario.resume_settings->seed;
   }
   ScenarioVerdict verdict;
   verdict.name = scenario.name;
@@ -238,6 +501,12 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
   CheckpointPlan saving;
   saving.save_directory = run.checkpoint_directory;
   saving.save_every_steps = run.save_every_steps;
+  std::atomic<bool> sigterm{false};
+  bool storage_lied = false;  // a lost, misdirected or torn write fired: acknowledged, not persisted
+  if (scenario.sigterm_at_step) {
+    saving.stop_requested = &sigterm;
+    saving.save_on_stop = true;  // zerosim train --save-on-signal
+  }
   {
     std::unique_ptr<CrashPointHook> hook;
     VirtualTimeCrash* timed = nullptr;
@@ -256,13 +525,44 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
       hook = std::make_unique<NoCrashPoints>();
       verdict.crash = "killed after step " + std::to_string(run.explored_save_step);
     }
-    StepCountingHook counting(*hook, options.world_size);
+    StepCountingHook counting(*hook, options.world_size, scenario.sigterm_at_step, &sigterm);
     SimWorld world(disk, options.world_size, scenario.fault_plan, counting, &defects);
     if (timed != nullptr) timed->attach(world);
     const Result<TrainingRun> first = run_training(options, run.explored_save_step, world.seams(), saving);
-    if (!first.ok() && verdict.crash.rfind("killed", 0) == 0) verdict.crash = "stopped by " + first.status().to_string();
+    const std::string power_lost_at = world.faulty_disk().power_loss_at();
+    const bool plans_power_loss =
+        std::any_of(scenario.fault_plan.disk_faults.begin(), scenario.fault_plan.disk_faults.end(),
+                    [](const FaultRule& rule) { return rule.kind == FaultKind::kPowerLoss; });
+    if (!power_lost_at.empty()) {
+      verdict.crash = "power lost during " + power_lost_at;
+    } else if (first.ok() && first->stopped_early) {
+      verdict.crash = "SIGTERM in step " + std::to_string(*scenario.sigterm_at_step) + ", saved on the signal and exited";
+    } else if (!first.ok() && verdict.crash.rfind("killed", 0) == 0) {
+      verdict.crash = "stopped by " + first.status().to_string();
+    }
     verdict.steps_before_crash = scenario.fault_plan.crash_point ? counting.steps_of(scenario.fault_plan.crash_point->rank)
                                                                  : counting.fewest_steps();
+    verdict.committed_step = counting.committed_step();
+    const std::vector<int64_t> fired = world.faulty_disk().fired_counts();
+    for (size_t i = 0; i < fired.size(); ++i) {
+      const FaultKind kind = scenario.fault_plan.disk_faults[i].kind;
+      if (fired[i] > 0 && (kind == FaultKind::kLostWrite || kind == FaultKind::kMisdirectedWrite || kind == FaultKind::kTornWrite)) {
+        storage_lied = true;
+      }
+    }
+    if (plans_power_loss && power_lost_at.empty()) {
+      verdict.outcome = "the first phase " + (first.ok() ? std::string("ended") : "stopped by " + first.status().to_string()) +
+                        " without reaching the power_loss fault of its plan";
+      verdict.diagnosis = "the power_loss disk fault never fired (its occurrence is past the first phase's operations?)";
+      return verdict;
+    }
+    if (scenario.sigterm_at_step && !(first.ok() && first->stopped_early)) {
+      verdict.outcome = "the first phase " + (first.ok() ? std::string("ended") : "stopped by " + first.status().to_string()) +
+                        " without stopping on the SIGTERM of step " + std::to_string(*scenario.sigterm_at_step);
+      verdict.diagnosis = "the run did not stop on SIGTERM (--save-on-signal) in step " +
+                          std::to_string(*scenario.sigterm_at_step);
+      return verdict;
+    }
     if (scripted != nullptr && !scripted->fired()) {
       // A crash the plan asked for and the run never reached: nothing was tested.
       verdict.outcome = "the first phase " + (first.ok() ? std::string("ended") : "stopped by " + first.status().to_string()) +
@@ -279,6 +579,13 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
   for (OperatorAction action : scenario.operator_actions) {
     ZEROSIM_RETURN_IF_ERROR(apply_operator_action(action, options, run.checkpoint_directory, disk));
   }
+  std::vector<AppliedDamage> damaged;
+  for (const AtRestDamage& damage : scenario.damage) {
+    ZEROSIM_ASSIGN_OR_RETURN(AppliedDamage applied, apply_damage(damage, options.world_size, run.checkpoint_directory, disk));
+    verdict.damage += (verdict.damage.empty() ? "" : "; ") + applied.describe;
+    if (applied.applied) damaged.push_back(std::move(applied));
+  }
+  if (!verdict.damage.empty()) verdict.crash += ", then at-rest damage: " + verdict.damage;
   // The disk as the restart finds it, kept for a second resume that captures the full state.
   const std::unique_ptr<SimDisk> restart_disk = disk.clone();
 
@@ -295,7 +602,28 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
     verdict.outcome = "refused: " + resumed.status().to_string();
     verdict.passed = !scenario.expect_error.empty() &&
                      resumed.status().message().find(scenario.expect_error) != std::string::npos;
-    verdict.diagnosis = verdict.passed ? "" : "the resume failed: " + resumed.status().to_string();
+    // Damage at rest may be refused, by a message that names the damaged file.
+    const std::string* named = nullptr;
+    for (const AppliedDamage& damage : damaged) {
+      if (resumed.status().message().find(damage.path) != std::string::npos) named = &damage.path;
+    }
+    if (!verdict.passed && scenario.expect_error.empty() && named != nullptr) {
+      verdict.passed = true;
+      verdict.outcome += " (names the damaged file " + *named + ")";
+    }
+    // Storage that acknowledged a write it did not persist damaged a checkpoint: a refusal as
+    // damage (kDataLoss) naming a file of that checkpoint is right.
+    const std::string committed_directory =
+        run.checkpoint_directory + "/" + checkpoint_tag_for_step(verdict.committed_step) + "/";
+    if (!verdict.passed && scenario.expect_error.empty() && storage_lied && verdict.committed_step >= 0 &&
+        resumed.status().code() == StatusCode::kDataLoss &&
+        resumed.status().message().find(committed_directory) != std::string::npos) {
+      verdict.passed = true;
+      verdict.outcome += " (names a file of " + committed_directory + ", which a lying write damaged)";
+    }
+    verdict.diagnosis = verdict.passed ? ""
+                        : "the resume failed: " + resumed.status().to_string() +
+                              (damaged.empty() ? "" : " (without naming the damaged file " + damaged.front().path + ")");
     return verdict;
   }
   verdict.notes = resumed->notes;
@@ -360,8 +688,40 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
                     (elastic_deepspeed && !divergence.found
                          ? " (deepspeed numerics: the run at W up to the load, then the clean checkpoint's W' continuation)"
                          : "");
+  // Durability: the resume starts from the newest save that returned before the crash, unless
+  // the restart asked for a tag, or damage at rest took that checkpoint (and a warning says so).
+  const std::string loaded_tag = checkpoint_tag_for_step(verdict.resumed_at);
+  std::string damage_finding;
+  bool warned_of_damage = false;
+  // A lying write may take the newest checkpoint too; then the fallback must say so.
+  if (storage_lied && verdict.committed_step >= 0) {
+    for (const std::string& note : resumed->notes) {
+      if (note.rfind("warning:", 0) == 0 &&
+          note.find("'" + checkpoint_tag_for_step(verdict.committed_step) + "'") != std::string::npos) {
+        warned_of_damage = true;
+      }
+    }
+  }
+  for (const AppliedDamage& damage : damaged) {
+    if (damage.tag == loaded_tag) {
+      damage_finding = "loaded the damaged checkpoint " + loaded_tag + " (" + damage.describe + ") without refusing it";
+    }
+    for (const std::string& note : resumed->notes) {
+      if (note.rfind("warning:", 0) == 0 && !damage.tag.empty() && note.find("'" + damage.tag + "'") != std::string::npos) {
+        warned_of_damage = true;
+      }
+    }
+  }
+  const bool lost_work = scenario.resume_tag == "latest" && scenario.expect_resumed_at_step < 0 &&
+                         verdict.resumed_at < verdict.committed_step && !warned_of_damage;
   if (!scenario.expect_error.empty()) {
     verdict.diagnosis = "expected a refusal containing '" + scenario.expect_error + "', but the run resumed";
+  } else if (!damage_finding.empty()) {
+    verdict.diagnosis = damage_finding;
+  } else if (lost_work) {
+    verdict.diagnosis = "lost work: the save of step " + std::to_string(verdict.committed_step) +
+                        " returned before the crash, but the resume started at step " + std::to_string(verdict.resumed_at) +
+                        (damaged.empty() ? "" : " with no warning naming the damaged tag");
   } else if (scenario.expect_resumed_at_step >= 0 && verdict.resumed_at != scenario.expect_resumed_at_step) {
     verdict.diagnosis = "expected the resume to start at step " + std::to_string(scenario.expect_resumed_at_step) +
                         " (tag " + scenario.resume_tag + "), it started at step " + std::to_string(verdict.resumed_at);

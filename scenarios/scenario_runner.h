@@ -5,7 +5,13 @@
 // The scenario file is the explorer's (scenario_file.h) plus:
 //   "name", "description"
 //   "fault_plan": a fault plan (sim/sim_world.h): costs, disk_faults, crash
-//   "operator_actions": ["delete_swap_directory", "point_latest_at_partial_tag"]
+//   "operator_actions": ["delete_swap_directory", "point_latest_at_partial_tag",
+//       {"sigterm_at_step": 5},   the first phase gets SIGTERM in step 5 and saves on it
+//                                 (zerosim train --save-on-signal), then exits
+//       {"damage": "flip_bit", "file": "shard", "tag": "newest", "rank": 1, "bit": 4242}]
+//                                 at-rest damage between the power loss and the restart (AtRestDamage)
+//   "resume_changes": {"seed": 8, "dataset_size": 50, "model": "6,4,3"}: what the operator
+//       changed for the restart (a change that breaks resume must be refused)
 //   "defects": ["scheduler_not_restored", ...] (zerosim defects lists the names)
 //   "expect": {"bit_identical": true} or {"error": "a part of the refusal's message"}
 //   "expect": {"resumed_at_step": 2} as well: the step the resume must start from
@@ -32,12 +38,36 @@ namespace zerosim {
 
 enum class OperatorAction { kDeleteSwapDirectory, kPointLatestAtPartialTag };
 
+// Damage to a checkpoint at rest, between the power loss and the restart: a flipped bit, a
+// truncated or removed file, a stale copy of the same file from the previous tag, or another
+// rank's shard under this rank's name. Its target: the shard of `rank`, the manifest, or the
+// `latest` pointer, of the newest tag (the one the restart would load) or of the previous
+// complete tag. The oracle (run_scenario) then accepts a refusal whose message names the
+// damaged file, or a resume from an undamaged tag that is bit-identical and, when it loses
+// work, says so in a warning naming the damaged tag; never a resume from the damaged tag.
+struct AtRestDamage {
+  enum class Kind { kFlipBit, kTruncate, kRemove, kStaleCopy, kOtherRank };
+  Kind kind = Kind::kFlipBit;
+  std::string file = "shard";  // shard, manifest, latest
+  std::string tag = "newest";  // newest, previous
+  int rank = 0;                // file "shard": whose shard
+  int from_rank = 0;           // kOtherRank: whose shard is copied over it
+  uint64_t bit = 0;            // kFlipBit: which bit (modulo the file's size in bits)
+  uint64_t keep_bytes = 0;     // kTruncate: the size left
+  std::string describe() const;
+};
+const char* at_rest_damage_kind_name(AtRestDamage::Kind kind);
+
 struct Scenario {
   std::string name;
   std::string description;
   CrashScenario run;  // options, world sizes, steps, save schedule, seed, defects
   FaultPlan fault_plan;
   std::vector<OperatorAction> operator_actions;
+  std::vector<AtRestDamage> damage;       // after the operator actions, in order
+  std::optional<int64_t> sigterm_at_step;  // the first phase is stopped by SIGTERM in this step
+  // The restart's run settings when the operator changed them (resume_changes): model, data, seed.
+  std::optional<TrainingOptions> resume_settings;
   bool expect_bit_identical = true;
   std::string expect_error;  // when set: the resume must be refused with this in its message
   int64_t expect_resumed_at_step = -1;  // when >= 0: the step the resume must start from
@@ -71,8 +101,15 @@ struct ScenarioVerdict {
   std::string crash;              // what ended the first phase: "crash at engine.step_end@rank0#5", ...
   int64_t steps_before_crash = 0;  // steps the first phase completed
   std::vector<std::string> notes;  // the resumed run's notes (warnings, fallbacks)
+  // Durability: the step of the newest save that returned (its `latest` was published) before
+  // the crash (-1: none), and the damage done at rest ("" when none).
+  int64_t committed_step = -1;
+  std::string damage;
 };
 
+// The oracle, beyond the expectation: a resume that starts before the newest save that returned
+// before the crash lost work, and fails (unless the resume asked for another tag, or at-rest
+// damage to that checkpoint explains it in a warning); see AtRestDamage for damage.
 // `extra_defects` are switched on in addition to the scenario's own (zerosim run --defect).
 // A divergence in a component of the state is narrowed down to its first element by running
 // the reference and the resume once more, capturing the full state at that step.

@@ -142,6 +142,8 @@ SimWorld::SimWorld(SimDisk& disk, int world_size, const FaultPlan& plan, CrashPo
   // The plan's faults wrap the shared disk (occurrences count over all ranks); they need no
   // delay of their own, latency is charged per rank below.
   faulty_disk_ = std::make_unique<FaultyDisk>(disk, plan.disk_faults, [](uint64_t) {});
+  // A power_loss rule: the operation took effect, now the power goes out (as a crash point does).
+  faulty_disk_->set_power_loss_handler([&disk](const std::string&) { disk.freeze(); });
   for (int rank = 0; rank < world_size; ++rank) {
     collective_traces_.push_back(std::make_unique<std::atomic<uint64_t>>(0));
     clocks_.push_back(std::make_unique<SimClock>());

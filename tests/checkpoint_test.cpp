@@ -498,6 +498,7 @@ class CheckpointLoader : public ::testing::Test {
     const std::vector<char> bytes = file_bytes(path);
     nlohmann::json manifest = nlohmann::json::parse(bytes.begin(), bytes.end());
     edit(manifest);
+    zerosim::seal_manifest(manifest);  // an edit made as the writer would seal it: validation's turn
     const std::string text = manifest.dump();
     write_bytes(path, std::vector<char>(text.begin(), text.end()));
   }
@@ -608,6 +609,7 @@ TEST_F(CheckpointLoader, HostileManifestsAreRefusedWithoutCrashingOrAllocating) 
   const std::vector<char> bytes = file_bytes(other);
   nlohmann::json manifest = nlohmann::json::parse(bytes.begin(), bytes.end());
   manifest["model"]["layer_widths"] = std::vector<int64_t>(3000000, 1000);
+  zerosim::seal_manifest(manifest);
   const std::string text = manifest.dump();
   write_bytes(other, std::vector<char>(text.begin(), text.end()));
   RealEnv real_env;

@@ -218,6 +218,18 @@ Result<CheckpointManifest> manifest_from_json(const json& document, const std::s
   const ManifestReader reader(path);
   if (!document.is_object()) return reader.error("(document)", "expected a JSON object");
   CheckpointManifest manifest;
+  // Every key is one a writer of this format puts there: another is a damaged name (the key it
+  // stood for is then missing, or it was the optional seal), never something to ignore.
+  static constexpr std::string_view kTopLevelKeys[] = {
+      "format", "format_version", "zerosim_version", "tag", "config", "config_hash", "model", "data", "seed",
+      "precision", "optimizer", "train_batch_size", "micro_batch_size", "layout", "counters", "scheduler",
+      "loss_scaler", "rng", "data_position", "shards", kManifestChecksumKey};
+  for (const auto& [key, value] : document.items()) {
+    if (std::find(std::begin(kTopLevelKeys), std::end(kTopLevelKeys), key) == std::end(kTopLevelKeys)) {
+      return data_loss(path + ": " + key + ": unknown key (no writer of format version " +
+                       std::to_string(kCheckpointFormatVersion) + " writes it: a damaged manifest?)");
+    }
+  }
   ZEROSIM_ASSIGN_OR_RETURN(std::string format, reader.text(document, "", "format"));
   if (format != kCheckpointFormatName) {
     return reader.error("format", std::string("expected '") + kCheckpointFormatName + "', found '" + format + "'");
@@ -360,6 +372,24 @@ Result<CheckpointManifest> manifest_from_json(const json& document, const std::s
   return manifest;
 }
 
+namespace {
+std::string manifest_seal_of(nlohmann::json manifest) {
+  manifest.erase(kManifestChecksumKey);
+  return xxh3_128_hex(manifest.dump());
+}
+}  // namespace
+
+void seal_manifest(nlohmann::json& manifest) { manifest[kManifestChecksumKey] = manifest_seal_of(manifest); }
+
+Status check_manifest_seal(const nlohmann::json& manifest, const std::string& path) {
+  if (!manifest.is_object() || !manifest.contains(kManifestChecksumKey)) return Status();
+  const nlohmann::json& recorded = manifest[kManifestChecksumKey];
+  const std::string expected = manifest_seal_of(manifest);
+  if (recorded.is_string() && recorded.get<std::string>() == expected) return Status();
+  return data_loss(path + ": " + kManifestChecksumKey + ": the manifest does not match its own checksum (recorded " +
+                   recorded.dump() + ", content hashes to " + expected + "): damaged at rest");
+}
+
 Result<CheckpointManifest> read_manifest(Disk& disk, const std::string& tag_directory) {
   const std::string path = tag_directory + "/" + kManifestFileName;
   ZEROSIM_ASSIGN_OR_RETURN(bool exists, disk.exists(path));
@@ -373,6 +403,7 @@ Result<CheckpointManifest> read_manifest(Disk& disk, const std::string& tag_dire
   ZEROSIM_RETURN_IF_ERROR(check_json_nesting(text, kMaxManifestJsonDepth, path));
   json document = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (document.is_discarded()) return data_loss(path + ": not valid JSON (torn or corrupted manifest)");
+  ZEROSIM_RETURN_IF_ERROR(check_manifest_seal(document, path));
   return manifest_from_json(document, path);
 }
 

@@ -15,6 +15,12 @@
 // its size; the checksums are checked when the shards are read. The manifest is written last,
 // so a tag without one is a save that never committed.
 //
+// The manifest seals itself: "manifest_xxh3_128" is the XXH3-128 of the rest of the document
+// (compact JSON, keys sorted), so that damage at rest that leaves valid JSON (a flipped digit
+// of the loss scale, of a shard's checksum) is refused as damage, naming the manifest, instead
+// of being loaded as state. A manifest without the key (written before it existed) is read
+// as before.
+//
 // Validation trusts nothing in the file: the format name and version, every count, every
 // path (a plain file name inside the tag directory: no '/', no "..", nothing absolute) and the
 // layout's consistency are checked, and every error names the file and the key.
@@ -94,6 +100,11 @@ struct CheckpointManifest {
 };
 
 nlohmann::json manifest_to_json(const CheckpointManifest& manifest);
+inline constexpr const char* kManifestChecksumKey = "manifest_xxh3_128";
+// Sets kManifestChecksumKey to the hash of the rest of `manifest` (replacing any old value).
+void seal_manifest(nlohmann::json& manifest);
+// kDataLoss naming `path` and the key when `manifest` has the key and it does not match.
+Status check_manifest_seal(const nlohmann::json& manifest, const std::string& path);
 // Parses and validates; `path` names the file in errors (kDataLoss for a malformed manifest,
 // kUnimplemented for a format version this build does not read).
 Result<CheckpointManifest> manifest_from_json(const nlohmann::json& document, const std::string& path);

@@ -201,6 +201,7 @@ Status RankEngine::commit_checkpoint(Comm& comm, const std::string& checkpoint_d
                           {"xxh3_128", checksum}});
       }
       manifest["shards"] = shards;
+      seal_manifest(manifest);
       // The shards' directory entries are durable before the manifest that names them exists.
       ZEROSIM_RETURN_IF_ERROR(disk.sync_directory(tag_directory));
       const std::string text = manifest.dump(2) + "\n";
