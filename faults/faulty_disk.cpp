@@ -81,6 +81,22 @@ Result<std::vector<FaultRule>> parse_fault_rules(const nlohmann::json& rules) {
         if (key == "occurrence") out.occurrence = value.get<int64_t>();
         else if (key == "bytes") out.bytes = value.get<uint64_t>();
         else out.latency_us = value.get<uint64_t>();
+      } else if (key == "after") {
+        const std::string at = where + ".after";
+        if (!value.is_object() || value.size() != 2 || !value.contains("path") || !value.contains("op") ||
+            !value["path"].is_string() || !value["op"].is_string() || value["path"].get<std::string>().empty()) {
+          return invalid_argument(at + ": expected {\"path\": PATTERN, \"op\": OPERATION}, found " + value.dump());
+        }
+        out.after_path_pattern = value["path"].get<std::string>();
+        const std::string op = value["op"].get<std::string>();
+        bool found = false;
+        for (int index = 0; index <= static_cast<int>(FaultOperation::kSyncDirectory); ++index) {
+          if (op == fault_operation_name(static_cast<FaultOperation>(index))) {
+            out.after_operation = static_cast<FaultOperation>(index);
+            found = true;
+          }
+        }
+        if (!found) return invalid_argument(at + ".op: unknown value '" + op + "'");
       } else if (key == "bandwidth_mb_per_s") {
         if (!value.is_number() || !(value.get<double>() > 0.0)) {
           return invalid_argument(where + ".bandwidth_mb_per_s: expected a number > 0");
@@ -88,7 +104,7 @@ Result<std::vector<FaultRule>> parse_fault_rules(const nlohmann::json& rules) {
         out.bandwidth_mb_per_s = value.get<double>();
       } else {
         return invalid_argument(where + "." + key +
-                                ": unknown key (path, op, occurrence, fault, bytes, latency_us, bandwidth_mb_per_s)");
+                                ": unknown key (path, op, occurrence, fault, bytes, latency_us, bandwidth_mb_per_s, after)");
       }
     }
     if (out.kind == FaultKind::kBitFlip && out.operation != FaultOperation::kRead) {
@@ -303,6 +319,7 @@ class FaultyAsyncQueue final : public AsyncIoQueue {
 FaultyDisk::FaultyDisk(Disk& inner, std::vector<FaultRule> rules, std::function<void(uint64_t)> delay)
     : inner_(inner), rules_(std::move(rules)), delay_(std::move(delay)), match_counts_(rules_.size(), 0),
       fired_counts_(rules_.size(), 0) {
+  for (const FaultRule& rule : rules_) armed_.push_back(rule.after_path_pattern.empty());
   if (!delay_) delay_ = [](uint64_t latency_us) { std::this_thread::sleep_for(std::chrono::microseconds(latency_us)); };
 }
 
@@ -339,6 +356,10 @@ FaultyDisk::Decision FaultyDisk::decide(FaultOperation operation, const std::str
   Decision decision;
   for (size_t i = 0; i < rules_.size(); ++i) {
     const FaultRule& rule = rules_[i];
+    if (!armed_[i]) {
+      armed_[i] = rule.after_operation == operation && ::fnmatch(rule.after_path_pattern.c_str(), path.c_str(), 0) == 0;
+      continue;
+    }
     if (rule.operation != operation || ::fnmatch(rule.path_pattern.c_str(), path.c_str(), 0) != 0) continue;
     const int64_t occurrence = ++match_counts_[i];
     if (!decision.fires && (rule.occurrence == 0 || rule.occurrence == occurrence)) {

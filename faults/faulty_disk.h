@@ -22,6 +22,9 @@
 //                 handler runs (the simulator freezes its disk, so this operation and every
 //                 one before it that was not made durable get a crash fate) and the operation
 //                 fails. A crash in the middle of any write, fsync or rename a save makes.
+// A rule may wait for another operation: with "after": {"path": P, "op": O} its occurrences
+// are counted from the first operation O on a path matching P on (e.g. a swap-file fault
+// after the first `latest` was published: after the first checkpoint committed).
 // A latency rule may also give bandwidth_mb_per_s: a read or write then takes latency_us plus
 // its size at that bandwidth (MB = 10^6 bytes), which is how the simulator models a disk on
 // its virtual clock.
@@ -66,6 +69,8 @@ struct FaultRule {
   uint64_t bytes = 0;       // short_write / torn_write: bytes that reach the file
   uint64_t latency_us = 0;  // latency
   double bandwidth_mb_per_s = 0.0;  // latency of reads and writes: + size / bandwidth (0: none)
+  std::string after_path_pattern;   // set: the rule counts nothing until this operation happened
+  FaultOperation after_operation = FaultOperation::kRename;
   // The delay of this rule for a transfer of `length_bytes`, in microseconds.
   uint64_t delay_for_us(uint64_t length_bytes) const;
 };
@@ -118,6 +123,7 @@ class FaultyDisk final : public Disk {
   std::function<void(uint64_t)> delay_;
   mutable std::mutex mutex_;
   std::vector<int64_t> match_counts_;
+  std::vector<bool> armed_;  // per rule: its "after" operation happened (or it has none)
   std::vector<int64_t> fired_counts_;
   std::function<void(const std::string&)> power_loss_handler_;
   std::string power_loss_at_;

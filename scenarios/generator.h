@@ -3,10 +3,29 @@
 // still fails the same way.
 //
 // Every generated scenario demands recovery: its faults are the ones a correct engine must
-// survive (a crash at a step or a commit site of a save that is not the first, ENOSPC or EIO
-// on a later save's shard, a deleted swap directory, a resume at another world size), and it
-// expects the resume to be bit-identical to the uninterrupted run. So with no defect every
-// generated case passes, and a case that fails is a bug (or a defect switched on).
+// survive, and it expects the resume to be bit-identical to the uninterrupted run, from the
+// newest save that returned before the crash (the durability oracle, scenario_runner.h), or a
+// refusal that names what is wrong. So with no defect every generated case passes, and a case
+// that fails is a bug (or a defect switched on). The dimensions, each drawn independently:
+//   * the run: world size and the resume's (elastic: W' above, below, not dividing the sizes,
+//     larger than the smallest parameter), model, precision and numerics, batch, accumulation,
+//     sub-group size, offload of the optimizer and parameters, async saves, retention;
+//   * the schedule: none, WarmupLR, WarmupDecayLR, WarmupCosineLR, log or linear warmup,
+//     warmup and total lengths placed so that saves and resumes fall in warmup, decay and past
+//     the end;
+//   * fp16 dynamics: initial scale, window, hysteresis (consecutive or not) and minimum drawn so
+//     that cases overflow, recover and hit hysteresis around the save and the resume;
+//   * one fault of the first phase: a crash at a step end or a commit site of a save that is
+//     not the first; ENOSPC or EIO on a later save's shard; a power loss in the middle of any
+//     write, fsync, rename or directory fsync of a later save's commit protocol (shard,
+//     manifest, `latest`; inside an async save's background commit too); a lost or misdirected
+//     write or a latent read error on a swap file after the first commit, or a lost write of a
+//     later save's shard; SIGTERM with save-on-signal;
+//   * after the power loss: the swap directory deleted; at-rest damage (a flipped bit, a
+//     truncated or removed file, a stale copy from the previous tag, another rank's shard) to
+//     a shard, the manifest or `latest` of the newest or the previous tag;
+//   * the restart: a changed seed, dataset or model, which must be refused naming the dataset
+//     or the model.
 //
 // One generator serves `zerosim fuzz` (seeded: case i of a campaign is a pure function of the
 // campaign seed and i, so a shard of a CI matrix runs the same cases on any machine) and the
@@ -17,6 +36,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -26,7 +46,31 @@
 
 namespace zerosim {
 
-enum class GeneratedFault { kNone, kCrashAtStepEnd, kCrashInSave, kNoSpaceOnSave, kIoErrorOnSave };
+enum class GeneratedFault {
+  kNone,
+  kCrashAtStepEnd,
+  kCrashInSave,
+  kNoSpaceOnSave,
+  kIoErrorOnSave,
+  kPowerLossInSave,   // power_loss at one operation of a later save's commit protocol
+  kStorageFault,      // a lying or failing disk during training (StorageFault)
+  kSigterm,           // SIGTERM in step fault_occurrence, saved on the signal
+};
+inline constexpr int kGeneratedFaultCount = 8;
+
+// The storage faults of kStorageFault (scenarios: faults/faulty_disk.h's vocabulary).
+enum class StorageFault { kLostWriteSwap, kMisdirectedWriteSwap, kReadErrorSwap, kLostWriteShard };
+inline constexpr int kStorageFaultCount = 4;
+
+// The operations of a save's commit protocol (the order the engine makes them), where
+// kPowerLossInSave cuts the power: index into commit_protocol_operations().
+struct CommitOperation {
+  const char* name;      // "manifest.json.tmp write"
+  const char* file;      // the path pattern under the tag ("%s" = the tag directory)
+  const char* operation; // the fault plan's op
+  bool per_save;         // true: counted once per save (files of the tag); false: `latest`, counted over saves
+};
+std::span<const CommitOperation> commit_protocol_operations();
 
 struct ScenarioShape {
   uint64_t seed = 1;
@@ -50,6 +94,25 @@ struct ScenarioShape {
   int fault_rank = 0;
   int64_t fault_occurrence = 1;     // which step end, or which save (1-based, >= 2 for saves)
   std::string fault_site = "ckpt.shard_written";  // kCrashInSave: the commit site
+  int commit_operation = 0;         // kPowerLossInSave: index into commit_protocol_operations()
+  StorageFault storage_fault = StorageFault::kLostWriteSwap;
+  std::string numerics = "portable";  // portable, deepspeed
+  // The schedule.
+  std::string scheduler = "WarmupLR";  // none, WarmupLR, WarmupDecayLR, WarmupCosineLR
+  std::string warmup_type = "log";     // log, linear
+  int64_t warmup_num_steps = 3;
+  int64_t total_num_steps = 8;         // WarmupDecayLR, WarmupCosineLR
+  // fp16's dynamic loss scale.
+  int64_t initial_scale_power = 16;
+  int64_t loss_scale_window = 1000;
+  int64_t hysteresis = 2;
+  bool consecutive_hysteresis = false;
+  int64_t min_loss_scale_power = 0;
+  int64_t keep_last = 0;  // checkpoint.keep_last (0: keep all)
+  // At-rest damage after the power loss (damaged: whether there is any).
+  bool damaged = false;
+  AtRestDamage damage;
+  std::string resume_change = "none";  // none, seed, dataset_size, model
 
   bool operator==(const ScenarioShape&) const = default;
 };

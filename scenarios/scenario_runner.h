@@ -53,8 +53,9 @@ struct AtRestDamage {
   int rank = 0;                // file "shard": whose shard
   int from_rank = 0;           // kOtherRank: whose shard is copied over it
   uint64_t bit = 0;            // kFlipBit: which bit (modulo the file's size in bits)
-  uint64_t keep_bytes = 0;     // kTruncate: the size left
+  uint64_t keep_bytes = 0;     // kTruncate: the size left (modulo the file's size)
   std::string describe() const;
+  bool operator==(const AtRestDamage&) const = default;
 };
 const char* at_rest_damage_kind_name(AtRestDamage::Kind kind);
 
