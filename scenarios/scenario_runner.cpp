@@ -534,7 +534,10 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
     StepCountingHook counting(*hook, options.world_size, scenario.sigterm_at_step, &sigterm);
     SimWorld world(disk, options.world_size, scenario.fault_plan, counting, &defects);
     if (timed != nullptr) timed->attach(world);
-    const Result<TrainingRun> first = run_training(options, run.explored_save_step, world.seams(), saving);
+    // Nothing compares the first phase's states (the resume is what is judged): no digests.
+    TrainingOptions first_options = options;
+    first_options.digest_every_step = false;
+    const Result<TrainingRun> first = run_training(first_options, run.explored_save_step, world.seams(), saving);
     const std::string power_lost_at = world.faulty_disk().power_loss_at();
     const bool plans_power_loss =
         std::any_of(scenario.fault_plan.disk_faults.begin(), scenario.fault_plan.disk_faults.end(),

@@ -38,6 +38,7 @@ const std::string kLive = "/live";
 TrainingOptions options_at(int world_size) {
   // Global batch 4: 2 ranks x 1 x 2 accumulation; at W' the accumulation follows.
   TrainingOptions options = make_options(ModelSpec{{6, 5, 3}}, Precision::kFp16, 1, 4 / world_size, world_size, 16, 29);
+  options.digest_every_step = true;  // every run's state is compared as the reference's is
   options.config.zero.offload_optimizer.device = OffloadDevice::kNvme;
   options.config.zero.offload_optimizer.nvme_path = "/nvme";
   options.config.zero.offload_optimizer.buffer_count = 8;
@@ -116,7 +117,9 @@ Result<TrainingRun> continue_run(ResumeSystem& system, const ResumeModel& model,
 
 void expect_state_at(const TrainingRun& run, int64_t step) {
   RC_ASSERT(static_cast<size_t>(step) < reference_digests().size());
-  if (run.digests.state != reference_digests()[static_cast<size_t>(step)]) {
+  // The state the run ended in: after its last step, or as it started when it took none.
+  const ComponentDigests& ended = run.step_digests.empty() ? run.initial_digests : run.step_digests.back();
+  if (ended.state != reference_digests()[static_cast<size_t>(step)]) {
     RC_FAIL("the state at step " + std::to_string(step) + " differs from the uninterrupted run's");
   }
 }

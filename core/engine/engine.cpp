@@ -792,54 +792,84 @@ std::string first_differing_component(const ComponentDigests& expected, const Co
 }
 
 Result<FullTrainingState> RankEngine::gather_state(CapturedState* capture) {
-  // Streams the state to rank 0 one parameter at a time (one gather per tensor kind), where it
-  // is unpadded and fed to the digests: memory is one parameter's full tensors, whatever the
-  // model size, and swapped state is read sub-group by sub-group.
+  // Streams the state to rank 0 in batches of whole parameters (all four tensors of each, up
+  // to kBatchBytes per rank, so one gather per batch: a digest every step costs one collective
+  // for a small model instead of four per parameter), where it is unpadded and fed to the
+  // digests in parameter order: memory is one batch's full tensors, whatever the model size,
+  // and swapped state is read sub-group by sub-group. Every rank's batch has the same size (a
+  // partition is padded to the same size on every rank), so the ranks cut batches alike.
+  constexpr size_t kBatchBytes = size_t{4} << 20;
   const bool is_root = comm_.rank() == 0;
   const int world_size = comm_.world_size();
   DigestBuilder params_digest, master_digest, exp_avg_digest, exp_avg_sq_digest;
   params_digest.text(dtype_name(model_dtype_));
-  std::vector<std::byte> gathered, full;
   struct TensorKind {
     const char* component;
     DigestBuilder* digest;
     DType dtype;
   };
-  auto gather_and_digest = [&](const ParameterPartition& partition, const std::string& name, const std::byte* data,
-                               const TensorKind& kind) -> Status {
-    const size_t bytes_per_element = dtype_size_bytes(kind.dtype);
-    const size_t partition_bytes = static_cast<size_t>(partition.partition_size) * bytes_per_element;
-    gathered.resize(is_root ? partition_bytes * static_cast<size_t>(world_size) : 0);
-    ZEROSIM_RETURN_IF_ERROR(comm_.gather(std::span<const std::byte>(data, partition_bytes), gathered, 0));
-    if (!is_root) return Status();
-    full.resize(static_cast<size_t>(partition.element_count) * bytes_per_element);
-    for (int source = 0; source < world_size; ++source) {
-      std::memcpy(full.data() + static_cast<size_t>(partition.owned_begin(source)) * bytes_per_element,
-                  gathered.data() + static_cast<size_t>(source) * partition_bytes,
-                  static_cast<size_t>(partition.owned_count(source)) * bytes_per_element);
+  const TensorKind kinds[] = {{"params", &params_digest, model_dtype_},
+                              {"master", &master_digest, DType::kFp32},
+                              {"exp_avg", &exp_avg_digest, DType::kFp32},
+                              {"exp_avg_sq", &exp_avg_sq_digest, DType::kFp32}};
+  std::vector<std::byte> batch, gathered, full;
+  std::vector<int64_t> batched;  // the parameters in `batch`, in order
+  auto flush = [&]() -> Status {
+    if (batched.empty()) return Status();
+    gathered.resize(is_root ? batch.size() * static_cast<size_t>(world_size) : 0);
+    ZEROSIM_RETURN_IF_ERROR(comm_.gather(batch, gathered, 0));
+    if (is_root) {
+      // Parameter by parameter, its four tensors in order: each kind's digest sees its tensors
+      // in parameter order, and a capture lists them as documented.
+      size_t offset = 0;  // of the current tensor within a rank's batch
+      for (int64_t p : batched) {
+        const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
+        const std::string& name = parameters_[static_cast<size_t>(p)].name;
+        for (const TensorKind& kind : kinds) {
+          const size_t bytes_per_element = dtype_size_bytes(kind.dtype);
+          full.resize(static_cast<size_t>(partition.element_count) * bytes_per_element);
+          for (int source = 0; source < world_size; ++source) {
+            std::memcpy(full.data() + static_cast<size_t>(partition.owned_begin(source)) * bytes_per_element,
+                        gathered.data() + static_cast<size_t>(source) * batch.size() + offset,
+                        static_cast<size_t>(partition.owned_count(source)) * bytes_per_element);
+          }
+          kind.digest->tensor(name, static_cast<uint64_t>(partition.element_count), full.data(), full.size());
+          if (capture != nullptr) {
+            capture->tensors.push_back(CapturedTensor{kind.component, name, kind.dtype, partition.partition_size, full});
+          }
+          offset += static_cast<size_t>(partition.partition_size) * bytes_per_element;
+        }
+      }
     }
-    kind.digest->tensor(name, static_cast<uint64_t>(partition.element_count), full.data(), full.size());
-    if (capture != nullptr) {
-      capture->tensors.push_back(CapturedTensor{kind.component, name, kind.dtype, partition.partition_size, full});
-    }
+    batch.clear();
+    batched.clear();
     return Status();
   };
-  // Per-tensor digests must follow parameter order within each kind, which is the visit's order.
   ZEROSIM_RETURN_IF_ERROR(for_each_partition_state([&](int64_t p, const PartitionStateView& state) -> Status {
-    const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
-    const std::string& name = parameters_[static_cast<size_t>(p)].name;
-    ZEROSIM_RETURN_IF_ERROR(gather_and_digest(partition, name, state.params, {"params", &params_digest, model_dtype_}));
-    const std::pair<const float*, TensorKind> optimizer_tensors[] = {
-        {state.master, {"master", &master_digest, DType::kFp32}},
-        {state.exp_avg, {"exp_avg", &exp_avg_digest, DType::kFp32}},
-        {state.exp_avg_sq, {"exp_avg_sq", &exp_avg_sq_digest, DType::kFp32}}};
-    for (const auto& [tensor, kind] : optimizer_tensors) {
-      ZEROSIM_RETURN_IF_ERROR(gather_and_digest(partition, name, reinterpret_cast<const std::byte*>(tensor), kind));
+    const size_t partition_elements = static_cast<size_t>(layout_.parameters[static_cast<size_t>(p)].partition_size);
+    const std::byte* tensors[] = {state.params, reinterpret_cast<const std::byte*>(state.master),
+                                  reinterpret_cast<const std::byte*>(state.exp_avg),
+                                  reinterpret_cast<const std::byte*>(state.exp_avg_sq)};
+    for (size_t k = 0; k < std::size(kinds); ++k) {
+      batch.insert(batch.end(), tensors[k], tensors[k] + partition_elements * dtype_size_bytes(kinds[k].dtype));
     }
-    return Status();
+    batched.push_back(p);
+    return batch.size() >= kBatchBytes ? flush() : Status();
   }));
+  ZEROSIM_RETURN_IF_ERROR(flush());
   if (!is_root) return FullTrainingState{};
 
+  FullTrainingState state = scalar_state();
+  state.digests.params = params_digest.hex();
+  state.digests.master = master_digest.hex();
+  state.digests.exp_avg = exp_avg_digest.hex();
+  state.digests.exp_avg_sq = exp_avg_sq_digest.hex();
+  finish_digests(state, state.digests);
+  if (capture != nullptr) capture->scalars = state;
+  return state;
+}
+
+FullTrainingState RankEngine::scalar_state() const {
   FullTrainingState state;
   state.parameters = parameters_;
   state.model_dtype = model_dtype_;
@@ -850,13 +880,61 @@ Result<FullTrainingState> RankEngine::gather_state(CapturedState* capture) {
   state.seed = options_.seed;
   state.data_position = counters_.global_samples;
   state.shuffle_stream = sampler_.shuffle_stream_state(counters_.global_samples);
-  state.digests.params = params_digest.hex();
-  state.digests.master = master_digest.hex();
-  state.digests.exp_avg = exp_avg_digest.hex();
-  state.digests.exp_avg_sq = exp_avg_sq_digest.hex();
-  finish_digests(state, state.digests);
-  if (capture != nullptr) capture->scalars = state;
   return state;
+}
+
+namespace {
+
+uint64_t mix_bits_64(uint64_t x) {  // splitmix64's finalizer: a bijection that spreads every bit
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+Result<RankEngine::StateFingerprint> RankEngine::local_state_fingerprint() {
+  StateFingerprint sums{};
+  const int rank = comm_.rank();
+  const size_t param_bytes = dtype_size_bytes(model_dtype_);
+  ZEROSIM_RETURN_IF_ERROR(for_each_partition_state([&](int64_t p, const PartitionStateView& state) -> Status {
+    const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
+    const uint64_t begin = static_cast<uint64_t>(partition.owned_begin(rank));
+    const size_t count = static_cast<size_t>(partition.owned_count(rank));
+    const std::byte* tensors[] = {state.params, reinterpret_cast<const std::byte*>(state.master),
+                                  reinterpret_cast<const std::byte*>(state.exp_avg),
+                                  reinterpret_cast<const std::byte*>(state.exp_avg_sq)};
+    for (size_t kind = 0; kind < 4; ++kind) {
+      const size_t element_bytes = kind == 0 ? param_bytes : 4;
+      uint64_t lane0 = 0, lane1 = 0;
+      for (size_t i = 0; i < count; ++i) {
+        uint64_t bits = 0;
+        std::memcpy(&bits, tensors[kind] + i * element_bytes, element_bytes);  // little-endian
+        const uint64_t position = (static_cast<uint64_t>(p) << 40) ^ (begin + i) ^ (uint64_t{kind} << 62);
+        const uint64_t keyed = mix_bits_64(position) ^ bits;
+        lane0 += mix_bits_64(keyed + 0x9e3779b97f4a7c15ull);
+        lane1 += mix_bits_64(keyed * 0xd6e8feb86659fd93ull + 0x632be59bd9b4e019ull);
+      }
+      sums[2 * kind] += lane0;
+      sums[2 * kind + 1] += lane1;
+    }
+    return Status();
+  }));
+  return sums;
+}
+
+ComponentDigests fingerprint_digests(const FullTrainingState& scalars, const RankEngine::StateFingerprint& sum) {
+  ComponentDigests digests;
+  // The parameters' dtype is part of their identity, as in a gathered state's digest.
+  const uint64_t dtype_key = mix_bits_64(static_cast<uint64_t>(scalars.model_dtype) + 1);
+  std::string* tensors[] = {&digests.params, &digests.master, &digests.exp_avg, &digests.exp_avg_sq};
+  for (size_t kind = 0; kind < 4; ++kind) {
+    *tensors[kind] = "fp:" + format_hash_128(sum[2 * kind] ^ (kind == 0 ? dtype_key : 0), sum[2 * kind + 1]);
+  }
+  finish_digests(scalars, digests);
+  return digests;
 }
 
 Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_count, Env env,
@@ -922,11 +1000,23 @@ Status run_one_rank(const TrainingOptions& options, int64_t step_count, int rank
     run.captured.emplace();
     return &*run.captured;
   };
+  // digest_every_step: the fingerprint shares of the state right after the start and after
+  // each step (rank 0 keeps the scalar part), combined by one gather when the run ends.
+  std::vector<RankEngine::StateFingerprint> fingerprints;
+  std::vector<FullTrainingState> fingerprint_scalars;
+  auto fingerprint_now = [&]() -> Status {
+    if (!options.digest_every_step) return Status();
+    ZEROSIM_ASSIGN_OR_RETURN(RankEngine::StateFingerprint share, engine.local_state_fingerprint());
+    fingerprints.push_back(share);
+    if (rank == 0) fingerprint_scalars.push_back(engine.scalar_state());
+    return Status();
+  };
   const bool capture_initial = options.capture_state_at_step == engine.counters().global_steps;
-  if (options.digest_every_step || capture_initial) {
+  if (capture_initial) {
     ZEROSIM_ASSIGN_OR_RETURN(FullTrainingState state, engine.gather_state(capture_here()));
     if (rank == 0) run.initial_digests = state.digests;
   }
+  ZEROSIM_RETURN_IF_ERROR(fingerprint_now());
   int64_t last_saved_step = checkpoints.resume_directory == checkpoints.save_directory ? engine.counters().global_steps : -1;
   // The newest save known to be committed (an async save is only once it has been waited for):
   // a failed save names it, so that the user knows what a resume will load.
@@ -951,10 +1041,10 @@ Status run_one_rank(const TrainingOptions& options, int64_t step_count, int rank
   while (engine.counters().global_steps < step_count) {
     ZEROSIM_ASSIGN_OR_RETURN(StepRecord record, engine.train_step());
     if (rank == 0) run.steps.push_back(record);
-    if (options.digest_every_step || engine.counters().global_steps == options.capture_state_at_step) {
-      ZEROSIM_ASSIGN_OR_RETURN(FullTrainingState state, engine.gather_state(capture_here()));
-      if (rank == 0 && options.digest_every_step) run.step_digests.push_back(state.digests);
+    if (engine.counters().global_steps == options.capture_state_at_step) {
+      ZEROSIM_RETURN_IF_ERROR(engine.gather_state(capture_here()).status());
     }
+    ZEROSIM_RETURN_IF_ERROR(fingerprint_now());
     const int64_t step = engine.counters().global_steps;
     if (checkpoints.save_every_steps > 0 && step % checkpoints.save_every_steps == 0) {
       ZEROSIM_RETURN_IF_ERROR(save_at(step));
@@ -977,6 +1067,26 @@ Status run_one_rank(const TrainingOptions& options, int64_t step_count, int rank
   }
   if (const Status waited = engine.wait_for_save(); !waited.ok()) return with_committed_note(waited);
   if (rank == 0 && !checkpoints.save_directory.empty()) run.last_saved_step = last_saved_step;
+  if (options.digest_every_step) {
+    // Every rank recorded the same number of shares (the ranks step and stop together).
+    constexpr size_t kShareBytes = sizeof(RankEngine::StateFingerprint);
+    std::vector<std::byte> shares(fingerprints.size() * kShareBytes), all(rank == 0 ? shares.size() * comm.world_size() : 0);
+    if (!shares.empty()) std::memcpy(shares.data(), fingerprints.data(), shares.size());
+    ZEROSIM_RETURN_IF_ERROR(comm.gather(shares, all, 0));
+    if (rank == 0) {
+      for (size_t point = 0; point < fingerprints.size(); ++point) {
+        RankEngine::StateFingerprint sum{};
+        for (int source = 0; source < comm.world_size(); ++source) {
+          RankEngine::StateFingerprint share;
+          std::memcpy(&share, all.data() + static_cast<size_t>(source) * shares.size() + point * kShareBytes, kShareBytes);
+          for (size_t lane = 0; lane < sum.size(); ++lane) sum[lane] += share[lane];
+        }
+        const ComponentDigests digests = fingerprint_digests(fingerprint_scalars[point], sum);
+        if (point == 0) run.initial_digests = digests;
+        else run.step_digests.push_back(digests);
+      }
+    }
+  }
   ZEROSIM_ASSIGN_OR_RETURN(FullTrainingState state, engine.gather_state());
   if (rank == 0) run.final_state = std::move(state);
   abort_on_failure.succeeded = true;

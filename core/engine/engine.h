@@ -68,8 +68,9 @@ struct TrainingOptions {
   uint64_t memory_limit_bytes = 0;
   // Names this run's swap directory under nvme_path (<nvme_path>/zerosim/<run id>/).
   std::string run_id = "run";
-  // For oracles: digest the whole state after every step (TrainingRun::step_digests). Costs a
-  // gather of the state per step.
+  // For oracles: fingerprint the whole state after every step (TrainingRun::step_digests).
+  // Each rank sums position-keyed hashes of the elements it owns (layout-independent, so runs
+  // at different world sizes compare), with no collective per step: one gather at the end.
   bool digest_every_step = false;
   // For a divergence diagnosis: rank 0 keeps the full state at this global step (after the
   // step, or right after the load when the run starts there) in TrainingRun::captured. Costs
@@ -186,6 +187,16 @@ class RankEngine {
   // Collective; memory is one parameter's full tensors at a time.
   // With `capture` (rank 0 only uses it), the full tensors are also kept there.
   Result<FullTrainingState> gather_state(CapturedState* capture = nullptr);
+  // This rank's share of the state's fingerprint: per tensor kind (params, master, exp_avg,
+  // exp_avg_sq) two 64-bit lanes, each the sum (mod 2^64) over the elements this rank owns of a
+  // hash of (parameter, global element index, the element's bits). The ranks' shares add up to
+  // the same fingerprint at any world size; two states that differ in any bit differ in it
+  // but with probability ~2^-64 per lane. No collective.
+  using StateFingerprint = std::array<uint64_t, 8>;
+  Result<StateFingerprint> local_state_fingerprint();
+  // The scalar part of the state (counters, scheduler, scaler, RNG, data), as gather_state
+  // fills it; the same on every rank.
+  FullTrainingState scalar_state() const;
 
   const PartitionLayout& layout() const { return layout_; }
   const TrainingCounters& counters() const { return counters_; }
@@ -297,6 +308,11 @@ struct TrainingRun {
   // The step of this run's last committed save (-1: none).
   int64_t last_saved_step = -1;
 };
+
+// The ComponentDigests of a fingerprinted state (RankEngine::local_state_fingerprint, summed
+// over the ranks): the tensor components are "fp:" + 32 hex digits, the rest as for a gathered
+// state. What TrainingRun::step_digests holds.
+ComponentDigests fingerprint_digests(const FullTrainingState& scalars, const RankEngine::StateFingerprint& sum);
 
 // The name of the first component ("params", "master", ..., "data", in ComponentDigests'
 // order) whose digests differ; empty when all agree. What an oracle prints when a bit differs.

@@ -332,16 +332,24 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
   Disk& disk = *env_.disk;
   std::string warning;
   const std::string& requested_tag = defect_active(env_.defects, Defect::kRequestedTagIgnored) ? "latest" : tag;
-  ZEROSIM_ASSIGN_OR_RETURN(std::string resolved_tag,
-                           resolve_checkpoint_tag(disk, checkpoint_directory, requested_tag, &warning));
+  // Every rank resolves, reads and judges the checkpoint itself, then the ranks agree before
+  // any collective of the load: each returns its own error, so the run reports the lowest
+  // rank's (the same in every run) rather than whichever rank aborted the others first.
+  std::string resolved_tag;
+  CheckpointManifest manifest;
+  ResumeCompatibility compatibility;
+  const Status judged = [&]() -> Status {
+    ZEROSIM_ASSIGN_OR_RETURN(resolved_tag, resolve_checkpoint_tag(disk, checkpoint_directory, requested_tag, &warning));
+    ZEROSIM_ASSIGN_OR_RETURN(manifest, read_manifest(disk, checkpoint_directory + "/" + resolved_tag));
+    ZEROSIM_ASSIGN_OR_RETURN(
+        compatibility, check_resume_compatibility(manifest, {&options_.config, &options_.model, &options_.data, options_.seed},
+                                                  checkpoint_directory + "/" + resolved_tag + "/" + kManifestFileName));
+    return Status();
+  }();
+  ZEROSIM_RETURN_IF_ERROR(share_verdict_all(comm_, judged, "load checkpoint " + checkpoint_directory));
   if (!warning.empty() && notes != nullptr) notes->push_back(warning);
   const std::string tag_directory = checkpoint_directory + "/" + resolved_tag;
   const std::string manifest_path = tag_directory + "/" + kManifestFileName;
-  ZEROSIM_ASSIGN_OR_RETURN(CheckpointManifest manifest, read_manifest(disk, tag_directory));
-  ZEROSIM_ASSIGN_OR_RETURN(
-      ResumeCompatibility compatibility,
-      check_resume_compatibility(manifest, {&options_.config, &options_.model, &options_.data, options_.seed},
-                                 manifest_path));
   if (notes != nullptr) notes->insert(notes->end(), compatibility.notes.begin(), compatibility.notes.end());
 
   // The partition of this run (any world size) is read fragment by fragment from whichever
