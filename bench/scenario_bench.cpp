@@ -5,8 +5,10 @@
 //     its saves, a power loss, the restart and the comparison at every step.
 //   * suite: the wall time of every scenario of scenarios/library (--library DIR).
 // Peer (the floor): the same cases' training alone, on the same simulated disk without
-// digests, saves, crash or comparison: the reference's steps plus the steps of the first phase
-// and of the resume. What the harness adds is the ratio of the two.
+// digests, saves, crash or comparison: the reference's steps, the steps the first phase
+// trained before its crash (or fault), and the steps of the resume from the step it actually
+// resumed at (both as the harness's run of the case reported them). What the harness adds is
+// the ratio of the two.
 // Flags: --seed S (1), --cases N (200), --library DIR (scenarios/library).
 #include <algorithm>
 #include <chrono>
@@ -29,16 +31,23 @@ double seconds_since(WallClock::time_point start) {
   return std::chrono::duration<double>(WallClock::now() - start).count();
 }
 
+// What the harness's run of a case trained: the first phase's steps and the resume's start.
+struct TrainedSteps {
+  int64_t first_phase = 0;
+  int64_t resumed_at = 0;  // total_steps when the resume was refused (it trained nothing)
+};
+
 // The training a scenario contains, without the harness: the reference run, the first phase
 // and the resume, each a plain run on a fresh simulated disk.
-Status bare_training(const Scenario& scenario) {
+Status bare_training(const Scenario& scenario, const TrainedSteps& trained) {
   const CrashScenario& run = scenario.run;
   ZEROSIM_ASSIGN_OR_RETURN(TrainingOptions resume_options, resume_options_for(run, scenario.name));
   resume_options.digest_every_step = false;
-  const int64_t resume_steps = run.total_steps - run.explored_save_step;
+  const int64_t resume_steps = run.total_steps - trained.resumed_at;
   const std::pair<const TrainingOptions*, int64_t> runs[] = {
-      {&run.options, run.total_steps}, {&run.options, run.explored_save_step}, {&resume_options, resume_steps}};
+      {&run.options, run.total_steps}, {&run.options, trained.first_phase}, {&resume_options, resume_steps}};
   for (const auto& [options, steps] : runs) {
+    if (steps <= 0) continue;
     SimDisk disk(SimDiskOptions{512, uint64_t{1} << 40, run.seed});
     NoCrashPoints no_crash;
     SimWorld world(disk, options->world_size, FaultPlan{}, no_crash);
@@ -87,26 +96,30 @@ int main(int argc, char** argv) {
     suite.push_back(std::move(scenario).value());
   }
 
-  auto time_harness = [](const std::vector<Scenario>& scenarios, int* failed) {
+  auto time_harness = [](const std::vector<Scenario>& scenarios, int* failed, std::vector<TrainedSteps>* trained) {
     const auto start = WallClock::now();
     for (const Scenario& scenario : scenarios) {
       Result<ScenarioVerdict> verdict = run_scenario(scenario, DefectSet{});
       if (!verdict.ok() || !verdict->passed) ++*failed;
+      trained->push_back(verdict.ok() ? TrainedSteps{verdict->steps_before_crash,
+                                                     verdict->resumed_at >= 0 ? verdict->resumed_at : scenario.run.total_steps}
+                                      : TrainedSteps{});
     }
     return seconds_since(start);
   };
-  auto time_floor = [](const std::vector<Scenario>& scenarios, int* failed) {
+  auto time_floor = [](const std::vector<Scenario>& scenarios, const std::vector<TrainedSteps>& trained, int* failed) {
     const auto start = WallClock::now();
-    for (const Scenario& scenario : scenarios) {
-      if (!bare_training(scenario).ok()) ++*failed;
+    for (size_t i = 0; i < scenarios.size(); ++i) {
+      if (!bare_training(scenarios[i], trained[i]).ok()) ++*failed;
     }
     return seconds_since(start);
   };
   int fuzz_failed = 0, floor_failed = 0, suite_failed = 0, suite_floor_failed = 0;
-  const double fuzz_seconds = time_harness(generated, &fuzz_failed);
-  const double floor_seconds = time_floor(generated, &floor_failed);
-  const double suite_seconds = time_harness(suite, &suite_failed);
-  const double suite_floor_seconds = time_floor(suite, &suite_floor_failed);
+  std::vector<TrainedSteps> generated_trained, suite_trained;
+  const double fuzz_seconds = time_harness(generated, &fuzz_failed, &generated_trained);
+  const double floor_seconds = time_floor(generated, generated_trained, &floor_failed);
+  const double suite_seconds = time_harness(suite, &suite_failed, &suite_trained);
+  const double suite_floor_seconds = time_floor(suite, suite_trained, &suite_floor_failed);
   const double fuzz_rate = 60.0 * static_cast<double>(cases) / fuzz_seconds;
   const double floor_rate = 60.0 * static_cast<double>(cases) / floor_seconds;
   std::printf("%-44s %14s %14s %8s\n", "", "harness", "floor (peer)", "ratio");

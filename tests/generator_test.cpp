@@ -10,6 +10,7 @@
 #include <rapidcheck/gtest.h>
 
 #include <fstream>
+#include <map>
 #include <set>
 
 #include "scenarios/generator.h"
@@ -39,12 +40,33 @@ ScenarioShape arbitrary_shape() {
   shape.offload_param_nvme = *rc::gen::arbitrary<bool>();
   shape.async_save = *rc::gen::arbitrary<bool>();
   shape.delete_swap_directory = *rc::gen::arbitrary<bool>();
-  shape.fault = *rc::gen::element(GeneratedFault::kNone, GeneratedFault::kCrashAtStepEnd, GeneratedFault::kCrashInSave,
-                                  GeneratedFault::kNoSpaceOnSave, GeneratedFault::kIoErrorOnSave);
+  shape.fault = static_cast<GeneratedFault>(*rc::gen::inRange(0, kGeneratedFaultCount));
   shape.fault_rank = *rc::gen::inRange(0, 4);
   shape.fault_occurrence = *rc::gen::inRange<int64_t>(1, 12);
   shape.fault_site = *rc::gen::element<std::string>("ckpt.save_begin", "ckpt.tag_prepared", "ckpt.shard_written",
                                                     "ckpt.manifest_written", "ckpt.latest_published", "ckpt.save_end");
+  shape.commit_operation = *rc::gen::inRange(0, static_cast<int>(commit_protocol_operations().size()));
+  shape.storage_fault = static_cast<StorageFault>(*rc::gen::inRange(0, kStorageFaultCount));
+  shape.numerics = *rc::gen::element<std::string>("portable", "deepspeed");
+  shape.scheduler = *rc::gen::element<std::string>("none", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR");
+  shape.warmup_type = *rc::gen::element<std::string>("log", "linear");
+  shape.warmup_num_steps = *rc::gen::inRange<int64_t>(1, 10);
+  shape.total_num_steps = shape.warmup_num_steps + *rc::gen::inRange<int64_t>(0, 8);
+  shape.initial_scale_power = *rc::gen::element<int64_t>(8, 16, 24, 32);
+  shape.loss_scale_window = *rc::gen::element<int64_t>(1, 2, 3, 1000);
+  shape.hysteresis = *rc::gen::inRange<int64_t>(1, 4);
+  shape.consecutive_hysteresis = *rc::gen::arbitrary<bool>();
+  shape.min_loss_scale_power = *rc::gen::inRange<int64_t>(0, 5);
+  shape.keep_last = *rc::gen::inRange<int64_t>(0, 4);
+  shape.damaged = *rc::gen::arbitrary<bool>();
+  shape.damage.kind = static_cast<AtRestDamage::Kind>(*rc::gen::inRange(0, 5));
+  shape.damage.file = *rc::gen::element<std::string>("shard", "manifest", "latest");
+  shape.damage.tag = *rc::gen::element<std::string>("newest", "previous");
+  shape.damage.rank = *rc::gen::inRange(0, 4);
+  shape.damage.from_rank = *rc::gen::inRange(0, 4);
+  shape.damage.bit = *rc::gen::inRange<uint64_t>(0, 1 << 24);
+  shape.damage.keep_bytes = *rc::gen::inRange<uint64_t>(0, 1 << 16);
+  shape.resume_change = *rc::gen::element<std::string>("none", "none", "none", "seed", "dataset_size", "model");
   return normalize_shape(shape);
 }
 
@@ -85,6 +107,54 @@ RC_GTEST_PROP(Generator, NormalizingAnyShapeIsIdempotent, ()) {
   RC_ASSERT(scenario_from_json(scenario_document(once, "x"), "x").ok());
 }
 
+// Every class the generator exists to reach is drawn, often enough that a 5-minute campaign
+// (thousands of cases) meets each many times: counted over the first 2,000 cases of a campaign.
+TEST(Generator, EveryDimensionIsDrawnInAThousandsOfCasesCampaign) {
+  std::map<std::string, int> seen;
+  constexpr int kCases = 2000;
+  for (uint64_t index = 0; index < kCases; ++index) {
+    const ScenarioShape shape = generate_shape(case_seed(7, index));
+    ++seen["fault " + std::to_string(static_cast<int>(shape.fault))];
+    if (shape.fault == GeneratedFault::kStorageFault) ++seen["storage " + std::to_string(static_cast<int>(shape.storage_fault))];
+    if (shape.fault == GeneratedFault::kPowerLossInSave) {
+      ++seen["power loss at " + std::string(commit_protocol_operations()[static_cast<size_t>(shape.commit_operation)].name)];
+      if (shape.async_save) ++seen["power loss in an async commit"];
+    }
+    ++seen["scheduler " + shape.scheduler + (shape.scheduler == "none" ? "" : " " + shape.warmup_type)];
+    if (shape.precision == "fp16" && shape.initial_scale_power >= 24 && shape.loss_scale_window <= 3) ++seen["fp16 overflows"];
+    if (shape.precision == "fp16" && shape.hysteresis > 1) ++seen["fp16 hysteresis"];
+    ++seen["keep_last " + std::to_string(shape.keep_last)];
+    ++seen["numerics " + shape.numerics];
+    if (shape.resume_world_size > shape.world_size) ++seen["elastic up"];
+    if (shape.resume_world_size > 0 && shape.resume_world_size < shape.world_size) ++seen["elastic down"];
+    if (shape.resume_world_size > 0 && shape.class_count < shape.resume_world_size) ++seen["elastic: W' above a parameter's size"];
+    if (shape.damaged) {
+      ++seen["damage " + std::string(at_rest_damage_kind_name(shape.damage.kind)) + " " + shape.damage.file];
+      ++seen["damage of the " + shape.damage.tag + " tag"];
+    }
+    if (shape.resume_change != "none") ++seen["restart changes " + shape.resume_change];
+  }
+  std::vector<std::string> wanted;
+  for (int fault = 0; fault < kGeneratedFaultCount; ++fault) wanted.push_back("fault " + std::to_string(fault));
+  for (int fault = 0; fault < kStorageFaultCount; ++fault) wanted.push_back("storage " + std::to_string(fault));
+  for (const CommitOperation& operation : commit_protocol_operations()) wanted.push_back("power loss at " + std::string(operation.name));
+  for (const char* name :
+       {"power loss in an async commit", "scheduler none", "scheduler WarmupLR log", "scheduler WarmupLR linear",
+        "scheduler WarmupDecayLR log", "scheduler WarmupDecayLR linear", "scheduler WarmupCosineLR log",
+        "scheduler WarmupCosineLR linear", "fp16 overflows", "fp16 hysteresis", "keep_last 0", "keep_last 1",
+        "keep_last 2", "keep_last 3", "numerics portable", "numerics deepspeed", "elastic up", "elastic down",
+        "elastic: W' above a parameter's size", "damage flip_bit shard", "damage flip_bit manifest", "damage flip_bit latest",
+        "damage truncate shard", "damage truncate manifest", "damage remove shard", "damage remove manifest",
+        "damage remove latest", "damage stale_copy shard", "damage stale_copy manifest", "damage other_rank shard",
+        "damage of the newest tag", "damage of the previous tag", "restart changes seed", "restart changes dataset_size",
+        "restart changes model"}) {
+    wanted.push_back(name);
+  }
+  for (const std::string& name : wanted) {
+    EXPECT_GE(seen[name], 5) << name << " is drawn " << seen[name] << " times in " << kCases << " cases";
+  }
+}
+
 TEST(Generator, CaseSeedsAreDisjointAcrossIndicesAndShards) {
   std::set<uint64_t> seeds;
   for (uint64_t index = 0; index < 20000; ++index) seeds.insert(case_seed(7, index));
@@ -107,6 +177,8 @@ RC_GTEST_PROP(GeneratedScenarios, OffloadAndWorldSizeChangeNoBit, ()) {
   ScenarioShape shape = arbitrary_shape();
   shape.offload_optimizer = "none";
   shape.offload_param_nvme = false;
+  // DeepSpeed's numerics depend on W by design (ds_config.h NumericsMode); the portable ones do not.
+  shape.numerics = "portable";
   auto final_digest = [&](const ScenarioShape& variant) -> std::string {
     Result<Scenario> scenario = scenario_from_json(scenario_document(variant, "x"), "x");
     RC_ASSERT(scenario.ok());

@@ -45,7 +45,9 @@ TEST(ScenarioLibrary, EveryDefectFailsAScenarioNamingWhatDiverged) {
                                      "loss_scaler", "rng", "data", "loss", "learning rate", "no complete checkpoint",
                                      "expected the resume to start at step",
                                      // a refusal naming the damaged shard (torn by the power loss)
-                                     ".safetensors"};
+                                     ".safetensors",
+                                     // the durability oracle, and damage loaded as state
+                                     "lost work", "loaded the damaged checkpoint"};
   for (const DefectInfo& info : all_defects()) {
     SCOPED_TRACE(info.name);
     std::string diagnosis;
@@ -94,6 +96,57 @@ TEST(ScenarioLibrary, EachCauseClassHasAScenarioThatCatchesItsDefects) {
   for (const DefectInfo& info : all_defects()) {
     EXPECT_TRUE(caught.count(info.name)) << info.name << " is in no scenario's \"catches\"";
   }
+}
+
+// The oracle beyond bit-identity: a resume from an older checkpoint than the newest whose save
+// returned is lost work (here: shards not fsynced before `latest`, so the power loss takes the
+// newest tag), unless damage explains it in a warning; damage loaded as state is caught.
+TEST(ScenarioOracle, LostWorkAndLoadedDamageFailTheScenario) {
+  const nlohmann::json base = nlohmann::json::parse(R"({"model": "7,9,2", "world_size": 2, "seed": 5, "save_every": 2,
+      "explored_save_step": 6, "steps": 8})");
+  const Result<Scenario> durable = scenario_from_json(base, "durable.json");
+  ASSERT_TRUE(durable.ok()) << durable.status().to_string();
+  bool lost_work_seen = false;
+  for (uint64_t seed = 1; seed <= 8 && !lost_work_seen; ++seed) {
+    Scenario scenario = *durable;
+    scenario.run.seed = seed;  // the power loss's fates
+    const Result<ScenarioVerdict> verdict = run_scenario(scenario, DefectSet{Defect::kLatestBeforeShardsDurable});
+    ASSERT_TRUE(verdict.ok()) << verdict.status().to_string();
+    EXPECT_EQ(verdict->committed_step, 6);
+    if (!verdict->passed && verdict->diagnosis.find("lost work: the save of step 6 returned") != std::string::npos) {
+      lost_work_seen = true;
+    }
+  }
+  EXPECT_TRUE(lost_work_seen) << "no power-loss seed of 8 dropped the unsynced shards";
+  // The same fallback explained by damage at rest passes, with the damage named in the report.
+  nlohmann::json damaged = base;
+  damaged["operator_actions"] = nlohmann::json::parse(R"([{"damage": "remove", "file": "manifest", "tag": "newest"}])");
+  const Result<Scenario> with_damage = scenario_from_json(damaged, "damaged.json");
+  ASSERT_TRUE(with_damage.ok()) << with_damage.status().to_string();
+  const Result<ScenarioVerdict> explained = run_scenario(*with_damage, DefectSet{});
+  ASSERT_TRUE(explained.ok());
+  EXPECT_TRUE(explained->passed) << explained->outcome << "; " << explained->diagnosis;
+  EXPECT_EQ(explained->resumed_at, 4);
+  EXPECT_NE(explained->damage.find("global_step6/manifest.json"), std::string::npos) << explained->damage;
+}
+
+TEST(ScenarioFile, OperatorActionsAndResumeChangesAreCheckedBeforeAnythingRuns) {
+  auto error_of = [](const char* text) {
+    const Result<Scenario> scenario = scenario_from_json(nlohmann::json::parse(text), "s.json");
+    return scenario.ok() ? std::string("accepted") : scenario.status().message();
+  };
+  EXPECT_NE(error_of(R"({"operator_actions": [{"damage": "flip_bits"}]})").find("did you mean flip_bit?"), std::string::npos);
+  EXPECT_NE(error_of(R"({"operator_actions": [{"damage": "stale_copy", "file": "latest"}]})").find("latest is not a file of a tag"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"world_size": 2, "operator_actions": [{"damage": "remove", "rank": 2}]})").find("rank 2 did not save"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"operator_actions": [{"damage": "remove", "size": 2}]})").find("size: unknown key"), std::string::npos);
+  EXPECT_NE(error_of(R"({"operator_actions": [{"sigterm_at_step": 4}]})").find("sigterm_at_step: 4 is not a step"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"operator_actions": [7]})").find("expected a name or an object"), std::string::npos);
+  EXPECT_NE(error_of(R"({"resume_changes": {}})").find("resume_changes: expected an object"), std::string::npos);
+  EXPECT_NE(error_of(R"({"resume_changes": {"sed": 3}})").find("did you mean seed?"), std::string::npos);
+  EXPECT_NE(error_of(R"({"resume_changes": {"dataset_size": 0}})").find("dataset_size"), std::string::npos);
 }
 
 TEST(ScenarioFile, ErrorsNameTheKeyAndTheLine) {

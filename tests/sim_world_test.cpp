@@ -3,6 +3,8 @@
 // reach the core through the same vocabulary as FaultyDisk on a real directory.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "sim/sim_world.h"
 #include "tests/test_training.h"
 
@@ -80,6 +82,58 @@ TEST(SimWorld, ACrashAtAVirtualTimeStopsEveryRankAndTheRunResumesBitForBit) {
   const int64_t resumed_at = 6 - static_cast<int64_t>(resumed.run->steps.size());
   EXPECT_GE(resumed_at, 2);
   EXPECT_EQ(first_divergence(*reference.run, *resumed.run, resumed_at), "");
+}
+
+// The faults storage-fault models count and the simulator's disk alone lacks: a write that is
+// acknowledged and lost, one that lands elsewhere, and a power loss in the middle of any
+// operation; and a rule that waits for another operation before it counts.
+TEST(SimWorld, LostMisdirectedAndPowerLossFaultsDoWhatTheyAreNamedFor) {
+  const Result<std::vector<FaultRule>> rules = parse_fault_rules(nlohmann::json::parse(R"([
+    {"path": "/lost", "op": "write", "occurrence": 1, "fault": "lost_write"},
+    {"path": "/elsewhere", "op": "write", "occurrence": 1, "fault": "misdirected_write", "bytes": 8},
+    {"path": "/cut", "op": "sync", "occurrence": 1, "fault": "power_loss", "after": {"path": "/arm", "op": "write"}}])"));
+  ASSERT_TRUE(rules.ok()) << rules.status().to_string();
+  SimDisk disk;
+  FaultyDisk faulty(disk, *rules, [](uint64_t) {});
+  std::string power_lost;
+  faulty.set_power_loss_handler([&](const std::string& what) {
+    power_lost = what;
+    disk.freeze();
+  });
+  const std::string text = "payload";
+  const auto bytes = std::as_bytes(std::span<const char>(text.data(), text.size()));
+  auto write = [&](const std::string& path) -> Status {
+    ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<File> file, faulty.open(path, {OpenMode::kCreateTruncate}));
+    return file->write_all(0, bytes);
+  };
+  ASSERT_TRUE(write("/lost").ok()) << "a lost write reports success";
+  EXPECT_EQ(disk.visible_content("/lost")->size(), 0u) << "and nothing reaches the file";
+  ASSERT_TRUE(write("/elsewhere").ok());
+  const std::vector<std::byte> elsewhere = *disk.visible_content("/elsewhere");
+  ASSERT_EQ(elsewhere.size(), 8 + text.size());
+  EXPECT_EQ(std::memcmp(elsewhere.data() + 8, text.data(), text.size()), 0) << "it landed 8 bytes further";
+  EXPECT_EQ(elsewhere[0], std::byte{0}) << "and the intended range is as it was";
+  {
+    Result<std::unique_ptr<File>> cut = faulty.open("/cut", {OpenMode::kCreateTruncate});
+    ASSERT_TRUE(cut.ok());
+    ASSERT_TRUE((*cut)->write_all(0, bytes).ok());
+    EXPECT_TRUE((*cut)->sync().ok()) << "not armed before /arm is written";
+    ASSERT_TRUE(write("/arm").ok());
+    const Status lost = (*cut)->sync();
+    EXPECT_EQ(lost.code(), StatusCode::kIoError);
+    EXPECT_NE(lost.message().find("the power went out during this operation"), std::string::npos) << lost.to_string();
+  }
+  EXPECT_EQ(power_lost, "sync /cut");
+  EXPECT_EQ(faulty.power_loss_at(), "sync /cut");
+  EXPECT_FALSE(write("/after").ok()) << "nothing reaches the disk once the power is out";
+
+  for (const char* bad : {R"([{"op": "read", "fault": "lost_write"}])", R"([{"op": "sync", "fault": "misdirected_write"}])",
+                          R"([{"op": "open", "fault": "power_loss"}])", R"([{"op": "write", "after": {"path": "/x"}}])",
+                          R"([{"op": "write", "after": {"path": "/x", "op": "fsync"}}])"}) {
+    const Result<std::vector<FaultRule>> refused = parse_fault_rules(nlohmann::json::parse(bad));
+    EXPECT_FALSE(refused.ok()) << bad;
+    if (!refused.ok()) EXPECT_NE(refused.status().message().find("fault rules[0]"), std::string::npos) << refused.status().to_string();
+  }
 }
 
 TEST(SimWorld, FaultPlansParseAndNameTheWrongKey) {
