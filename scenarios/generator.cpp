@@ -55,6 +55,7 @@ const char* storage_fault_name(StorageFault fault) {
     case StorageFault::kMisdirectedWriteSwap: return "misdirected write";
     case StorageFault::kReadErrorSwap: return "latent read error";
     case StorageFault::kLostWriteShard: return "lost write";
+    case StorageFault::kBitFlipReadSwap: return "silently flipped bit in a read";
   }
   return "unknown";
 }
@@ -162,7 +163,8 @@ ScenarioShape normalize_shape(ScenarioShape shape) {
   if (shape.fault == GeneratedFault::kNone || shape.fault == GeneratedFault::kSigterm) shape.fault_rank = 0;
   if (shape.fault == GeneratedFault::kNone) shape.fault_occurrence = 1;
   // The restart's change must be refused naming it: no damage in the way of that message.
-  if (shape.resume_change != "seed" && shape.resume_change != "dataset_size" && shape.resume_change != "model") {
+  if (shape.resume_change != "seed" && shape.resume_change != "dataset_size" && shape.resume_change != "model" &&
+      shape.resume_change != "optimizer") {
     shape.resume_change = "none";
   }
   if (shape.resume_change != "none") shape.damaged = false;
@@ -253,7 +255,8 @@ ScenarioShape generate_shape(uint64_t seed) {
   shape.damage.from_rank = static_cast<int>(pick(0, kMaxWorldSize - 1));
   shape.damage.bit = static_cast<uint64_t>(pick(0, 1 << 24));
   shape.damage.keep_bytes = static_cast<uint64_t>(pick(0, 1 << 16));
-  shape.resume_change = pick(0, 9) == 0 ? one_of(std::array<const char*, 3>{"seed", "dataset_size", "model"}) : "none";
+  shape.resume_change =
+      pick(0, 9) == 0 ? one_of(std::array<const char*, 4>{"seed", "dataset_size", "model", "optimizer"}) : "none";
   return normalize_shape(shape);
 }
 
@@ -287,6 +290,10 @@ json storage_fault_rule(const ScenarioShape& shape) {
       return {{"path", swap_file}, {"op", "write"}, {"occurrence", occurrence}, {"fault", "misdirected_write"}, {"after", after}};
     case StorageFault::kReadErrorSwap:
       return {{"path", swap_file}, {"op", "read"}, {"occurrence", occurrence}, {"fault", "io_error"}, {"after", after}};
+    case StorageFault::kBitFlipReadSwap:
+      // A bit of the first payload bytes (after the 4096-byte header): the payload checksum's to catch.
+      return {{"path", swap_file}, {"op", "read"},     {"occurrence", occurrence},
+              {"fault", "bit_flip"}, {"bytes", 8 * 4096 + shape.fault_rank * 13 % 64}, {"after", after}};
     case StorageFault::kLostWriteShard: {
       char pattern[96];
       std::snprintf(pattern, sizeof pattern, "%s/rank-%05d-of-*",
@@ -372,7 +379,16 @@ json scenario_document(const ScenarioShape& input, const std::string& name) {
       else changed.hidden_widths.back() += 1;
       document["resume_changes"] = {{"model", model_text(changed)}};
     }
-    document["expect"] = {{"error", shape.resume_change == "model" ? "model shape" : "dataset"}};
+    if (shape.resume_change == "optimizer") {
+      // DeepSpeed's "Adam" with adam_w_mode false: L2 weight decay instead of decoupled.
+      json changed = config;
+      changed["optimizer"] = {{"type", "Adam"},
+                              {"params", {{"lr", "auto"}, {"betas", "auto"}, {"eps", "auto"}, {"weight_decay", "auto"},
+                                          {"adam_w_mode", false}}}};
+      document["resume_config"] = changed;
+    }
+    document["expect"] = {
+        {"error", shape.resume_change == "model" ? "model shape" : shape.resume_change == "optimizer" ? "optimizer type" : "dataset"}};
   }
   const int64_t saved_step = shape.fault_occurrence * shape.save_every;
   char shard_pattern[64];
@@ -471,6 +487,7 @@ std::vector<ScenarioShape> shrink_candidates(const ScenarioShape& shape) {
   add([](ScenarioShape& s) { s.fault = GeneratedFault::kNone; });
   add([](ScenarioShape& s) { s.damaged = false; });
   add([](ScenarioShape& s) { s.resume_change = "none"; });
+  add([](ScenarioShape& s) { s.storage_fault = StorageFault::kLostWriteShard; });
   add([](ScenarioShape& s) { s.keep_last = 0; });
   add([](ScenarioShape& s) { s.scheduler = "WarmupLR"; });
   add([](ScenarioShape& s) { s.numerics = "portable"; });

@@ -59,8 +59,8 @@ enum class GeneratedFault {
 inline constexpr int kGeneratedFaultCount = 8;
 
 // The storage faults of kStorageFault (scenarios: faults/faulty_disk.h's vocabulary).
-enum class StorageFault { kLostWriteSwap, kMisdirectedWriteSwap, kReadErrorSwap, kLostWriteShard };
-inline constexpr int kStorageFaultCount = 4;
+enum class StorageFault { kLostWriteSwap, kMisdirectedWriteSwap, kReadErrorSwap, kLostWriteShard, kBitFlipReadSwap };
+inline constexpr int kStorageFaultCount = 5;
 
 // The operations of a save's commit protocol (the order the engine makes them), where
 // kPowerLossInSave cuts the power: index into commit_protocol_operations().
@@ -112,7 +112,7 @@ struct ScenarioShape {
   // At-rest damage after the power loss (damaged: whether there is any).
   bool damaged = false;
   AtRestDamage damage;
-  std::string resume_change = "none";  // none, seed, dataset_size, model
+  std::string resume_change = "none";  // none, seed, dataset_size, model, optimizer (AdamW -> Adam with L2 decay)
 
   bool operator==(const ScenarioShape&) const = default;
 };

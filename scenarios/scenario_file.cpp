@@ -31,7 +31,8 @@ const std::vector<std::string_view> kScenarioKeys = {
     "model",   "world_size", "resume_world_size", "precision",         "micro_batch_size", "gradient_accumulation_steps",
     "seed",    "dataset_size", "save_every",      "explored_save_step", "steps",            "crash_state_bound",
     "config",  "name",       "description",       "fault_plan",        "operator_actions", "defects",
-    "expect",  "resume_tag", "resume_config",     "cause_class",       "catches",          "resume_changes"};
+    "expect",  "resume_tag", "resume_config",     "cause_class",       "catches",          "resume_changes",
+    "resume_save_every"};
 
 class ScenarioReader {
  public:

@@ -139,7 +139,9 @@ Result<Scenario> scenario_from_json(const json& document, const std::string& sou
   }
   // The schedule and the resume's batch arithmetic, checked before anything runs.
   const CrashScenario& schedule = scenario.run;
-  if (schedule.explored_save_step > schedule.total_steps) {
+  // A restart from an explicit older tag may run fewer steps than the abandoned first phase.
+  const bool restarts_from_latest = !document.contains("resume_tag") || document["resume_tag"] == "latest";
+  if (restarts_from_latest && schedule.explored_save_step > schedule.total_steps) {
     return invalid_argument(source_name + ": explored_save_step: " + std::to_string(schedule.explored_save_step) +
                             " is past steps (" + std::to_string(schedule.total_steps) + ")");
   }
@@ -182,6 +184,13 @@ Result<Scenario> scenario_from_json(const json& document, const std::string& sou
         }
       }
     }
+  }
+  if (document.contains("resume_save_every")) {
+    const json& every = document["resume_save_every"];
+    if (!every.is_number_integer() || every.get<int64_t>() < 1 || every.get<int64_t>() > (1 << 20)) {
+      return invalid_argument(source_name + ": resume_save_every: expected a number of steps >= 1, found " + every.dump());
+    }
+    scenario.resume_save_every = every.get<int64_t>();
   }
   if (document.contains("resume_changes")) {
     const json& changes = document["resume_changes"];
@@ -308,7 +317,7 @@ class StepCountingHook final : public CrashPointHook {
     } else if (rank == 0 && site == "ckpt.latest_published") {
       std::lock_guard lock(mutex_);
       if (!saves_begun_.empty()) {
-        committed_step_ = saves_begun_.front();
+        committed_steps_.push_back(saves_begun_.front());
         saves_begun_.pop_front();
       }
     }
@@ -320,10 +329,10 @@ class StepCountingHook final : public CrashPointHook {
     for (const std::atomic<int64_t>& steps : steps_) fewest = std::min(fewest, steps.load());
     return fewest;
   }
-  // The step of the newest save that returned, -1 when none did.
-  int64_t committed_step() const {
+  // The steps of the saves that returned, in order.
+  std::vector<int64_t> committed_steps() const {
     std::lock_guard lock(mutex_);
-    return committed_step_;
+    return committed_steps_;
   }
 
  private:
@@ -333,7 +342,7 @@ class StepCountingHook final : public CrashPointHook {
   std::atomic<bool>* stop_requested_;
   mutable std::mutex mutex_;
   std::deque<int64_t> saves_begun_;
-  int64_t committed_step_ = -1;
+  std::vector<int64_t> committed_steps_;
 };
 
 Status apply_operator_action(OperatorAction action, const TrainingOptions& options, const std::string& checkpoint_directory,
@@ -507,12 +516,12 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
   CheckpointPlan saving;
   saving.save_directory = run.checkpoint_directory;
   saving.save_every_steps = run.save_every_steps;
+  // The first phase runs as `zerosim train` does: with a stop handler installed (set only by a
+  // scenario's SIGTERM), and saving on the signal.
   std::atomic<bool> sigterm{false};
+  saving.stop_requested = &sigterm;
+  saving.save_on_stop = true;
   bool storage_lied = false;  // a lost, misdirected or torn write fired: acknowledged, not persisted
-  if (scenario.sigterm_at_step) {
-    saving.stop_requested = &sigterm;
-    saving.save_on_stop = true;  // zerosim train --save-on-signal
-  }
   {
     std::unique_ptr<CrashPointHook> hook;
     VirtualTimeCrash* timed = nullptr;
@@ -551,7 +560,8 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
     }
     verdict.steps_before_crash = scenario.fault_plan.crash_point ? counting.steps_of(scenario.fault_plan.crash_point->rank)
                                                                  : counting.fewest_steps();
-    verdict.committed_step = counting.committed_step();
+    verdict.committed_steps = counting.committed_steps();
+    verdict.committed_step = verdict.committed_steps.empty() ? -1 : verdict.committed_steps.back();
     const std::vector<int64_t> fired = world.faulty_disk().fired_counts();
     for (size_t i = 0; i < fired.size(); ++i) {
       const FaultKind kind = scenario.fault_plan.disk_faults[i].kind;
@@ -604,6 +614,10 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
     CheckpointPlan resuming;
     resuming.resume_directory = run.checkpoint_directory;
     resuming.resume_tag = scenario.resume_tag;
+    if (scenario.resume_save_every > 0) {
+      resuming.save_directory = run.checkpoint_directory;
+      resuming.save_every_steps = scenario.resume_save_every;
+    }
     return run_training(options_of_resume, run.total_steps, resume_world.seams(), resuming);
   };
   const Result<TrainingRun> resumed = resume(disk, resume_options);
@@ -719,10 +733,45 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
   }
   const bool lost_work = scenario.resume_tag == "latest" && scenario.expect_resumed_at_step < 0 &&
                          verdict.resumed_at < verdict.committed_step && !warned_of_damage;
+  // A fallback forced by damage at rest must take the newest checkpoint left: the newest save
+  // that returned whose tag is still on the disk (retention may have removed older ones) and
+  // was not damaged. (A lying write leaves no record of which tag it took: not checked then.)
+  std::string fallback_finding;
+  if (scenario.resume_tag == "latest" && scenario.expect_resumed_at_step < 0 && warned_of_damage && !storage_lied) {
+    for (auto step = verdict.committed_steps.rbegin(); step != verdict.committed_steps.rend(); ++step) {
+      const std::string tag = checkpoint_tag_for_step(*step);
+      const bool was_damaged = std::any_of(damaged.begin(), damaged.end(), [&](const AppliedDamage& d) { return d.tag == tag; });
+      Result<bool> still_there = restart_disk->exists(run.checkpoint_directory + "/" + tag + "/" + kManifestFileName);
+      if (was_damaged || !still_there.ok() || !*still_there) continue;
+      if (*step != verdict.resumed_at) {
+        fallback_finding = "fell back to " + loaded_tag + ", but " + tag +
+                           " is the newest checkpoint left whose save returned and was not damaged";
+      }
+      break;
+    }
+  }
+  // A restart that saved leaves `latest` naming a complete tag (retention must spare it).
+  std::string retention_finding;
+  if (scenario.resume_save_every > 0) {
+    const std::string latest_path = run.checkpoint_directory + "/latest";
+    Result<std::vector<std::byte>> latest = disk.visible_content(latest_path);
+    std::string named = latest.ok() ? std::string(reinterpret_cast<const char*>(latest->data()), latest->size()) : "";
+    while (!named.empty() && (named.back() == '\n' || named.back() == '\r')) named.pop_back();
+    Result<bool> there = named.empty() ? Result<bool>(false)
+                                       : disk.exists(run.checkpoint_directory + "/" + named + "/" + kManifestFileName);
+    if (!there.ok() || !*there) {
+      retention_finding = "after the restart's saves, " + latest_path + " names '" + named +
+                          "', which is not on the disk (retention removed the tag latest names?)";
+    }
+  }
   if (!scenario.expect_error.empty()) {
     verdict.diagnosis = "expected a refusal containing '" + scenario.expect_error + "', but the run resumed";
   } else if (!damage_finding.empty()) {
     verdict.diagnosis = damage_finding;
+  } else if (!fallback_finding.empty()) {
+    verdict.diagnosis = fallback_finding;
+  } else if (!retention_finding.empty()) {
+    verdict.diagnosis = retention_finding;
   } else if (lost_work) {
     verdict.diagnosis = "lost work: the save of step " + std::to_string(verdict.committed_step) +
                         " returned before the crash, but the resume started at step " + std::to_string(verdict.resumed_at) +

@@ -12,6 +12,8 @@
 //                                 at-rest damage between the power loss and the restart (AtRestDamage)
 //   "resume_changes": {"seed": 8, "dataset_size": 50, "model": "6,4,3"}: what the operator
 //       changed for the restart (a change that breaks resume must be refused)
+//   "resume_save_every": 3: the restart saves too (into the same directory, every 3 steps and
+//       at its end), as a resumed run does; afterwards `latest` must name a complete tag
 //   "defects": ["scheduler_not_restored", ...] (zerosim defects lists the names)
 //   "expect": {"bit_identical": true} or {"error": "a part of the refusal's message"}
 //   "expect": {"resumed_at_step": 2} as well: the step the resume must start from
@@ -69,6 +71,7 @@ struct Scenario {
   std::optional<int64_t> sigterm_at_step;  // the first phase is stopped by SIGTERM in this step
   // The restart's run settings when the operator changed them (resume_changes): model, data, seed.
   std::optional<TrainingOptions> resume_settings;
+  int64_t resume_save_every = 0;  // > 0: the restart saves every this many steps
   bool expect_bit_identical = true;
   std::string expect_error;  // when set: the resume must be refused with this in its message
   int64_t expect_resumed_at_step = -1;  // when >= 0: the step the resume must start from
@@ -105,6 +108,7 @@ struct ScenarioVerdict {
   // Durability: the step of the newest save that returned (its `latest` was published) before
   // the crash (-1: none), and the damage done at rest ("" when none).
   int64_t committed_step = -1;
+  std::vector<int64_t> committed_steps;  // every save that returned, in order
   std::string damage;
 };
 

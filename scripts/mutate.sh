@@ -15,6 +15,7 @@
 # per mutant the patch is applied (patch -p1, dry run first), `zerosim` rebuilt, then
 #   zerosim suite <src>/scenarios/library       exit 1: killed by the suite (first FAIL scenario)
 #   zerosim fuzz --seed S --minutes M ...       exit 1: killed by fuzz (the failing case)
+# (a run that dies of a signal, an internal check's abort, is a kill too, shown as "crashed")
 # and otherwise the mutant survived; any other exit status is an error (with the last lines).
 # The patch is reverted (patch -R) afterwards, so the next build is incremental again.
 #
@@ -221,6 +222,11 @@ run_mutant() {
         else
           detail="(no FAIL line)"
         fi
+      elif ((rc > 128 && rc != 137)); then
+        # The suite died of a signal (an internal check's abort, a segfault): the mutant broke
+        # it as surely as a FAIL line does.
+        kind="killed-suite"
+        detail="(crashed: signal $((rc - 128)): $(grep -m1 -E 'internal check failed|Assertion|Segmentation' "$log/suite.log" | cut -c1-120 | tr '\t' ' ' || true))"
       elif ((rc != 0)); then
         kind=error
         local why=""
@@ -241,6 +247,9 @@ run_mutant() {
           kind="killed-fuzz"
           detail=$(grep -m1 '^FAIL  ' "$log/fuzz.log" | grep -o 'case [0-9][0-9]*' | head -n 1 || true)
           [[ -n $detail ]] || detail="(no FAIL line)"
+        elif ((rc > 128 && rc != 137)); then
+          kind="killed-fuzz"
+          detail="(crashed: signal $((rc - 128)))"
         else
           kind=error
           local why=""

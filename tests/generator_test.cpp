@@ -66,7 +66,7 @@ ScenarioShape arbitrary_shape() {
   shape.damage.from_rank = *rc::gen::inRange(0, 4);
   shape.damage.bit = *rc::gen::inRange<uint64_t>(0, 1 << 24);
   shape.damage.keep_bytes = *rc::gen::inRange<uint64_t>(0, 1 << 16);
-  shape.resume_change = *rc::gen::element<std::string>("none", "none", "none", "seed", "dataset_size", "model");
+  shape.resume_change = *rc::gen::element<std::string>("none", "none", "none", "seed", "dataset_size", "model", "optimizer");
   return normalize_shape(shape);
 }
 
@@ -147,7 +147,7 @@ TEST(Generator, EveryDimensionIsDrawnInAThousandsOfCasesCampaign) {
         "damage truncate shard", "damage truncate manifest", "damage remove shard", "damage remove manifest",
         "damage remove latest", "damage stale_copy shard", "damage stale_copy manifest", "damage other_rank shard",
         "damage of the newest tag", "damage of the previous tag", "restart changes seed", "restart changes dataset_size",
-        "restart changes model"}) {
+        "restart changes model", "restart changes optimizer"}) {
     wanted.push_back(name);
   }
   for (const std::string& name : wanted) {
