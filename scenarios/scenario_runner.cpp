@@ -733,21 +733,28 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
   }
   const bool lost_work = scenario.resume_tag == "latest" && scenario.expect_resumed_at_step < 0 &&
                          verdict.resumed_at < verdict.committed_step && !warned_of_damage;
-  // A fallback forced by damage at rest must take the newest checkpoint left: the newest save
-  // that returned whose tag is still on the disk (retention may have removed older ones) and
-  // was not damaged. (A lying write leaves no record of which tag it took: not checked then.)
+  // A fallback forced by damage at rest must take the newest checkpoint left: the newest tag
+  // on the disk as the restart found it with a manifest (written last, after the shards were
+  // durable: whether or not its save returned) that was not damaged. (A lying write leaves no
+  // record of which tag it took: not checked then.)
   std::string fallback_finding;
   if (scenario.resume_tag == "latest" && scenario.expect_resumed_at_step < 0 && warned_of_damage && !storage_lied) {
-    for (auto step = verdict.committed_steps.rbegin(); step != verdict.committed_steps.rend(); ++step) {
-      const std::string tag = checkpoint_tag_for_step(*step);
-      const bool was_damaged = std::any_of(damaged.begin(), damaged.end(), [&](const AppliedDamage& d) { return d.tag == tag; });
-      Result<bool> still_there = restart_disk->exists(run.checkpoint_directory + "/" + tag + "/" + kManifestFileName);
-      if (was_damaged || !still_there.ok() || !*still_there) continue;
-      if (*step != verdict.resumed_at) {
-        fallback_finding = "fell back to " + loaded_tag + ", but " + tag +
-                           " is the newest checkpoint left whose save returned and was not damaged";
+    Result<std::vector<std::string>> names = restart_disk->list_directory(run.checkpoint_directory);
+    int64_t newest_left = -1;
+    for (const std::string& name : names.ok() ? *names : std::vector<std::string>{}) {
+      const std::string prefix = "global_step";
+      if (name.rfind(prefix, 0) != 0 || name.size() == prefix.size() || name.size() > prefix.size() + 9 ||
+          name.find_first_not_of("0123456789", prefix.size()) != std::string::npos) {
+        continue;
       }
-      break;
+      const int64_t step = std::stoll(name.substr(prefix.size()));
+      const bool was_damaged = std::any_of(damaged.begin(), damaged.end(), [&](const AppliedDamage& d) { return d.tag == name; });
+      Result<bool> has_manifest = restart_disk->exists(run.checkpoint_directory + "/" + name + "/" + kManifestFileName);
+      if (!was_damaged && has_manifest.ok() && *has_manifest) newest_left = std::max(newest_left, step);
+    }
+    if (newest_left >= 0 && newest_left != verdict.resumed_at) {
+      fallback_finding = "fell back to " + loaded_tag + ", but " + checkpoint_tag_for_step(newest_left) +
+                         " is the newest undamaged checkpoint left on the disk";
     }
   }
   // A restart that saved leaves `latest` naming a complete tag (retention must spare it).
