@@ -28,6 +28,8 @@ class CheckpointShardReader {
   Status read(int64_t parameter, CheckpointState state, int64_t begin, int64_t count, std::span<std::byte> destination);
   // Opens and verifies one shard (see above).
   Status verify_shard(int rank);
+  // Whether this reader opened (and so verified) `rank`'s shard.
+  bool has_opened(int rank) const { return shards_[static_cast<size_t>(rank)].has_value(); }
 
   // One pass over one shard, for a rank that reads exactly its own shard (same world size):
   // the tensors are read in the shard's data order straight into their destinations, and the

@@ -424,6 +424,21 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
     env_.crash_points->hit("ckpt.load_sub_group_restored", comm_.rank());
   }
   if (own_shard) ZEROSIM_RETURN_IF_ERROR(reader.finish_sequential());
+  if (!own_shard) {
+    // Every shard of the tag is verified by some rank, also one that holds nothing this run
+    // reads (its rank owned no element of any parameter): a damaged tag is never loaded. The
+    // ranks learn which shards anyone opened; the rest are verified round-robin.
+    std::vector<double> opened(static_cast<size_t>(manifest.world_size), 0.0);
+    for (int source = 0; source < manifest.world_size; ++source) {
+      opened[static_cast<size_t>(source)] = reader.has_opened(source) ? 1.0 : 0.0;
+    }
+    ZEROSIM_RETURN_IF_ERROR(comm_.all_reduce_max(opened));
+    Status verified;
+    for (int source = rank; source < manifest.world_size && verified.ok(); source += comm_.world_size()) {
+      if (opened[static_cast<size_t>(source)] == 0.0) verified = reader.verify_shard(source);
+    }
+    ZEROSIM_RETURN_IF_ERROR(share_verdict_all(comm_, verified, "verify the shards of " + tag_directory));
+  }
 
   counters_.global_steps = manifest.global_steps;
   counters_.skipped_steps = defect_active(defects, Defect::kSkippedStepsNotRestored) ? 0 : manifest.skipped_steps;
