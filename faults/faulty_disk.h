@@ -69,7 +69,7 @@ struct FaultRule {
   uint64_t bytes = 0;       // short_write / torn_write: bytes that reach the file
   uint64_t latency_us = 0;  // latency
   double bandwidth_mb_per_s = 0.0;  // latency of reads and writes: + size / bandwidth (0: none)
-  std::string after_path_pattern;   // set: the rule counts nothing until this operation happened
+  std::string after_path_pattern = {};  // set: the rule counts nothing until this operation happened
   FaultOperation after_operation = FaultOperation::kRename;
   // The delay of this rule for a transfer of `length_bytes`, in microseconds.
   uint64_t delay_for_us(uint64_t length_bytes) const;

@@ -132,7 +132,9 @@ TEST(SimWorld, LostMisdirectedAndPowerLossFaultsDoWhatTheyAreNamedFor) {
                           R"([{"op": "write", "after": {"path": "/x", "op": "fsync"}}])"}) {
     const Result<std::vector<FaultRule>> refused = parse_fault_rules(nlohmann::json::parse(bad));
     EXPECT_FALSE(refused.ok()) << bad;
-    if (!refused.ok()) EXPECT_NE(refused.status().message().find("fault rules[0]"), std::string::npos) << refused.status().to_string();
+    if (!refused.ok()) {
+      EXPECT_NE(refused.status().message().find("fault rules[0]"), std::string::npos) << refused.status().to_string();
+    }
   }
 }
 
