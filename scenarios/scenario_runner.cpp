@@ -370,15 +370,6 @@ struct AppliedDamage {
   std::string describe;
 };
 
-Result<std::vector<std::byte>> read_whole(SimDisk& disk, const std::string& path) {
-  ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<File> file, disk.open(path, FileOpenOptions{}));
-  ZEROSIM_ASSIGN_OR_RETURN(uint64_t size, file->size_bytes());
-  std::vector<std::byte> bytes(size);
-  ZEROSIM_RETURN_IF_ERROR(file->read_exact(0, bytes));
-  ZEROSIM_RETURN_IF_ERROR(file->close());
-  return bytes;
-}
-
 // Damages the durable disk as the scenario says, durably (the restart finds it).
 Result<AppliedDamage> apply_damage(const AtRestDamage& damage, int world_size, const std::string& checkpoint_directory,
                                    SimDisk& disk) {
@@ -419,7 +410,7 @@ Result<AppliedDamage> apply_damage(const AtRestDamage& damage, int world_size, c
       break;
     case AtRestDamage::Kind::kFlipBit:
     case AtRestDamage::Kind::kTruncate: {
-      ZEROSIM_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, read_whole(disk, applied.path));
+      ZEROSIM_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, read_whole_file(disk, applied.path));
       if (bytes.empty()) {
         applied.describe += ": not done, " + applied.path + " is empty";
         return applied;
@@ -452,8 +443,8 @@ Result<AppliedDamage> apply_damage(const AtRestDamage& damage, int world_size, c
         applied.describe += ": not done, " + source + " does not exist";
         return applied;
       }
-      ZEROSIM_ASSIGN_OR_RETURN(content, read_whole(disk, source));
-      ZEROSIM_ASSIGN_OR_RETURN(std::vector<std::byte> original, read_whole(disk, applied.path));
+      ZEROSIM_ASSIGN_OR_RETURN(content, read_whole_file(disk, source));
+      ZEROSIM_ASSIGN_OR_RETURN(std::vector<std::byte> original, read_whole_file(disk, applied.path));
       if (*content == original) {
         // (Skipped fp16 steps change nothing: two tags can hold the same bytes.)
         applied.describe += ": not done, " + source + " holds the same bytes";
