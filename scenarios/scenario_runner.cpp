@@ -490,17 +490,42 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
   verdict.description = scenario.description;
   verdict.seed = run.seed;
 
-  // The reference: no faults, no defects.
+  // The reference: no faults, no defects. It runs after the resume, whose start it may save (a
+  // clean checkpoint for the elastic continuation below) as it passes.
   NoCrashPoints no_crash;
-  auto run_reference = [&](const TrainingOptions& reference_options) -> Result<TrainingRun> {
-    SimDisk reference_disk(SimDiskOptions{512, uint64_t{1} << 40, run.seed});
+  auto run_reference = [&](const TrainingOptions& reference_options, SimDisk* checkpoint_disk = nullptr,
+                           int64_t save_step = -1) -> Result<TrainingRun> {
+    SimDisk scratch_disk(SimDiskOptions{512, uint64_t{1} << 40, run.seed});
+    SimDisk& reference_disk = checkpoint_disk != nullptr ? *checkpoint_disk : scratch_disk;
     SimWorld reference_world(reference_disk, reference_options.world_size, FaultPlan{}, no_crash);
-    return run_training(reference_options, run.total_steps, reference_world.seams());
+    CheckpointPlan saving_one;
+    if (checkpoint_disk != nullptr) {
+      saving_one.save_directory = run.checkpoint_directory;
+      saving_one.save_at_steps = {save_step};
+      saving_one.save_at_end = false;
+    }
+    return run_training(reference_options, run.total_steps, reference_world.seams(), saving_one);
   };
-  ZEROSIM_ASSIGN_OR_RETURN(TrainingRun reference,
-                           cache != nullptr ? cache->get_or_run(options, run.total_steps, [&] { return run_reference(options); })
-                                            : run_reference(options));
-  for (const StepRecord& step : reference.steps) verdict.reference_losses.push_back(step.loss);
+  std::optional<TrainingRun> reference_run;
+  bool reference_saved = false;  // the reference ran, with a checkpoint disk (a cache hit does not run it)
+  // The reference, run once; with a checkpoint disk, it saves save_step there.
+  auto reference = [&](SimDisk* checkpoint_disk = nullptr, int64_t save_step = -1) -> Status {
+    ZEROSIM_CHECK(!reference_run, "the reference runs once");
+    auto compute = [&]() -> Result<TrainingRun> {
+      reference_saved = checkpoint_disk != nullptr;
+      return run_reference(options, checkpoint_disk, save_step);
+    };
+    ZEROSIM_ASSIGN_OR_RETURN(TrainingRun computed,
+                             cache != nullptr ? cache->get_or_run(options, run.total_steps, compute) : compute());
+    reference_run = std::move(computed);
+    for (const StepRecord& step : reference_run->steps) verdict.reference_losses.push_back(step.loss);
+    return Status();
+  };
+  // A verdict that ends before the comparison still shows the reference's loss curve.
+  auto verdict_before_comparison = [&]() -> Result<ScenarioVerdict> {
+    ZEROSIM_RETURN_IF_ERROR(reference());
+    return verdict;
+  };
 
   // The faulted first phase: saves, the plan's faults, its crash (or a kill after the last save).
   SimDisk disk(SimDiskOptions{512, uint64_t{1} << 40, run.seed});
@@ -564,14 +589,14 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
       verdict.outcome = "the first phase " + (first.ok() ? std::string("ended") : "stopped by " + first.status().to_string()) +
                         " without reaching the power_loss fault of its plan";
       verdict.diagnosis = "the power_loss disk fault never fired (its occurrence is past the first phase's operations?)";
-      return verdict;
+      return verdict_before_comparison();
     }
     if (scenario.sigterm_at_step && !(first.ok() && first->stopped_early)) {
       verdict.outcome = "the first phase " + (first.ok() ? std::string("ended") : "stopped by " + first.status().to_string()) +
                         " without stopping on the SIGTERM of step " + std::to_string(*scenario.sigterm_at_step);
       verdict.diagnosis = "the run did not stop on SIGTERM (--save-on-signal) in step " +
                           std::to_string(*scenario.sigterm_at_step);
-      return verdict;
+      return verdict_before_comparison();
     }
     if (scripted != nullptr && !scripted->fired()) {
       // A crash the plan asked for and the run never reached: nothing was tested.
@@ -580,7 +605,7 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
       verdict.diagnosis = "the crash point " + scenario.fault_plan.crash_point->describe() +
                           " was never reached (its occurrence is past the first phase's " +
                           std::to_string(run.explored_save_step) + " steps?)";
-      return verdict;
+      return verdict_before_comparison();
     }
   }
   disk.crash_with_seed(run.seed);  // the power goes out
@@ -638,7 +663,7 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
     verdict.diagnosis = verdict.passed ? ""
                         : "the resume failed: " + resumed.status().to_string() +
                               (damaged.empty() ? "" : " (without naming the damaged file " + damaged.front().path + ")");
-    return verdict;
+    return verdict_before_comparison();
   }
   verdict.notes = resumed->notes;
   verdict.resumed_at = run.total_steps - static_cast<int64_t>(resumed->steps.size());
@@ -651,6 +676,12 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
   // without faults or defects. Both comparisons are bit for bit.
   const bool elastic_deepspeed =
       options.config.numerics == NumericsMode::kDeepSpeed && resume_options.world_size != options.world_size;
+  auto continue_from = [&](SimDisk& clean_disk, const TrainingOptions& continuation_options) -> Result<TrainingRun> {
+    SimWorld world(clean_disk, continuation_options.world_size, FaultPlan{}, no_crash);
+    CheckpointPlan resuming;
+    resuming.resume_directory = run.checkpoint_directory;
+    return run_training(continuation_options, run.total_steps, world.seams(), resuming);
+  };
   auto continuation_at = [&](int64_t save_step, const TrainingOptions& continuation_options) -> Result<TrainingRun> {
     SimDisk clean_disk(SimDiskOptions{512, uint64_t{1} << 40, run.seed});
     {
@@ -661,17 +692,22 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
       saving_options.capture_state_at_step = -1;
       ZEROSIM_RETURN_IF_ERROR(run_training(saving_options, save_step, world.seams(), saving_at_end).status());
     }
-    SimWorld world(clean_disk, continuation_options.world_size, FaultPlan{}, no_crash);
-    CheckpointPlan resuming;
-    resuming.resume_directory = run.checkpoint_directory;
-    return run_training(continuation_options, run.total_steps, world.seams(), resuming);
+    return continue_from(clean_disk, continuation_options);
   };
+  // With elastic_deepspeed, the reference saves the clean checkpoint as it passes the step
+  // the resume loaded (unless a cache had the reference already: then a run to that step saves it).
+  std::unique_ptr<SimDisk> clean_checkpoint_disk;
+  if (elastic_deepspeed) clean_checkpoint_disk = std::make_unique<SimDisk>(SimDiskOptions{512, uint64_t{1} << 40, run.seed});
+  ZEROSIM_RETURN_IF_ERROR(reference(clean_checkpoint_disk.get(), verdict.resumed_at));
+  const TrainingRun& reference_run_done = *reference_run;
   // With elastic_deepspeed, the expected run: the reference's steps up to the load, the
   // continuation's after.
   std::optional<TrainingRun> elastic_expected;
   if (elastic_deepspeed) {
-    ZEROSIM_ASSIGN_OR_RETURN(TrainingRun continuation, continuation_at(verdict.resumed_at, resume_options));
-    TrainingRun& expected = elastic_expected.emplace(reference);
+    ZEROSIM_ASSIGN_OR_RETURN(TrainingRun continuation, reference_saved
+                                                           ? continue_from(*clean_checkpoint_disk, resume_options)
+                                                           : continuation_at(verdict.resumed_at, resume_options));
+    TrainingRun& expected = elastic_expected.emplace(reference_run_done);
     const size_t kept = static_cast<size_t>(verdict.resumed_at);
     expected.steps.resize(kept);
     expected.step_digests.resize(kept);
@@ -694,7 +730,7 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
     return run_reference(capturing);
   };
   const Divergence divergence =
-      find_first_divergence(elastic_expected ? *elastic_expected : reference, *resumed, verdict.resumed_at);
+      find_first_divergence(elastic_expected ? *elastic_expected : reference_run_done, *resumed, verdict.resumed_at);
   if (divergence.found) verdict.divergence = divergence;
   verdict.outcome = "resumed at step " + std::to_string(verdict.resumed_at) +
                     (divergence.found ? ", diverged: " + divergence.describe()

@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -1017,6 +1018,10 @@ Status run_one_rank(const TrainingOptions& options, int64_t step_count, int rank
     if (rank == 0) run.initial_digests = state.digests;
   }
   ZEROSIM_RETURN_IF_ERROR(fingerprint_now());
+  auto listed_for_save = [&](int64_t step) {
+    return std::find(checkpoints.save_at_steps.begin(), checkpoints.save_at_steps.end(), step) !=
+           checkpoints.save_at_steps.end();
+  };
   int64_t last_saved_step = checkpoints.resume_directory == checkpoints.save_directory ? engine.counters().global_steps : -1;
   // The newest save known to be committed (an async save is only once it has been waited for):
   // a failed save names it, so that the user knows what a resume will load.
@@ -1038,6 +1043,9 @@ Status run_one_rank(const TrainingOptions& options, int64_t step_count, int rank
     last_saved_step = step;
     return saved;
   };
+  if (last_saved_step != engine.counters().global_steps && listed_for_save(engine.counters().global_steps)) {
+    ZEROSIM_RETURN_IF_ERROR(save_at(engine.counters().global_steps));
+  }
   while (engine.counters().global_steps < step_count) {
     ZEROSIM_ASSIGN_OR_RETURN(StepRecord record, engine.train_step());
     if (rank == 0) run.steps.push_back(record);
@@ -1046,7 +1054,7 @@ Status run_one_rank(const TrainingOptions& options, int64_t step_count, int rank
     }
     ZEROSIM_RETURN_IF_ERROR(fingerprint_now());
     const int64_t step = engine.counters().global_steps;
-    if (checkpoints.save_every_steps > 0 && step % checkpoints.save_every_steps == 0) {
+    if ((checkpoints.save_every_steps > 0 && step % checkpoints.save_every_steps == 0) || listed_for_save(step)) {
       ZEROSIM_RETURN_IF_ERROR(save_at(step));
     }
     if (checkpoints.stop_requested != nullptr && step < step_count) {
@@ -1062,7 +1070,8 @@ Status run_one_rank(const TrainingOptions& options, int64_t step_count, int rank
     }
   }
   const bool stopped = checkpoints.stop_requested != nullptr && engine.counters().global_steps < step_count;
-  if (!stopped && !checkpoints.save_directory.empty() && last_saved_step != engine.counters().global_steps) {
+  if (!stopped && checkpoints.save_at_end && !checkpoints.save_directory.empty() &&
+      last_saved_step != engine.counters().global_steps) {
     ZEROSIM_RETURN_IF_ERROR(save_at(engine.counters().global_steps));
   }
   if (const Status waited = engine.wait_for_save(); !waited.ok()) return with_committed_note(waited);
@@ -1099,6 +1108,12 @@ Status validate_run_request(const TrainingOptions& options, int64_t step_count, 
   if (step_count < 0) return invalid_argument("steps must be non-negative, got " + std::to_string(step_count));
   if (checkpoints.save_every_steps < 0) {
     return invalid_argument("save every: expected steps >= 0, got " + std::to_string(checkpoints.save_every_steps));
+  }
+  for (int64_t step : checkpoints.save_at_steps) {
+    if (step < 0) return invalid_argument("save at steps: expected steps >= 0, got " + std::to_string(step));
+  }
+  if (!checkpoints.save_at_steps.empty() && checkpoints.save_directory.empty()) {
+    return invalid_argument("saving at listed steps needs a save directory");
   }
   if (checkpoints.save_every_steps > 0 && checkpoints.save_directory.empty()) {
     return invalid_argument("saving every " + std::to_string(checkpoints.save_every_steps) +

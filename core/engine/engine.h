@@ -324,6 +324,9 @@ struct CheckpointPlan {
   std::string resume_tag = "latest";
   std::string save_directory;  // empty: no saves
   int64_t save_every_steps = 0;  // 0: only at the end of the run (when save_directory is set)
+  // Saves after these steps too (0: the starting state of a fresh run, before its first step).
+  std::vector<int64_t> save_at_steps;
+  bool save_at_end = true;  // with save_directory: the run's last step is saved
   // Stops the run early (a SIGTERM or SIGINT handler sets it, in the CLI): every rank reads it
   // after each step and the ranks agree by a collective max, so that all stop after the same
   // step whenever each saw it. Then the run saves when save_on_stop (and save_directory is
