@@ -9,7 +9,10 @@
 // trained before its crash (or fault), and the steps of the resume from the step it actually
 // resumed at (both as the harness's run of the case reported them). What the harness adds is
 // the ratio of the two.
-// Flags: --seed S (1), --cases N (200), --library DIR (scenarios/library).
+// Each side is timed --repeat times, the two sides alternating (and which goes first
+// alternating too, so that neither always runs on a warmer or a noisier machine); the figures
+// are the medians.
+// Flags: --seed S (1), --cases N (200), --library DIR (scenarios/library), --repeat R (3).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -62,14 +65,26 @@ int main(int argc, char** argv) {
   uint64_t seed = 1;
   int64_t cases = 200;
   std::string library = "scenarios/library";
+  int repeat = 3;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--seed") == 0) seed = std::strtoull(argv[i + 1], nullptr, 10);
     else if (std::strcmp(argv[i], "--cases") == 0) cases = std::atoll(argv[i + 1]);
     else if (std::strcmp(argv[i], "--library") == 0) library = argv[i + 1];
+    else if (std::strcmp(argv[i], "--repeat") == 0) repeat = std::atoi(argv[i + 1]);
     else {
-      std::fprintf(stderr, "usage: scenario_bench [--seed S] [--cases N] [--library DIR]\n");
+      std::fprintf(stderr, "usage: scenario_bench [--seed S] [--cases N] [--library DIR] [--repeat R]\n");
       return 2;
     }
+  }
+  if (argc % 2 == 0 || cases < 1 || repeat < 1) {
+    std::fprintf(stderr, "usage: scenario_bench [--seed S] [--cases N >= 1] [--library DIR] [--repeat R >= 1]\n");
+    return 2;
+  }
+  std::error_code listing_error;
+  if (!std::filesystem::is_directory(library, listing_error)) {
+    std::fprintf(stderr, "scenario_bench: --library %s: not a directory (run from the repository root, or pass it)\n",
+                 library.c_str());
+    return 2;
   }
   std::vector<Scenario> generated;
   for (int64_t index = 0; index < cases; ++index) {
@@ -115,13 +130,46 @@ int main(int argc, char** argv) {
     return seconds_since(start);
   };
   int fuzz_failed = 0, floor_failed = 0, suite_failed = 0, suite_floor_failed = 0;
+  // The steps each case trained, from the harness's first run (the same in every run).
   std::vector<TrainedSteps> generated_trained, suite_trained;
-  const double fuzz_seconds = time_harness(generated, &fuzz_failed, &generated_trained);
-  const double floor_seconds = time_floor(generated, generated_trained, &floor_failed);
-  const double suite_seconds = time_harness(suite, &suite_failed, &suite_trained);
-  const double suite_floor_seconds = time_floor(suite, suite_trained, &suite_floor_failed);
+  std::vector<double> fuzz_times, floor_times, suite_times, suite_floor_times;
+  for (int round = 0; round < repeat; ++round) {
+    auto harness_side = [&] {
+      int failed = 0;
+      std::vector<TrainedSteps> trained;
+      fuzz_times.push_back(time_harness(generated, &failed, &trained));
+      if (round == 0) fuzz_failed = failed, generated_trained = trained;
+      failed = 0;
+      trained.clear();
+      suite_times.push_back(time_harness(suite, &failed, &trained));
+      if (round == 0) suite_failed = failed, suite_trained = trained;
+    };
+    auto floor_side = [&] {
+      int failed = 0;
+      floor_times.push_back(time_floor(generated, generated_trained, &failed));
+      if (round == 0) floor_failed = failed;
+      failed = 0;
+      suite_floor_times.push_back(time_floor(suite, suite_trained, &failed));
+      if (round == 0) suite_floor_failed = failed;
+    };
+    // The floor needs the steps of the harness's first run: round 0 runs the harness first.
+    if (round % 2 == 0) {
+      harness_side();
+      floor_side();
+    } else {
+      floor_side();
+      harness_side();
+    }
+  }
+  auto median = [](std::vector<double> values) {
+    std::sort(values.begin(), values.end());
+    return values[values.size() / 2];
+  };
+  const double fuzz_seconds = median(fuzz_times), floor_seconds = median(floor_times);
+  const double suite_seconds = median(suite_times), suite_floor_seconds = median(suite_floor_times);
   const double fuzz_rate = 60.0 * static_cast<double>(cases) / fuzz_seconds;
   const double floor_rate = 60.0 * static_cast<double>(cases) / floor_seconds;
+  std::printf("medians of %d runs of each side\n", repeat);
   std::printf("%-44s %14s %14s %8s\n", "", "harness", "floor (peer)", "ratio");
   std::printf("%-44s %14.0f %14.0f %8.2f\n", ("fuzz cases/min (seed " + std::to_string(seed) + ", " +
                                               std::to_string(cases) + " cases)").c_str(),
