@@ -6,9 +6,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 #include <vector>
 
+#include "core/checkpoint/manifest.h"
 #include "core/engine/engine.h"
 #include "faults/faulty_disk.h"
 #include "tests/test_directory.h"
@@ -573,6 +575,57 @@ TEST(Engine, ADiskFullDuringASaveLeavesThePreviousCheckpointAndSaysSo) {
   ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
   EXPECT_EQ(resumed->steps.size(), 4u) << "resumed from global_step2";
   EXPECT_EQ(resumed->digests.state, reference->digests.state);
+}
+
+}  // namespace
+}  // namespace zerosim
+
+namespace zerosim {
+namespace {
+
+// CheckpointPlan::save_at_steps: the listed steps are saved (0: the fresh state, before any
+// step), save_at_end = false leaves the last step unsaved, and a resume from a listed step
+// continues bit for bit; a negative step is refused by name.
+TEST(Engine, SavesAtListedStepsOnlyWhenAskedNotAtTheEnd) {
+  TestDirectory directory;
+  TrainingOptions options = make_options(ModelSpec{}, Precision::kFp32, 2, 1, 2, 300, 17);
+  RealEnv real_env;
+  Result<TrainingRun> reference = run_training(options, 5, real_env.env());
+  ASSERT_TRUE(reference.ok()) << reference.status().to_string();
+  CheckpointPlan listed;
+  listed.save_directory = directory.path() + "/listed";
+  listed.save_at_steps = {0, 3};
+  listed.save_at_end = false;
+  Result<TrainingRun> saving = run_training(options, 5, real_env.env(), listed);
+  ASSERT_TRUE(saving.ok()) << saving.status().to_string();
+  EXPECT_EQ(saving->digests.state, reference->digests.state) << "saving changed the run";
+  EXPECT_EQ(saving->last_saved_step, 3);
+  for (const char* tag : {"global_step0", "global_step3"}) {
+    EXPECT_TRUE(std::filesystem::exists(listed.save_directory + "/" + tag + "/" + kManifestFileName)) << tag;
+  }
+  EXPECT_FALSE(std::filesystem::exists(listed.save_directory + "/global_step5")) << "save_at_end = false saved the end";
+  for (const char* tag : {"global_step0", "global_step3"}) {
+    CheckpointPlan resuming;
+    resuming.resume_directory = listed.save_directory;
+    resuming.resume_tag = tag;
+    Result<TrainingRun> resumed = run_training(options, 5, real_env.env(), resuming);
+    ASSERT_TRUE(resumed.ok()) << tag << ": " << resumed.status().to_string();
+    EXPECT_EQ(resumed->digests.state, reference->digests.state) << "resumed from " << tag;
+  }
+  CheckpointPlan negative;
+  negative.save_directory = directory.path() + "/negative";
+  negative.save_at_steps = {2, -1};
+  Result<TrainingRun> refused = run_training(options, 5, real_env.env(), negative);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("save at steps: expected steps >= 0, got -1"), std::string::npos)
+      << refused.status().to_string();
+  CheckpointPlan nowhere;
+  nowhere.save_at_steps = {2};
+  Result<TrainingRun> no_directory = run_training(options, 5, real_env.env(), nowhere);
+  ASSERT_FALSE(no_directory.ok());
+  EXPECT_NE(no_directory.status().message().find("needs a save directory"), std::string::npos)
+      << no_directory.status().to_string();
 }
 
 }  // namespace
