@@ -180,8 +180,8 @@ Status adopt_checkpoint_settings(TrainFlags& flags) {
   RealEnv real_env;
   Disk& disk = *real_env.env().disk;
   std::string warning;
-  ZEROSIM_ASSIGN_OR_RETURN(std::string tag, resolve_checkpoint_tag(disk, flags.resume_directory, "latest", &warning));
-  ZEROSIM_ASSIGN_OR_RETURN(CheckpointManifest manifest, read_manifest(disk, flags.resume_directory + "/" + tag));
+  CheckpointManifest manifest;
+  ZEROSIM_RETURN_IF_ERROR(resolve_checkpoint_tag(disk, flags.resume_directory, "latest", &warning, &manifest).status());
   if (flags.model_option == nullptr || flags.model_option->count() == 0) {
     flags.model_text = model_spec_to_string(manifest.model);
   }

@@ -457,12 +457,17 @@ Result<std::vector<std::string>> list_complete_tags(Disk& disk, const std::strin
 }
 
 Result<std::string> resolve_checkpoint_tag(Disk& disk, const std::string& checkpoint_directory,
-                                           const std::string& requested, std::string* warning) {
+                                           const std::string& requested, std::string* warning,
+                                           CheckpointManifest* manifest) {
   ZEROSIM_ASSIGN_OR_RETURN(bool directory_exists, disk.exists(checkpoint_directory));
   if (!directory_exists) return not_found("checkpoint directory " + checkpoint_directory + " does not exist");
+  auto resolved = [&](const std::string& tag, CheckpointManifest&& read) -> Result<std::string> {
+    if (manifest != nullptr) *manifest = std::move(read);
+    return tag;
+  };
   if (requested != "latest") {
-    ZEROSIM_RETURN_IF_ERROR(check_tag_complete(disk, checkpoint_directory, requested));
-    return requested;
+    ZEROSIM_ASSIGN_OR_RETURN(CheckpointManifest read, read_complete_tag(disk, checkpoint_directory, requested));
+    return resolved(requested, std::move(read));
   }
   // Only a missing or damaged checkpoint is a reason to fall back: an I/O error is reported,
   // or ranks that see different errors would load different steps.
@@ -472,11 +477,11 @@ Result<std::string> resolve_checkpoint_tag(Disk& disk, const std::string& checkp
   Result<std::string> pointed = read_latest_tag(disk, checkpoint_directory);
   std::string reason;
   if (pointed.ok()) {
-    Status complete = check_tag_complete(disk, checkpoint_directory, pointed.value());
-    if (complete.ok()) return pointed.value();
-    if (!falls_back(complete)) return complete;
+    Result<CheckpointManifest> complete = read_complete_tag(disk, checkpoint_directory, pointed.value());
+    if (complete.ok()) return resolved(pointed.value(), std::move(complete).value());
+    if (!falls_back(complete.status())) return complete.status();
     reason = checkpoint_directory + "/latest names '" + pointed.value() + "', which is not a complete checkpoint (" +
-             complete.message() + ")";
+             complete.status().message() + ")";
   } else {
     if (!falls_back(pointed.status())) return pointed.status();
     reason = pointed.status().message();
@@ -484,7 +489,9 @@ Result<std::string> resolve_checkpoint_tag(Disk& disk, const std::string& checkp
   ZEROSIM_ASSIGN_OR_RETURN(std::vector<std::string> tags, list_complete_tags(disk, checkpoint_directory));
   if (tags.empty()) return not_found("no complete checkpoint in " + checkpoint_directory + ": " + reason);
   if (warning != nullptr) *warning = "warning: " + reason + "; loading the newest complete tag '" + tags.back() + "'";
-  return tags.back();
+  if (manifest == nullptr) return tags.back();
+  ZEROSIM_ASSIGN_OR_RETURN(CheckpointManifest read, read_complete_tag(disk, checkpoint_directory, tags.back()));
+  return resolved(tags.back(), std::move(read));
 }
 
 Status apply_retention(Disk& disk, const std::string& checkpoint_directory, int64_t keep_last,

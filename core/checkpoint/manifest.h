@@ -153,8 +153,10 @@ Result<std::vector<std::string>> list_complete_tags(Disk& disk, const std::strin
 // The tag to load for `requested` ("latest" or a tag name). An explicit tag must be complete.
 // "latest" follows the pointer; when it is missing, torn or names an incomplete tag, the newest
 // complete tag is taken and `warning` says so; no complete tag at all is kNotFound.
+// `manifest` (when set) receives the resolved tag's manifest, read once with its checks.
 Result<std::string> resolve_checkpoint_tag(Disk& disk, const std::string& checkpoint_directory,
-                                           const std::string& requested, std::string* warning);
+                                           const std::string& requested, std::string* warning,
+                                           CheckpointManifest* manifest = nullptr);
 
 // Retention: keeps the newest `keep_last` complete tags (0 keeps all) and the one `latest`
 // names, and removes the other complete tags. Incomplete tags are left alone (a save may be

@@ -218,10 +218,13 @@ class RankEngine {
   Status write_shard(const std::string& path, ShardSink& sink);
   // Gathers the shard records to rank 0, which writes the manifest and publishes `latest`;
   // every rank returns rank 0's verdict. Runs on `comm` (the training or the checkpoint one).
+  // `manifest_without_shards` is read on rank 0 only (the other ranks pass null).
   Status commit_checkpoint(Comm& comm, const std::string& checkpoint_directory, const std::string& tag,
-                           const std::string& manifest_text_without_shards, uint64_t shard_size_bytes,
-                           const std::string& shard_checksum);
-  std::string manifest_json_without_shards(const std::string& tag) const;
+                           const std::shared_ptr<const nlohmann::json>& manifest_without_shards,
+                           uint64_t shard_size_bytes, const std::string& shard_checksum);
+  // The manifest of this save as rank 0 writes it, but for the shard records (rank 0 only:
+  // the other ranks' copy would never be read). Null on the other ranks.
+  std::shared_ptr<const nlohmann::json> manifest_without_shards(const std::string& tag) const;
   // This rank's partition of one parameter's state, wherever it lives: partition_size
   // elements each (padding included); valid during the visit only.
   struct PartitionStateView {

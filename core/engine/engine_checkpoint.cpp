@@ -86,7 +86,8 @@ Status share_verdict_all(Comm& comm, const Status& local_status, const std::stri
 
 }  // namespace
 
-std::string RankEngine::manifest_json_without_shards(const std::string& tag) const {
+std::shared_ptr<const nlohmann::json> RankEngine::manifest_without_shards(const std::string& tag) const {
+  if (comm_.rank() != 0) return nullptr;
   CheckpointManifest manifest;
   manifest.zerosim_version = ZEROSIM_VERSION;
   manifest.tag = tag;
@@ -112,7 +113,7 @@ std::string RankEngine::manifest_json_without_shards(const std::string& tag) con
   manifest.loss_scaler = loss_scaler_->state();
   manifest.shuffle_stream = sampler_.shuffle_stream_state(counters_.global_samples);
   manifest.data_position = counters_.global_samples;
-  return manifest_to_json(manifest).dump();
+  return std::make_shared<const nlohmann::json>(manifest_to_json(manifest));
 }
 
 Status RankEngine::write_shard(const std::string& path, ShardSink& sink) {
@@ -172,8 +173,8 @@ Status RankEngine::write_shard(const std::string& path, ShardSink& sink) {
 }
 
 Status RankEngine::commit_checkpoint(Comm& comm, const std::string& checkpoint_directory, const std::string& tag,
-                                     const std::string& manifest_text_without_shards, uint64_t shard_size_bytes,
-                                     const std::string& shard_checksum) {
+                                     const std::shared_ptr<const nlohmann::json>& manifest_without_shards,
+                                     uint64_t shard_size_bytes, const std::string& shard_checksum) {
   // Each rank's shard is durable when it gets here; rank 0 learns every shard's size and
   // checksum, and the gather doubles as the barrier "every shard is written".
   constexpr size_t kRecordBytes = 8 + 32;
@@ -189,7 +190,8 @@ Status RankEngine::commit_checkpoint(Comm& comm, const std::string& checkpoint_d
     root_status = [&]() -> Status {
       Disk& disk = *env_.disk;
       const std::string tag_directory = checkpoint_directory + "/" + tag;
-      nlohmann::json manifest = nlohmann::json::parse(manifest_text_without_shards);
+      ZEROSIM_CHECK(manifest_without_shards != nullptr, "rank 0 commits with its manifest");
+      nlohmann::json manifest = *manifest_without_shards;
       nlohmann::json shards = nlohmann::json::array();
       for (int source = 0; source < comm.world_size(); ++source) {
         uint64_t size = 0;
@@ -263,7 +265,7 @@ Status RankEngine::save_checkpoint(const std::string& checkpoint_directory, cons
   ZEROSIM_RETURN_IF_ERROR(share_verdict(comm_, prepared, "prepare " + tag_directory));
 
   const std::string shard_path = tag_directory + "/" + shard_file_name(comm_.rank(), comm_.world_size());
-  const std::string manifest_text = manifest_json_without_shards(tag);
+  const std::shared_ptr<const nlohmann::json> manifest_json = manifest_without_shards(tag);
   if (!async) {
     uint64_t size_bytes = 0;
     std::string checksum;
@@ -279,7 +281,7 @@ Status RankEngine::save_checkpoint(const std::string& checkpoint_directory, cons
     // A rank whose shard failed still takes part, so that no rank waits for it forever.
     ZEROSIM_RETURN_IF_ERROR(share_verdict_all(comm_, written, "write its shard of " + tag_directory));
     env_.crash_points->hit("ckpt.shard_written", comm_.rank());
-    ZEROSIM_RETURN_IF_ERROR(commit_checkpoint(comm_, checkpoint_directory, tag, manifest_text, size_bytes, checksum));
+    ZEROSIM_RETURN_IF_ERROR(commit_checkpoint(comm_, checkpoint_directory, tag, manifest_json, size_bytes, checksum));
     env_.crash_points->hit("ckpt.save_end", comm_.rank());
     return Status();
   }
@@ -287,13 +289,13 @@ Status RankEngine::save_checkpoint(const std::string& checkpoint_directory, cons
   if (defect_active(env_.defects, Defect::kAsyncSnapshotNotCopied)) {
     // Defect: nothing is copied now; the shard is serialized from the live state when the
     // save is waited for, steps later, under this step's manifest.
-    pending_save_ = std::async(std::launch::deferred, [this, shard_path, checkpoint_directory, tag, manifest_text]() -> Status {
+    pending_save_ = std::async(std::launch::deferred, [this, shard_path, checkpoint_directory, tag, manifest_json]() -> Status {
       ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<File> file, env_.disk->open(shard_path, {OpenMode::kCreateTruncate}));
       ShardSink live(file.get());
       ZEROSIM_RETURN_IF_ERROR(write_shard(shard_path, live));
       ZEROSIM_RETURN_IF_ERROR(file->sync());
       ZEROSIM_RETURN_IF_ERROR(file->close());
-      return commit_checkpoint(*checkpoint_comm_, checkpoint_directory, tag, manifest_text, live.size_bytes(),
+      return commit_checkpoint(*checkpoint_comm_, checkpoint_directory, tag, manifest_json, live.size_bytes(),
                                live.checksum());
     });
     return Status();
@@ -306,7 +308,7 @@ Status RankEngine::save_checkpoint(const std::string& checkpoint_directory, cons
   const uint64_t size_bytes = sink.size_bytes();
   const std::string checksum = sink.checksum();
   const std::launch policy = env_.async_saves_deferred ? std::launch::deferred : std::launch::async;
-  pending_save_ = std::async(policy, [this, snapshot, shard_path, checkpoint_directory, tag, manifest_text,
+  pending_save_ = std::async(policy, [this, snapshot, shard_path, checkpoint_directory, tag, manifest_json,
                                                   size_bytes, checksum]() -> Status {
     Comm& comm = *checkpoint_comm_;
     Status written = [&]() -> Status {
@@ -320,7 +322,7 @@ Status RankEngine::save_checkpoint(const std::string& checkpoint_directory, cons
     // Every rank learns that a write failed; the previous checkpoint stays `latest`.
     ZEROSIM_RETURN_IF_ERROR(share_verdict_all(comm, written, "write its shard of " + shard_path));
     env_.crash_points->hit("ckpt.shard_written", comm.rank());
-    return commit_checkpoint(comm, checkpoint_directory, tag, manifest_text, size_bytes, checksum);
+    return commit_checkpoint(comm, checkpoint_directory, tag, manifest_json, size_bytes, checksum);
   });
   return Status();
 }
@@ -339,8 +341,8 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
   CheckpointManifest manifest;
   ResumeCompatibility compatibility;
   const Status judged = [&]() -> Status {
-    ZEROSIM_ASSIGN_OR_RETURN(resolved_tag, resolve_checkpoint_tag(disk, checkpoint_directory, requested_tag, &warning));
-    ZEROSIM_ASSIGN_OR_RETURN(manifest, read_manifest(disk, checkpoint_directory + "/" + resolved_tag));
+    ZEROSIM_ASSIGN_OR_RETURN(resolved_tag,
+                             resolve_checkpoint_tag(disk, checkpoint_directory, requested_tag, &warning, &manifest));
     ZEROSIM_ASSIGN_OR_RETURN(
         compatibility, check_resume_compatibility(manifest, {&options_.config, &options_.model, &options_.data, options_.seed},
                                                   checkpoint_directory + "/" + resolved_tag + "/" + kManifestFileName));
