@@ -93,16 +93,20 @@ Result<FaultPlan> parse_fault_plan(const json& document, const std::string& sour
 }
 
 Status ClockedComm::synchronize(const char* kind, uint64_t bytes, uint64_t compute_elements) {
-  const std::string entry = std::string(kind) + " " + std::to_string(bytes);
-  trace_.store(XXH64(entry.data(), entry.size(), trace_.load()));
   std::array<double, 1> latest = {static_cast<double>(clock_.now_ns())};
   ZEROSIM_RETURN_IF_ERROR(inner_.all_reduce_max(latest));
-  clock_.advance_to_ns(static_cast<uint64_t>(latest[0]));
+  charge(kind, bytes, compute_elements, latest[0]);
+  return Status();
+}
+
+void ClockedComm::charge(const char* kind, uint64_t bytes, uint64_t compute_elements, double latest_clock_ns) {
+  const std::string entry = std::string(kind) + " " + std::to_string(bytes);
+  trace_.store(XXH64(entry.data(), entry.size(), trace_.load()));
+  clock_.advance_to_ns(static_cast<uint64_t>(latest_clock_ns));
   const double transfer_ns =
       costs_.network_bandwidth_mb_per_s > 0 ? static_cast<double>(bytes) * 1000.0 / costs_.network_bandwidth_mb_per_s : 0;
   clock_.advance_ns(costs_.collective_latency_us * 1000 + static_cast<uint64_t>(transfer_ns) +
                     static_cast<uint64_t>(static_cast<double>(compute_elements) * costs_.compute_ns_per_element));
-  return Status();
 }
 
 Status ClockedComm::all_gather(std::span<const std::byte> send, std::span<std::byte> receive) {
@@ -122,8 +126,14 @@ Status ClockedComm::reduce_scatter_accumulate(std::span<const std::byte> send, D
 }
 
 Status ClockedComm::all_reduce_max(std::span<double> values) {
-  ZEROSIM_RETURN_IF_ERROR(synchronize("all_reduce_max", values.size_bytes(), 0));
-  return inner_.all_reduce_max(values);
+  // The clocks agree in the same reduction (a max, as synchronize's): one collective, not two.
+  // The clocks and the trace end as synchronize would leave them.
+  with_clock_.assign(values.begin(), values.end());
+  with_clock_.push_back(static_cast<double>(clock_.now_ns()));
+  ZEROSIM_RETURN_IF_ERROR(inner_.all_reduce_max(with_clock_));
+  charge("all_reduce_max", values.size_bytes(), 0, with_clock_.back());
+  std::copy(with_clock_.begin(), with_clock_.end() - 1, values.begin());
+  return Status();
 }
 
 Status ClockedComm::broadcast(std::span<std::byte> buffer, int root_rank) {

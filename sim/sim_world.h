@@ -94,10 +94,13 @@ class ClockedComm final : public Comm {
   // Agree on the latest clock, then charge the collective's cost; the collective (its kind
   // and size) goes into this rank's trace, in program order.
   Status synchronize(const char* kind, uint64_t bytes, uint64_t compute_elements);
+  // The trace entry and the clock: to the agreed latest clock, plus the collective's cost.
+  void charge(const char* kind, uint64_t bytes, uint64_t compute_elements, double latest_clock_ns);
   Comm& inner_;
   SimClock& clock_;
   SimCostModel costs_;
   std::atomic<uint64_t>& trace_;
+  std::vector<double> with_clock_;  // all_reduce_max's values and this rank's clock
 };
 
 // The seams of one simulated run: a clock per rank, the plan's faults around the shared disk,
