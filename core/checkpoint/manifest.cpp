@@ -373,21 +373,35 @@ Result<CheckpointManifest> manifest_from_json(const json& document, const std::s
 }
 
 namespace {
-std::string manifest_seal_of(nlohmann::json manifest) {
-  manifest.erase(kManifestChecksumKey);
-  return xxh3_128_hex(manifest.dump());
+// The seal of a manifest object that holds no seal.
+std::string manifest_seal_of_unsealed(const nlohmann::json& manifest) { return xxh3_128_hex(manifest.dump()); }
+
+// Takes the seal out of `manifest` (an object) and compares it with the rest's hash; the seal
+// goes back in either way. In place: a manifest is not copied to be hashed.
+Status check_seal_in_place(nlohmann::json& manifest, const std::string& path) {
+  auto found = manifest.find(kManifestChecksumKey);
+  if (found == manifest.end()) return Status();
+  nlohmann::json recorded = std::move(*found);
+  manifest.erase(found);
+  const std::string expected = manifest_seal_of_unsealed(manifest);
+  const bool matches = recorded.is_string() && recorded.get_ref<const std::string&>() == expected;
+  const std::string recorded_text = matches ? std::string() : recorded.dump();
+  manifest[kManifestChecksumKey] = std::move(recorded);
+  if (matches) return Status();
+  return data_loss(path + ": " + kManifestChecksumKey + ": the manifest does not match its own checksum (recorded " +
+                   recorded_text + ", content hashes to " + expected + "): damaged at rest");
 }
 }  // namespace
 
-void seal_manifest(nlohmann::json& manifest) { manifest[kManifestChecksumKey] = manifest_seal_of(manifest); }
+void seal_manifest(nlohmann::json& manifest) {
+  manifest.erase(kManifestChecksumKey);
+  manifest[kManifestChecksumKey] = manifest_seal_of_unsealed(manifest);
+}
 
 Status check_manifest_seal(const nlohmann::json& manifest, const std::string& path) {
   if (!manifest.is_object() || !manifest.contains(kManifestChecksumKey)) return Status();
-  const nlohmann::json& recorded = manifest[kManifestChecksumKey];
-  const std::string expected = manifest_seal_of(manifest);
-  if (recorded.is_string() && recorded.get<std::string>() == expected) return Status();
-  return data_loss(path + ": " + kManifestChecksumKey + ": the manifest does not match its own checksum (recorded " +
-                   recorded.dump() + ", content hashes to " + expected + "): damaged at rest");
+  nlohmann::json copy = manifest;
+  return check_seal_in_place(copy, path);
 }
 
 Result<CheckpointManifest> read_manifest(Disk& disk, const std::string& tag_directory) {
@@ -403,7 +417,7 @@ Result<CheckpointManifest> read_manifest(Disk& disk, const std::string& tag_dire
   ZEROSIM_RETURN_IF_ERROR(check_json_nesting(text, kMaxManifestJsonDepth, path));
   json document = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (document.is_discarded()) return data_loss(path + ": not valid JSON (torn or corrupted manifest)");
-  ZEROSIM_RETURN_IF_ERROR(check_manifest_seal(document, path));
+  if (document.is_object()) ZEROSIM_RETURN_IF_ERROR(check_seal_in_place(document, path));
   return manifest_from_json(document, path);
 }
 
