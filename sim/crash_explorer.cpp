@@ -22,13 +22,17 @@ std::string CrashPoint::describe() const {
 }
 
 void ScriptedCrashPoints::hit(std::string_view site, int rank) {
+  // Armed, only the target's own hits count (the others pass without the lock: crash points
+  // are hit on every rank's hot paths).
+  if (armed_ && (rank != target_.rank || site != target_.site)) return;
   std::lock_guard lock(mutex_);
-  const int64_t occurrence = ++counts_[{std::string(site), rank}];
   if (!armed_) {
+    const int64_t occurrence = ++counts_[{std::string(site), rank}];
     recorded_.push_back(CrashPoint{std::string(site), rank, occurrence});
     return;
   }
-  if (fired_ || site != target_.site || rank != target_.rank || occurrence != target_.occurrence) return;
+  const int64_t occurrence = ++target_hits_;
+  if (fired_ || occurrence != target_.occurrence) return;
   fired_ = true;
   // The power goes out now: nothing any rank does from here on reaches the disk.
   if (disk_ != nullptr) disk_->freeze();

@@ -63,7 +63,8 @@ class ScriptedCrashPoints final : public CrashPointHook {
 
  private:
   mutable std::mutex mutex_;
-  std::map<std::pair<std::string, int>, int64_t> counts_;
+  std::map<std::pair<std::string, int>, int64_t> counts_;  // recording mode
+  int64_t target_hits_ = 0;                                 // crash mode
   std::vector<CrashPoint> recorded_;
   CrashPoint target_;
   SimDisk* disk_ = nullptr;
