@@ -1197,7 +1197,11 @@ Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_co
       break;
     }
   }
-  if (!world.aborted()) rank_main(0);
+  // Rank 0 runs even when another rank has already failed and aborted the world: an error it
+  // meets before its first collective (a missing device, a bad path) is then its own, not an
+  // echo, and the lowest rank's error is the one reported whatever the threads' timing (rank 0
+  // skipped here let a faster rank 1's error win). It stops at its first collective.
+  rank_main(0);
   for (std::thread& thread : threads) thread.join();
   if (!first_error.ok()) return first_error;
   run.digests = run.final_state.digests;
