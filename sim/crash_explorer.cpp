@@ -163,6 +163,16 @@ class PlantedHook final : public CrashPointHook {
   CrashPointHook& inner_;
 };
 
+
+// A clock that never moves: the explorer's runs must not depend on time.
+class FixedClock final : public Clock {
+ public:
+  uint64_t now_ns() override { return 0; }
+  void sleep_ns(uint64_t) override {}
+};
+
+}  // namespace
+
 // The fates to try for these pending operations (see crash_explorer.h). Fates follow what an
 // operation is, not its position (ranks interleave differently from run to run): operations
 // are put in a canonical order (their description, then their rank among equal ones), the
@@ -237,15 +247,6 @@ std::string describe_state(const std::vector<PendingOperation>& pending, const s
   }
   return text.empty() ? "(nothing pending)" : text;
 }
-
-// A clock that never moves: the explorer's runs must not depend on time.
-class FixedClock final : public Clock {
- public:
-  uint64_t now_ns() override { return 0; }
-  void sleep_ns(uint64_t) override {}
-};
-
-}  // namespace
 
 Result<TrainingOptions> resume_options_for(const CrashScenario& scenario, const std::string& source) {
   TrainingOptions resume_options = scenario.options;

@@ -72,6 +72,17 @@ class ScriptedCrashPoints final : public CrashPointHook {
   bool fired_ = false;
 };
 
+// The crash states to try for these pending operations: every combination of keep / drop (and,
+// for writes of several sectors, a tear keeping the first half) of the operations under
+// `directory` ("" : all of them) when there are at most `bound`, else `bound` of them drawn
+// from `seed` (always "keep all" and "drop all"); the other operations get a fate drawn from
+// their identity. Fates follow what an operation is (PendingOperation::describe()), not its
+// position. `zerosim explore` and `zerosim exec` use it.
+std::vector<std::vector<CrashFate>> crash_states(const std::vector<PendingOperation>& pending, int64_t bound,
+                                                 uint64_t seed, const std::string& directory);
+// "keep write /ckpt/a [0, 4096); drop rename ..." for a crash state.
+std::string describe_state(const std::vector<PendingOperation>& pending, const std::vector<CrashFate>& fates);
+
 struct CrashScenario {
   TrainingOptions options;         // paths (nvme_path) on the simulated disk
   int resume_world_size = 0;       // 0: the same world size

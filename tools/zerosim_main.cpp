@@ -7,6 +7,7 @@
 #include "core/cuda/cuda_probe.h"
 #include "tools/bench_io_command.h"
 #include "tools/ckpt_command.h"
+#include "tools/exec_command.h"
 #include "tools/explore_command.h"
 #include "tools/run_command.h"
 #include "scenarios/import_ds.h"
@@ -171,12 +172,42 @@ int main(int argc, char** argv) {
                     "Print one JSON object: crash_points, crash_states, passed, refused, failed, failures");
   zerosim::add_device_flag(*explore, explore_flags.device);
 
+  zerosim::ExecFlags exec_flags;
+  CLI::App* exec = app.add_subcommand(
+      "exec", "Your own training command under the power-loss harness: record it once, then resume it from every crash "
+              "state of its file operations and compare with the uninterrupted run (zerosim exec -- COMMAND ...)");
+  exec->add_option("--watch", exec_flags.options.watch,
+                   "A directory the command checkpoints into (repeatable; reset to each crash state, restored at the end)");
+  exec->add_option("--resume-command", exec_flags.options.resume_command,
+                   "Shell command line of the resume (default: the command again)");
+  exec->add_option("--crash-points", exec_flags.options.crash_points,
+                   "Try this many crash points, a seeded sample (default 0: after every operation)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  exec->add_option("--states-per-point", exec_flags.options.states_per_point,
+                   "Crash states per point: every combination of the pending operations' fates up to this bound, seeded beyond")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  exec->add_option("--seed", exec_flags.options.seed, "Seed of the sample and of the fates beyond the bound");
+  exec->add_option("--timeout", exec_flags.options.timeout_seconds, "Seconds each run of the command may take")
+      ->check(CLI::Range(1e-3, 1e7));
+  exec->add_option("--work-dir", exec_flags.work_directory,
+                   "The recording, the state logs, the outputs and the replay files (default zerosim-exec/)");
+  exec->add_option("--junit", exec_flags.report.junit_path, "Also write a JUnit XML report (a testcase per crash state)");
+  exec->add_option("--report-dir", exec_flags.report.report_directory,
+                   "Write report.html, report.json, report.md and junit.xml into DIR");
+  exec->add_flag("--json", exec_flags.report.json, "Print one JSON object");
+  exec->add_option("command", exec_flags.options.command, "The training command and its arguments (after --)");
+  std::string exec_replay_path;
+  CLI::App* exec_replay = exec->add_subcommand("replay", "Run one crash state again, from a failure's replay file");
+  exec_replay->add_option("file", exec_replay_path, "failure-P-S.json from the work directory")->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
     const int code = app.exit(error);
     return code == 0 ? 0 : 2;
   }
+  if (exec_replay->parsed()) return zerosim::run_exec_replay_command(exec_replay_path, argv[0]);
+  if (exec->parsed()) return zerosim::run_exec_command(exec_flags, argv[0]);
   if (train->parsed()) return zerosim::run_train_command(train_flags);
   if (check->parsed()) return zerosim::run_config_check_command(check_flags);
   if (bench_io->parsed()) return zerosim::run_bench_io_command(io_flags);

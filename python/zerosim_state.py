@@ -1,0 +1,114 @@
+"""Report a training run's state to `zerosim exec` (the state-log contract).
+
+After each step, append one JSON line to the file ZEROSIM_STATE_LOG names:
+    {"step": N, "loss": X, "components": {NAME: HEX_DIGEST, ...}, "checkpoint": true?}
+"checkpoint": true when that step's save has returned (the program now believes it durable).
+Without ZEROSIM_STATE_LOG nothing is written, so the lines can stay in a script for good.
+
+Standard library only; `torch_components` uses torch when it is importable:
+
+    import zerosim_state
+    log = zerosim_state.StateLog()
+    ...
+    log.step(step, loss.item(), zerosim_state.torch_components(model, optimizer, scheduler, scaler),
+             checkpoint=saved_this_step)
+"""
+import hashlib
+import json
+import os
+import random
+import struct
+
+__all__ = ["StateLog", "digest_bytes", "digest_floats", "digest_value", "torch_components"]
+
+
+def digest_bytes(*chunks):
+    """A 32-hex-digit digest of byte strings (with their lengths, so that boundaries count)."""
+    hasher = hashlib.blake2b(digest_size=16)
+    for chunk in chunks:
+        hasher.update(struct.pack("<Q", len(chunk)))
+        hasher.update(chunk)
+    return hasher.hexdigest()
+
+
+def digest_floats(values):
+    """The digest of a sequence of floats, by their IEEE-754 double bits."""
+    values = list(values)
+    return digest_bytes(struct.pack("<%dd" % len(values), *values))
+
+
+def digest_value(value):
+    """The digest of a JSON-like value (ints, floats by their bits, strings, lists, dicts by key)."""
+    return digest_bytes(_canonical(value).encode("utf-8"))
+
+
+def _canonical(value):
+    if isinstance(value, float):
+        return "f" + struct.pack("<d", value).hex()
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, int):
+        return "i%d" % value
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, (bytes, bytearray)):
+        return "b" + bytes(value).hex()
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_canonical(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(_canonical(str(key)) + ":" + _canonical(value[key]) for key in sorted(value, key=str)) + "}"
+    tensor_bytes = _tensor_bytes(value)
+    if tensor_bytes is not None:
+        return "t" + digest_bytes(tensor_bytes)
+    raise TypeError("zerosim_state: cannot digest a %s" % type(value).__name__)
+
+
+def _tensor_bytes(value):
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return None
+    import torch
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach().to("cpu").contiguous().clone()
+        header = ("%s%s" % (tensor.dtype, tuple(tensor.shape))).encode("utf-8")
+        return header + bytes(tensor.untyped_storage())
+    return None
+
+
+def torch_components(model=None, optimizer=None, scheduler=None, scaler=None, rng=True, data_position=None):
+    """Digests of a torch run's state, one component per part (compared by name)."""
+    components = {}
+    if model is not None:
+        components["params"] = digest_value(dict(model.state_dict()))
+    if optimizer is not None:
+        components["optimizer"] = digest_value(optimizer.state_dict())
+    if scheduler is not None:
+        components["scheduler"] = digest_value(scheduler.state_dict())
+    if scaler is not None:
+        components["scaler"] = digest_value(scaler.state_dict())
+    if rng:
+        import torch
+        parts = {"python": repr(random.getstate()), "torch": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            parts["cuda"] = list(torch.cuda.get_rng_state_all())
+        components["rng"] = digest_value(parts)
+    if data_position is not None:
+        components["data"] = digest_value(data_position)
+    return components
+
+
+class StateLog:
+    """Appends the state-log lines; a no-op when ZEROSIM_STATE_LOG is not set."""
+
+    def __init__(self, path=None):
+        self.path = path if path is not None else os.environ.get("ZEROSIM_STATE_LOG")
+
+    def step(self, step, loss, components, checkpoint=False):
+        if not self.path:
+            return
+        line = {"step": int(step), "loss": float(loss), "components": dict(components)}
+        if checkpoint:
+            line["checkpoint"] = True
+        with open(self.path, "a") as log:
+            log.write(json.dumps(line, sort_keys=True) + "\n")

@@ -1,0 +1,140 @@
+#include "tools/exec_command.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "reports/report_file.h"
+#include "reports/suite_report.h"
+
+namespace zerosim {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The recorder: ZEROSIM_RECORDER, else beside this program (the build tree), else
+// ../lib/zerosim/ (an installed tree).
+std::string find_recorder(const std::string& program_path) {
+  if (const char* chosen = std::getenv("ZEROSIM_RECORDER"); chosen != nullptr && chosen[0] != '\0') return chosen;
+  std::error_code error;
+  fs::path self = fs::read_symlink("/proc/self/exe", error);
+  if (error) self = fs::absolute(program_path, error);
+  const fs::path directory = self.parent_path();
+  for (const fs::path& candidate : {directory / "libzerosim_record.so", directory / ".." / "lib" / "zerosim" / "libzerosim_record.so"}) {
+    if (fs::exists(candidate, error)) return fs::weakly_canonical(candidate, error).string();
+  }
+  return (directory / "libzerosim_record.so").string();
+}
+
+nlohmann::json replay_document(const ExecOptions& options, int64_t point, int64_t state) {
+  return {{"zerosim_exec_replay", 1},  {"watch", options.watch},
+          {"command", options.command}, {"resume_command", options.resume_command},
+          {"seed", options.seed},       {"states_per_point", options.states_per_point},
+          {"timeout_seconds", options.timeout_seconds}, {"crash_point", point},
+          {"crash_state", state}};
+}
+
+int report_and_exit(const ExecFlags& flags, const ExecResult& result) {
+  SuiteReport report;
+  std::string command;
+  for (const std::string& part : flags.options.command) command += (command.empty() ? "" : " ") + part;
+  report.title = "zerosim exec -- " + command;
+  for (const ExecCrashVerdict& crash : result.verdicts) {
+    ReportedScenario entry;
+    entry.verdict = crash.verdict;
+    if (!crash.verdict.passed) {
+      const std::string replay = flags.options.work_directory + "/failure-" + std::to_string(crash.point) + "-" +
+                                 std::to_string(crash.state) + ".json";
+      std::ofstream file(replay);
+      file << json_text(replay_document(flags.options, crash.point, crash.state)) << "\n";
+      entry.file = replay;
+      entry.replay_command = "zerosim exec replay " + replay;
+    }
+    if (!flags.report.json) {
+      std::printf("%s  %s: %s%s\n", crash.verdict.passed ? "PASS" : "FAIL", crash.verdict.name.c_str(),
+                  crash.verdict.outcome.c_str(),
+                  crash.verdict.passed ? "" : ("\n      " + crash.verdict.diagnosis + "\n      state: " + crash.fates +
+                                               "\n      replay: " + entry.replay_command).c_str());
+    }
+    report.scenarios.push_back(std::move(entry));
+  }
+  if (!flags.report.junit_path.empty()) {
+    if (Status written = write_junit_file(flags.report.junit_path, report.title, report_junit_cases(report)); !written.ok()) {
+      std::fprintf(stderr, "zerosim exec: --junit: %s\n", written.to_string().c_str());
+      return 3;
+    }
+  }
+  if (!flags.report.report_directory.empty()) {
+    if (Status written = write_report_directory(flags.report.report_directory, report); !written.ok()) {
+      std::fprintf(stderr, "zerosim exec: --report-dir: %s\n", written.to_string().c_str());
+      return 3;
+    }
+  }
+  const int failed = result.failed();
+  if (flags.report.json) {
+    nlohmann::json document = report_json(report);
+    document["operations"] = result.operations;
+    document["crash_points"] = result.crash_points;
+    document["crash_states"] = result.crash_states;
+    document["reference_seconds"] = result.reference_seconds;
+    document["mean_build_state_seconds"] = result.mean_build_state_seconds;
+    document["recording"] = result.recording_path;
+    std::printf("%s\n", json_text(document).c_str());
+  } else {
+    std::printf("exec: %lld operation(s) recorded under the watched directories, %lld crash point(s), %lld crash state(s): "
+                "%lld passed, %d failed\n",
+                static_cast<long long>(result.operations), static_cast<long long>(result.crash_points),
+                static_cast<long long>(result.crash_states), static_cast<long long>(result.crash_states - failed), failed);
+    std::printf("exec: building a crash state from the recording took %.3f ms on average; the uninterrupted run %.3f s\n",
+                result.mean_build_state_seconds * 1e3, result.reference_seconds);
+  }
+  return failed == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int run_exec_command(ExecFlags flags, const std::string& program_path) {
+  flags.options.work_directory = flags.work_directory.empty() ? "zerosim-exec" : flags.work_directory;
+  flags.options.recorder_library = find_recorder(program_path);
+  Result<ExecResult> result = run_exec(flags.options);
+  if (!result.ok()) {
+    std::fprintf(stderr, "zerosim exec: %s\n", result.status().to_string().c_str());
+    return result.status().code() == StatusCode::kInvalidArgument ? 2 : 3;
+  }
+  return report_and_exit(flags, *result);
+}
+
+int run_exec_replay_command(const std::string& replay_path, const std::string& program_path) {
+  std::ifstream file(replay_path);
+  if (!file) {
+    std::fprintf(stderr, "zerosim exec replay: %s: cannot be opened\n", replay_path.c_str());
+    return 2;
+  }
+  const nlohmann::json document = nlohmann::json::parse(file, nullptr, /*allow_exceptions=*/false);
+  ExecFlags flags;
+  try {
+    if (document.is_discarded() || !document.is_object() || !document.contains("zerosim_exec_replay")) {
+      throw std::runtime_error("not a replay file of zerosim exec");
+    }
+    flags.options.watch = document.at("watch").get<std::vector<std::string>>();
+    flags.options.command = document.at("command").get<std::vector<std::string>>();
+    flags.options.resume_command = document.at("resume_command").get<std::string>();
+    flags.options.seed = document.at("seed").get<uint64_t>();
+    flags.options.states_per_point = document.at("states_per_point").get<int64_t>();
+    flags.options.timeout_seconds = document.at("timeout_seconds").get<double>();
+    flags.options.only_point = document.at("crash_point").get<int64_t>();
+    flags.options.only_state = document.at("crash_state").get<int64_t>();
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "zerosim exec replay: %s: %s\n", replay_path.c_str(), error.what());
+    return 2;
+  }
+  flags.work_directory = fs::path(replay_path).parent_path().string() + "/replay";
+  return run_exec_command(flags, program_path);
+}
+
+}  // namespace zerosim
