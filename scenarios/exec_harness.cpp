@@ -501,8 +501,10 @@ Result<ExecResult> run_exec(const ExecOptions& options) {
                                (reference_outcome.stderr_tail.empty() ? "" : ": " + reference_outcome.stderr_tail) +
                                "); its output is in " + work + "/reference.stderr");
   }
-  ZEROSIM_ASSIGN_OR_RETURN(std::string reference_text, read_text(reference_log));
-  ZEROSIM_ASSIGN_OR_RETURN(result.reference, parse_state_log(reference_text, reference_log));
+  Result<std::string> reference_text = read_text(reference_log);
+  if (reference_text.ok()) {
+    ZEROSIM_ASSIGN_OR_RETURN(result.reference, parse_state_log(*reference_text, reference_log));
+  }
   if (result.reference.empty()) {
     return failed_precondition("exec: the uninterrupted run wrote no line to ZEROSIM_STATE_LOG (" + reference_log +
                                "): the program must report its state after each step (python/zerosim_state.py)");

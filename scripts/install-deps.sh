@@ -3,7 +3,7 @@
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config libaio-dev librapidcheck-dev nlohmann-json3-dev
           libgtest-dev libgmock-dev libxxhash-dev libcli11-dev libxml2-utils zlib1g-dev chromium
-          libopenmpi-dev openmpi-bin)
+          libopenmpi-dev openmpi-bin python3)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
