@@ -173,3 +173,40 @@ TEST(Exec, BadInputIsNamed) {
 
 }  // namespace
 }  // namespace zerosim
+
+namespace zerosim {
+namespace {
+
+// zerosim's own engine under exec (train --save-dir, resumed with --resume when `latest`
+// exists): it passes; with the commit-order defect latest_before_shards_durable (the shard is
+// not fsynced before the manifest and `latest`), a crash state with the shard's write dropped
+// behind a published `latest` is found. A seeded sample of 16 crash points, 2 states each.
+ShellResult exec_engine(const TestDirectory& directory, const std::string& name, const std::string& extra) {
+  const std::string checkpoints = directory.path() + "/" + name;
+  const std::string zerosim = ZEROSIM_CLI_PATH;
+  const std::string train = zerosim + " train --steps 2 --save-every 1 --model 5,7,3" + extra;
+  const std::string resume = "if [ -e " + checkpoints + "/latest ]; then " + train + " --resume " + checkpoints +
+                             " --save-dir " + checkpoints + "; else " + train + " --save-dir " + checkpoints + "; fi";
+  return run_shell_command(zerosim + " exec --crash-points 16 --states-per-point 2 --seed 1 --watch " + checkpoints +
+                           " --work-dir " + directory.path() + "/work-" + name + " --resume-command '" + resume + "' -- " +
+                           train + " --save-dir " + checkpoints + " 2>&1");
+}
+
+TEST(ExecEngine, ZerosimTrainPassesAndACommitOrderDefectIsFound) {
+#ifdef ZEROSIM_SANITIZED
+  GTEST_SKIP() << "a sanitized zerosim cannot run with the recorder preloaded (the sanitizer's runtime must load first)";
+#endif
+  TestDirectory directory;
+  const ShellResult clean = exec_engine(directory, "clean", "");
+  EXPECT_EQ(clean.exit_code, 0) << clean.output;
+  EXPECT_TRUE(has_line_with(clean.output, {"16 crash point(s)", "passed, 0 failed"})) << clean.output;
+  const ShellResult defect = exec_engine(directory, "defect", " --defect latest_before_shards_durable");
+  EXPECT_EQ(defect.exit_code, 1) << defect.output;
+  EXPECT_TRUE(has_line_with(defect.output, {"drop write ", "rank-00000-of-00001.safetensors"})) << defect.output;
+  EXPECT_TRUE(has_line_with(defect.output, {"the resume refused", "not a complete checkpoint"}) ||
+              has_line_with(defect.output, {"lost work: step"}))
+      << defect.output;
+}
+
+}  // namespace
+}  // namespace zerosim

@@ -14,12 +14,14 @@
 #include <iostream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
 #include <xxhash.h>
 
 #include "core/checkpoint/manifest.h"
 #include "core/cuda/device_compute_backend.h"
 #include "core/cuda/nccl_comm.h"
 #include "core/engine/engine.h"
+#include "core/env/defects.h"
 #include "tools/default_config.h"
 #include "tools/export_run.h"
 #include "tools/mpi_launch.h"
@@ -391,9 +393,39 @@ int train(const TrainFlags& given_flags, const MpiLaunch* mpi) {
   checkpoints.resume_directory = flags.resume_directory;
   if (stop_on_signals.installed()) checkpoints.stop_requested = &stop_requested;
   checkpoints.save_on_stop = flags.save_on_signal;
+  DefectSet defects;
+  for (const std::string& name : flags.defect_names) {
+    const std::optional<Defect> defect = defect_from_name(name);
+    if (!defect) {
+      std::fprintf(stderr, "zerosim: --defect %s: unknown defect (zerosim defects lists them)\n", name.c_str());
+      return 2;
+    }
+    defects.enable(*defect);
+  }
+  // zerosim exec's state log (scenarios/exec_harness.h): one line per step, after its save.
+  const char* state_log_path = std::getenv("ZEROSIM_STATE_LOG");
+  if (state_log_path != nullptr && state_log_path[0] != '\0') {
+    const std::string path = state_log_path;
+    checkpoints.after_step = [path](const StepRecord& record, const ComponentDigests& digests, bool saved) {
+      nlohmann::json line = {{"step", record.step},
+                             {"loss", static_cast<double>(record.loss)},
+                             {"components",
+                              {{"params", digests.params}, {"master", digests.master}, {"exp_avg", digests.exp_avg},
+                               {"exp_avg_sq", digests.exp_avg_sq}, {"counters", digests.counters},
+                               {"scheduler", digests.scheduler}, {"loss_scaler", digests.loss_scaler},
+                               {"rng", digests.rng}, {"data", digests.data}}}};
+      if (saved) line["checkpoint"] = true;
+      std::ofstream log(path, std::ios::app);
+      log << line.dump() << "\n";
+    };
+  }
   RealEnv real_env;
   auto train = [&]() -> Result<TrainingRun> {
-    if (!launched) return run_training(options, flags.steps, real_env.env(), checkpoints);
+    if (!launched) {
+      Env env = real_env.env();
+      if (!flags.defect_names.empty()) env.defects = &defects;
+      return run_training(options, flags.steps, env, checkpoints);
+    }
     // One rank of several processes: NCCL between the processes, staged through this rank's
     // GPU (the partitions live in host memory); a second communicator for async saves.
     const Env env = real_env.env();

@@ -56,6 +56,9 @@ struct TrainFlags {
   // directory) it also saves that step before exiting.
   bool save_on_signal = false;
   std::string resume_directory;
+  // --defect NAME: a named defect switched on in this real run (zerosim exec's demonstrations:
+  // the harness must find it in a real process).
+  std::vector<std::string> defect_names;
   // Set: after the run, write what a reference implementation needs to train the same run
   // into this directory (tools/export_run.h). Fresh, single-process runs only.
   std::string export_directory;

@@ -32,6 +32,9 @@ int main(int argc, char** argv) {
                   "On SIGTERM or SIGINT, save the step that finishes into --save-dir before exiting (without it, "
                   "the run stops after that step unsaved); a second signal exits at once")
       ->needs(train->get_option("--save-dir"));
+  train->add_option("--defect", train_flags.defect_names,
+                    "Switch a named defect on in this run (repeatable; zerosim defects lists them): a planted bug for "
+                    "zerosim exec to find in a real process");
   train->add_option("--save-every", train_flags.save_every_steps, "Save every S steps (needs --save-dir)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   train->add_option("--resume", train_flags.resume_directory,

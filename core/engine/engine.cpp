@@ -1043,12 +1043,32 @@ Status run_one_rank(const TrainingOptions& options, int64_t step_count, int rank
     last_saved_step = step;
     return saved;
   };
+  // after_step: the step's digests, gathered now (one gather of the fingerprint shares).
+  std::optional<StepRecord> last_record;  // this run's last step (the same step on every rank)
+  auto observe = [&](const StepRecord& record, bool saved) -> Status {
+    if (!checkpoints.after_step) return Status();
+    ZEROSIM_ASSIGN_OR_RETURN(RankEngine::StateFingerprint share, engine.local_state_fingerprint());
+    constexpr size_t kShareBytes = sizeof(RankEngine::StateFingerprint);
+    std::vector<std::byte> all(rank == 0 ? kShareBytes * static_cast<size_t>(comm.world_size()) : 0);
+    ZEROSIM_RETURN_IF_ERROR(comm.gather(std::as_bytes(std::span<const RankEngine::StateFingerprint>(&share, 1)), all, 0));
+    if (rank != 0) return Status();
+    RankEngine::StateFingerprint sum{};
+    for (int source = 0; source < comm.world_size(); ++source) {
+      RankEngine::StateFingerprint part;
+      std::memcpy(&part, all.data() + static_cast<size_t>(source) * kShareBytes, kShareBytes);
+      for (size_t lane = 0; lane < sum.size(); ++lane) sum[lane] += part[lane];
+    }
+    checkpoints.after_step(record, fingerprint_digests(engine.scalar_state(), sum), saved);
+    return Status();
+  };
   if (last_saved_step != engine.counters().global_steps && listed_for_save(engine.counters().global_steps)) {
     ZEROSIM_RETURN_IF_ERROR(save_at(engine.counters().global_steps));
   }
   while (engine.counters().global_steps < step_count) {
     ZEROSIM_ASSIGN_OR_RETURN(StepRecord record, engine.train_step());
     if (rank == 0) run.steps.push_back(record);
+    const int64_t saves_before = last_saved_step;
+    last_record = record;
     if (engine.counters().global_steps == options.capture_state_at_step) {
       ZEROSIM_RETURN_IF_ERROR(engine.gather_state(capture_here()).status());
     }
@@ -1057,6 +1077,10 @@ Status run_one_rank(const TrainingOptions& options, int64_t step_count, int rank
     if ((checkpoints.save_every_steps > 0 && step % checkpoints.save_every_steps == 0) || listed_for_save(step)) {
       ZEROSIM_RETURN_IF_ERROR(save_at(step));
     }
+    // The last step's line waits for the end-of-run save below.
+    const bool final_save_pending = step == step_count && checkpoints.save_at_end && !checkpoints.save_directory.empty() &&
+                                    last_saved_step != step;
+    if (!final_save_pending) ZEROSIM_RETURN_IF_ERROR(observe(record, !async_saves && last_saved_step != saves_before));
     if (checkpoints.stop_requested != nullptr && step < step_count) {
       std::array<double, 1> stop = {checkpoints.stop_requested->load() ? 1.0 : 0.0};
       ZEROSIM_RETURN_IF_ERROR(comm.all_reduce_max(stop));
@@ -1073,6 +1097,7 @@ Status run_one_rank(const TrainingOptions& options, int64_t step_count, int rank
   if (!stopped && checkpoints.save_at_end && !checkpoints.save_directory.empty() &&
       last_saved_step != engine.counters().global_steps) {
     ZEROSIM_RETURN_IF_ERROR(save_at(engine.counters().global_steps));
+    if (last_record) ZEROSIM_RETURN_IF_ERROR(observe(*last_record, !async_saves));  // every rank trained it
   }
   if (const Status waited = engine.wait_for_save(); !waited.ok()) return with_committed_note(waited);
   if (rank == 0 && !checkpoints.save_directory.empty()) run.last_saved_step = last_saved_step;

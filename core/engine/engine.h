@@ -336,6 +336,11 @@ struct CheckpointPlan {
   // set), and ends with TrainingRun::stopped_early. Null: never stops early.
   const std::atomic<bool>* stop_requested = nullptr;
   bool save_on_stop = false;
+  // Called on rank 0 after each step, once that step's save (if any) has returned, with the
+  // state's digests (ComponentDigests of fingerprint_digests) and whether a synchronous save of
+  // this step committed. Costs a gather per step. What `zerosim train` writes to the state log
+  // of `zerosim exec` (ZEROSIM_STATE_LOG).
+  std::function<void(const StepRecord& record, const ComponentDigests& digests, bool saved)> after_step;
 };
 
 // Runs W ranks on threads until the global step count reaches `step_count` (from a fresh start,
