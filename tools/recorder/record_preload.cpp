@@ -26,6 +26,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -303,6 +304,34 @@ int __openat64_2(int directory_fd, const char* path, int flags) {
 }
 int creat(const char* path, mode_t mode) { return open_common("open", AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC, mode); }
 int creat64(const char* path, mode_t mode) { return open_common("open", AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC, mode); }
+
+// C stdio opens (libstdc++'s file streams open through fopen: torch.save to a path does): the
+// stream's descriptor is followed, and what the stream flushes through write() is recorded.
+// (glibc's own fwrite flushes through its internal write, which is not seen: the limit above.)
+namespace {
+int stdio_flags(const char* mode) {
+  if (mode == nullptr) return 0;
+  const bool plus = std::strchr(mode, '+') != nullptr;
+  switch (mode[0]) {
+    case 'w': return O_CREAT | O_TRUNC | (plus ? O_RDWR : O_WRONLY);
+    case 'a': return O_CREAT | O_APPEND | (plus ? O_RDWR : O_WRONLY);
+    default: return plus ? O_RDWR : O_RDONLY;
+  }
+}
+FILE* after_fopen(FILE* stream, const char* path, const char* mode, bool existed) {
+  if (stream != nullptr) after_open(fileno(stream), AT_FDCWD, path, stdio_flags(mode), existed);
+  return stream;
+}
+}  // namespace
+
+FILE* fopen(const char* path, const char* mode) {
+  const bool existed = recorder().active && exists_at(AT_FDCWD, path);
+  return after_fopen(real<FILE* (*)(const char*, const char*)>("fopen")(path, mode), path, mode, existed);
+}
+FILE* fopen64(const char* path, const char* mode) {
+  const bool existed = recorder().active && exists_at(AT_FDCWD, path);
+  return after_fopen(real<FILE* (*)(const char*, const char*)>("fopen64")(path, mode), path, mode, existed);
+}
 
 ssize_t write(int fd, const void* data, size_t size) {
   static auto real_write = real<ssize_t (*)(int, const void*, size_t)>("write");
