@@ -19,7 +19,7 @@ import os
 import random
 import struct
 
-__all__ = ["StateLog", "digest_bytes", "digest_floats", "digest_value", "torch_components"]
+__all__ = ["StateLog", "digest_bytes", "digest_floats", "digest_value", "torch_components", "write_safetensors"]
 
 
 def digest_bytes(*chunks):
@@ -104,7 +104,12 @@ class StateLog:
     def __init__(self, path=None):
         self.path = path if path is not None else os.environ.get("ZEROSIM_STATE_LOG")
 
-    def step(self, step, loss, components, checkpoint=False):
+    def step(self, step, loss, components, checkpoint=False, capture=None):
+        """`capture`: NAME -> list of floats (stored as F64) or a torch tensor; written as
+        safetensors to ZEROSIM_CAPTURE_FILE when ZEROSIM_CAPTURE_STEP is this step (zerosim exec
+        asks for it to name the first differing element of a divergence)."""
+        if capture is not None and os.environ.get("ZEROSIM_CAPTURE_STEP") == str(int(step)):
+            write_safetensors(os.environ["ZEROSIM_CAPTURE_FILE"], capture)
         if not self.path:
             return
         line = {"step": int(step), "loss": float(loss), "components": dict(components)}
@@ -112,3 +117,29 @@ class StateLog:
             line["checkpoint"] = True
         with open(self.path, "a") as log:
             log.write(json.dumps(line, sort_keys=True) + "\n")
+
+
+def write_safetensors(path, tensors):
+    """Writes NAME -> list of floats (F64) or torch tensor as a safetensors file."""
+    header, chunks, offset = {}, [], 0
+    for name in sorted(tensors):
+        value = tensors[name]
+        tensor_bytes = _tensor_bytes(value)
+        if tensor_bytes is not None:
+            import torch
+            tensor = value.detach().to("cpu").contiguous()
+            dtypes = {torch.float32: "F32", torch.float64: "F64", torch.float16: "F16", torch.bfloat16: "BF16",
+                      torch.int64: "I64", torch.int32: "I32", torch.uint8: "U8", torch.bool: "BOOL"}
+            dtype, shape = dtypes[tensor.dtype], list(tensor.shape)
+            data = bytes(tensor.clone().untyped_storage())
+        else:
+            values = [float(item) for item in value]
+            dtype, shape = "F64", [len(values)]
+            data = struct.pack("<%dd" % len(values), *values)
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(data)]}
+        chunks.append(data)
+        offset += len(data)
+    text = json.dumps(header, sort_keys=True).encode("utf-8")
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as file:
+        file.write(struct.pack("<Q", len(text)) + text + b"".join(chunks))

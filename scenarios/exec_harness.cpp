@@ -352,7 +352,7 @@ class Replayer {
 
 // The verdict of one resume against the reference.
 ScenarioVerdict judge(const std::vector<StateLine>& reference, int64_t durable_step, const ProcessOutcome& outcome,
-                      const Result<std::vector<StateLine>>& resumed) {
+                      const Result<std::vector<StateLine>>& resumed, int64_t* diverged_step) {
   ScenarioVerdict verdict;
   for (const StateLine& line : reference) verdict.reference_losses.push_back(static_cast<float>(line.loss));
   verdict.committed_step = durable_step;
@@ -390,6 +390,7 @@ ScenarioVerdict judge(const std::vector<StateLine>& reference, int64_t durable_s
       break;
     }
     const StateLine& want = *found->second;
+    *diverged_step = line.step;
     if (std::memcmp(&want.loss, &line.loss, sizeof(double)) != 0) {
       divergence = "step " + std::to_string(line.step) + ": loss: expected " + want.loss_text + ", found " + line.loss_text;
       break;
@@ -405,6 +406,7 @@ ScenarioVerdict judge(const std::vector<StateLine>& reference, int64_t durable_s
       if (!divergence.empty()) break;
     }
     if (!divergence.empty()) break;
+    *diverged_step = -1;
   }
   if (divergence.empty() && previous != last_step) {
     divergence = "the resume stopped at step " + std::to_string(previous) + ", the uninterrupted run at step " +
@@ -425,6 +427,90 @@ ScenarioVerdict judge(const std::vector<StateLine>& reference, int64_t durable_s
 }
 
 std::vector<std::string> shell_command(const std::string& line) { return {"/bin/sh", "-c", line}; }
+
+// A capture file (safetensors, any dtype): name -> (dtype, element bytes, data).
+struct CapturedTensor {
+  std::string dtype;
+  size_t element_bytes = 1;
+  std::string data;
+};
+
+Result<std::map<std::string, CapturedTensor>> read_capture(const std::string& path) {
+  ZEROSIM_ASSIGN_OR_RETURN(std::string bytes, read_text(path));
+  if (bytes.size() < 8) return data_loss(path + ": shorter than a safetensors header");
+  uint64_t header_bytes = 0;
+  std::memcpy(&header_bytes, bytes.data(), 8);
+  if (header_bytes > bytes.size() - 8) return data_loss(path + ": header length past the end of the file");
+  const json header = json::parse(bytes.substr(8, header_bytes), nullptr, /*allow_exceptions=*/false);
+  if (header.is_discarded() || !header.is_object()) return data_loss(path + ": the header is not a JSON object");
+  const std::map<std::string, size_t> sizes = {{"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8},
+                                               {"I32", 4}, {"I16", 2}, {"I8", 1},  {"U8", 1},   {"BOOL", 1}};
+  std::map<std::string, CapturedTensor> tensors;
+  const size_t data_start = 8 + header_bytes;
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") continue;
+    if (!entry.is_object() || !entry.contains("dtype") || !entry["dtype"].is_string() || !entry.contains("data_offsets") ||
+        !entry["data_offsets"].is_array() || entry["data_offsets"].size() != 2) {
+      return data_loss(path + ": tensor " + name + ": expected dtype and data_offsets");
+    }
+    CapturedTensor tensor;
+    tensor.dtype = entry["dtype"].get<std::string>();
+    auto size = sizes.find(tensor.dtype);
+    tensor.element_bytes = size == sizes.end() ? 1 : size->second;
+    const uint64_t begin = entry["data_offsets"][0].get<uint64_t>(), end = entry["data_offsets"][1].get<uint64_t>();
+    if (begin > end || end > bytes.size() - data_start) return data_loss(path + ": tensor " + name + ": offsets past the end");
+    tensor.data = bytes.substr(data_start + begin, end - begin);
+    tensors[name] = std::move(tensor);
+  }
+  return tensors;
+}
+
+std::string element_text(const CapturedTensor& tensor, size_t index) {
+  const char* at = tensor.data.data() + index * tensor.element_bytes;
+  std::string hex;
+  char digits[3];
+  for (size_t i = tensor.element_bytes; i-- > 0;) {
+    std::snprintf(digits, sizeof(digits), "%02x", static_cast<unsigned char>(at[i]));
+    hex += digits;
+  }
+  if (tensor.dtype == "F64") {
+    double value;
+    std::memcpy(&value, at, 8);
+    return std::to_string(value) + " (0x" + hex + ")";
+  }
+  if (tensor.dtype == "F32") {
+    float value;
+    std::memcpy(&value, at, 4);
+    return std::to_string(value) + " (0x" + hex + ")";
+  }
+  return "0x" + hex;
+}
+
+// The first tensor (by name) and element where two captures differ; "" when they are equal.
+Result<std::string> first_differing_element(const std::string& expected_path, const std::string& found_path) {
+  ZEROSIM_ASSIGN_OR_RETURN(auto expected, read_capture(expected_path));
+  ZEROSIM_ASSIGN_OR_RETURN(auto found, read_capture(found_path));
+  for (const auto& [name, want] : expected) {
+    auto other = found.find(name);
+    if (other == found.end()) return "tensor " + name + " missing from the resume's capture";
+    const CapturedTensor& got = other->second;
+    if (got.dtype != want.dtype || got.data.size() != want.data.size()) {
+      return "tensor " + name + ": " + want.dtype + " of " + std::to_string(want.data.size()) + " bytes expected, " +
+             got.dtype + " of " + std::to_string(got.data.size()) + " found";
+    }
+    for (size_t i = 0; i * want.element_bytes < want.data.size(); ++i) {
+      if (std::memcmp(want.data.data() + i * want.element_bytes, got.data.data() + i * want.element_bytes,
+                      want.element_bytes) != 0) {
+        return "tensor " + name + "[" + std::to_string(i) + "]: expected " + element_text(want, i) + ", found " +
+               element_text(got, i);
+      }
+    }
+  }
+  for (const auto& [name, tensor] : found) {
+    if (expected.count(name) == 0) return "tensor " + name + " is only in the resume's capture";
+  }
+  return std::string();
+}
 
 }  // namespace
 
@@ -596,7 +682,36 @@ Result<ExecResult> run_exec(const ExecOptions& options) {
       crash.state = static_cast<int64_t>(s);
       crash.operation = point == 0 ? "(before the first operation)" : operations[static_cast<size_t>(point - 1)]->describe();
       crash.fates = describe_state(pending, states[s]);
-      crash.verdict = judge(result.reference, durable_before[static_cast<size_t>(point)], outcome, resumed);
+      int64_t diverged_step = -1;
+      crash.verdict = judge(result.reference, durable_before[static_cast<size_t>(point)], outcome, resumed, &diverged_step);
+      if (!crash.verdict.passed && diverged_step > 0) {
+        // Name the first differing element: both runs again, capturing that step (the
+        // program writes it when it supports ZEROSIM_CAPTURE_STEP; silence is not an error).
+        const std::string reference_capture = work + "/reference-capture-" + std::to_string(diverged_step) + ".safetensors";
+        if (!fs::exists(reference_capture, error)) {
+          ZEROSIM_RETURN_IF_ERROR(lay_out(roots, initial));
+          ZEROSIM_RETURN_IF_ERROR(run_process(options.command,
+                                              {{"ZEROSIM_STATE_LOG", work + "/reference-capture.state.jsonl"},
+                                               {"ZEROSIM_CAPTURE_STEP", std::to_string(diverged_step)},
+                                               {"ZEROSIM_CAPTURE_FILE", reference_capture}},
+                                              work + "/reference-capture", options.timeout_seconds)
+                                      .status());
+        }
+        const std::string resume_capture = prefix + ".capture.safetensors";
+        ZEROSIM_RETURN_IF_ERROR(lay_out(roots, tree));
+        ZEROSIM_RETURN_IF_ERROR(run_process(options.resume_command.empty() ? options.command
+                                                                           : shell_command(options.resume_command),
+                                            {{"ZEROSIM_STATE_LOG", prefix + ".capture.state.jsonl"},
+                                             {"ZEROSIM_CAPTURE_STEP", std::to_string(diverged_step)},
+                                             {"ZEROSIM_CAPTURE_FILE", resume_capture}},
+                                            prefix + "-capture", options.timeout_seconds)
+                                    .status());
+        if (fs::exists(reference_capture, error) && fs::exists(resume_capture, error)) {
+          Result<std::string> element = first_differing_element(reference_capture, resume_capture);
+          crash.verdict.diagnosis += element.ok() ? (element->empty() ? "" : "; first differing element: " + *element)
+                                                  : "; the captures could not be compared: " + element.status().message();
+        }
+      }
       crash.verdict.name = "crash after operation " + std::to_string(point) + " (" + crash.operation + "), state " +
                            std::to_string(s);
       crash.verdict.crash = "power loss after " + crash.operation + "; " + crash.fates;

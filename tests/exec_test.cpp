@@ -210,3 +210,26 @@ TEST(ExecEngine, ZerosimTrainPassesAndACommitOrderDefectIsFound) {
 
 }  // namespace
 }  // namespace zerosim
+
+namespace zerosim {
+namespace {
+
+// A resume bug in the program (the trainer's planted --bug momentum_not_restored): the
+// divergence is named by step and component, then narrowed to its first element through the
+// program's ZEROSIM_CAPTURE_STEP captures of both runs.
+TEST(ExecDiagnosis, ADivergenceNamesItsFirstDifferingElement) {
+  TestDirectory directory;
+  const std::string checkpoints = directory.path() + "/ckpt";
+  const ShellResult run = run_shell_command(
+      std::string(ZEROSIM_CLI_PATH) + " exec --states-per-point 1 --watch " + checkpoints + " --work-dir " +
+      directory.path() + "/work -- python3 " + ZEROSIM_SOURCE_DIR + "/examples/exec/trainer.py --ckpt " + checkpoints +
+      " --protocol correct --steps 4 --bug momentum_not_restored 2>&1");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_TRUE(has_line_with(run.output, {"resumed at step 2, diverged: step 3: momentum differs"})) << run.output;
+  EXPECT_TRUE(has_line_with(run.output, {"first differing element: tensor momentum[0]: expected ", ", found "}))
+      << run.output;
+  EXPECT_FALSE(has_line_with(run.output, {"first differing element: tensor weights"})) << run.output;
+}
+
+}  // namespace
+}  // namespace zerosim

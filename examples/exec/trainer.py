@@ -110,6 +110,8 @@ def main():
                         choices=["in_place", "rename_no_dir_fsync", "correct", "deepspeed_latest"])
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--save-every", type=int, default=2)
+    parser.add_argument("--bug", choices=["momentum_not_restored"],
+                        help="a planted resume bug (the momentum starts at zero again), for exec's diagnosis")
     arguments = parser.parse_args()
     if not os.path.isdir(arguments.ckpt):
         # A new directory's name is durable once its parent is fsynced (every protocol does this,
@@ -119,6 +121,8 @@ def main():
     state = load(arguments.ckpt, arguments.protocol)
     if state is None:
         state = {"step": 0, "weights": [0.0] * WIDTH, "momentum": [0.0] * WIDTH}
+    elif arguments.bug == "momentum_not_restored":
+        state["momentum"] = [0.0] * WIDTH
     log = zerosim_state.StateLog()
     for step in range(state["step"] + 1, arguments.steps + 1):
         loss = train_step(state, step)
@@ -127,7 +131,8 @@ def main():
             save(arguments.ckpt, state, arguments.protocol)
         log.step(step, loss, {"weights": zerosim_state.digest_floats(state["weights"]),
                               "momentum": zerosim_state.digest_floats(state["momentum"]),
-                              "step": zerosim_state.digest_value(state["step"])}, checkpoint=saved)
+                              "step": zerosim_state.digest_value(state["step"])}, checkpoint=saved,
+                 capture={"weights": state["weights"], "momentum": state["momentum"]})
 
 
 if __name__ == "__main__":
