@@ -233,3 +233,30 @@ TEST(ExecDiagnosis, ADivergenceNamesItsFirstDifferingElement) {
 
 }  // namespace
 }  // namespace zerosim
+
+namespace zerosim {
+namespace {
+
+// Python's shutil.copyfile copies with sendfile (or copy_file_range): the recorder records the
+// bytes that landed in the watched file, read back from the source.
+TEST(ExecRecorder, SeesACopyMadeWithSendfile) {
+  TestDirectory directory;
+  const std::string script = directory.path() + "/copier.py";
+  std::ofstream(script) << "import os, shutil, sys\n"
+                           "sys.path.insert(0, '" << ZEROSIM_SOURCE_DIR << "/python')\n"
+                           "import zerosim_state\n"
+                           "source, target = sys.argv[1], sys.argv[2]\n"
+                           "os.makedirs(os.path.dirname(target), exist_ok=True)\n"
+                           "open(source, 'wb').write(b'x' * 5000)\n"
+                           "if not os.path.exists(target):\n"
+                           "    shutil.copyfile(source, target)\n"
+                           "zerosim_state.StateLog().step(1, 0.0, {'size': str(os.path.getsize(target))})\n";
+  const std::string watched = directory.path() + "/ckpt";
+  const ShellResult run = run_shell_command(std::string(ZEROSIM_CLI_PATH) + " exec --watch " + watched + " --work-dir " +
+                                            directory.path() + "/work -- python3 " + script + " " + directory.path() +
+                                            "/source.bin " + watched + "/copy.bin 2>&1");
+  EXPECT_TRUE(has_line_with(run.output, {"write " + watched + "/copy.bin [0, 5000)"})) << run.output;
+}
+
+}  // namespace
+}  // namespace zerosim

@@ -9,8 +9,9 @@
 // system's own durability), and sees exactly the calls whose durability the program decides.
 // Its limits (README, "zerosim exec"): statically linked programs and raw system calls are not
 // seen; C stdio's buffered writes are not seen (glibc's fwrite calls its internal write, not
-// the interposable one: CPython and libstdc++ do not use stdio for files); writes through mmap,
-// io_uring, sendfile and copy_file_range are not seen; libaio writes are recorded at submission.
+// the interposable one: CPython and libstdc++ do not use stdio for files); writes through mmap
+// and io_uring are not seen; libaio writes are recorded at submission; sendfile and
+// copy_file_range are recorded as writes of the bytes read back from their source.
 //
 // Environment: ZEROSIM_RECORD (the recording's path), ZEROSIM_WATCH (absolute directories,
 // ':'-separated), ZEROSIM_STATE_LOG (the state log: its appended lines are recorded as
@@ -19,6 +20,7 @@
 #include <fcntl.h>
 #include <libaio.h>
 #include <stdarg.h>
+#include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -528,6 +530,49 @@ int rmdir(const char* path) {
   const int result = real<int (*)(const char*)>("rmdir")(path);
   if (result == 0) record_path_operation(FsRecordKind::kRemoveDirectory, absolute(AT_FDCWD, path));
   return result;
+}
+
+// sendfile and copy_file_range (Python's shutil.copyfile uses them): the bytes that landed in a
+// followed file are read back from the source, at the source offset the call used.
+namespace {
+void record_copy(int in_fd, int64_t source_offset, int out_fd, int64_t target_offset, ssize_t copied) {
+  if (copied <= 0) return;
+  std::string data(static_cast<size_t>(copied), '\0');
+  static auto real_pread = real<ssize_t (*)(int, void*, size_t, off_t)>("pread");
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t got = real_pread(in_fd, data.data() + done, data.size() - done, source_offset + static_cast<int64_t>(done));
+    if (got <= 0) break;
+    done += static_cast<size_t>(got);
+  }
+  data.resize(done);
+  record_write(out_fd, target_offset, data.data(), data.size());
+}
+}  // namespace
+
+ssize_t sendfile(int out_fd, int in_fd, off_t* offset, size_t count) {
+  static auto real_sendfile = real<ssize_t (*)(int, int, off_t*, size_t)>("sendfile");
+  FdInfo info;
+  if (!followed(out_fd, &info)) return real_sendfile(out_fd, in_fd, offset, count);
+  const int64_t source = offset != nullptr ? *offset : lseek(in_fd, 0, SEEK_CUR);
+  const int64_t target = offset_before_write(out_fd, info);
+  const ssize_t copied = real_sendfile(out_fd, in_fd, offset, count);
+  record_copy(in_fd, source, out_fd, target, copied);
+  return copied;
+}
+ssize_t sendfile64(int out_fd, int in_fd, off64_t* offset, size_t count) {
+  return sendfile(out_fd, in_fd, reinterpret_cast<off_t*>(offset), count);
+}
+
+ssize_t copy_file_range(int in_fd, off64_t* in_offset, int out_fd, off64_t* out_offset, size_t count, unsigned int flags) {
+  static auto real_copy = real<ssize_t (*)(int, off64_t*, int, off64_t*, size_t, unsigned int)>("copy_file_range");
+  FdInfo info;
+  if (!followed(out_fd, &info)) return real_copy(in_fd, in_offset, out_fd, out_offset, count, flags);
+  const int64_t source = in_offset != nullptr ? *in_offset : lseek(in_fd, 0, SEEK_CUR);
+  const int64_t target = out_offset != nullptr ? *out_offset : offset_before_write(out_fd, info);
+  const ssize_t copied = real_copy(in_fd, in_offset, out_fd, out_offset, count, flags);
+  record_copy(in_fd, source, out_fd, target, copied);
+  return copied;
 }
 
 // libaio: a submitted pwrite is recorded at submission (its data is in the buffer now).
