@@ -260,3 +260,35 @@ TEST(ExecRecorder, SeesACopyMadeWithSendfile) {
 
 }  // namespace
 }  // namespace zerosim
+
+namespace zerosim {
+namespace {
+
+// Two processes (a parent and the child it starts, as torchrun's ranks) write into the watched
+// directory: both are recorded into the one recording (the child inherits the recorder).
+TEST(ExecRecorder, RecordsEveryProcessOfTheCommand) {
+  TestDirectory directory;
+  const std::string script = directory.path() + "/ranks.py";
+  std::ofstream(script) << "import os, subprocess, sys\n"
+                           "sys.path.insert(0, '" << ZEROSIM_SOURCE_DIR << "/python')\n"
+                           "import zerosim_state\n"
+                           "d = sys.argv[1]\n"
+                           "def write(rank):\n"
+                           "    with open(os.path.join(d, 'rank%d.bin' % rank), 'wb') as f:\n"
+                           "        f.write(bytes([rank]) * 700)\n"
+                           "        f.flush(); os.fsync(f.fileno())\n"
+                           "if len(sys.argv) > 2:\n"
+                           "    write(1); sys.exit(0)\n"
+                           "os.makedirs(d, exist_ok=True)\n"
+                           "write(0)\n"
+                           "subprocess.run([sys.executable, sys.argv[0], d, 'child'], check=True)\n"
+                           "zerosim_state.StateLog().step(1, 0.0, {})\n";
+  const std::string watched = directory.path() + "/ckpt";
+  const ShellResult run = run_shell_command(std::string(ZEROSIM_CLI_PATH) + " exec --states-per-point 1 --watch " + watched + " --work-dir " +
+                                            directory.path() + "/work -- python3 " + script + " " + watched + " 2>&1");
+  EXPECT_TRUE(has_line_with(run.output, {"(write " + watched + "/rank0.bin [0, 700))"})) << run.output;
+  EXPECT_TRUE(has_line_with(run.output, {"(write " + watched + "/rank1.bin [0, 700))"})) << run.output;
+}
+
+}  // namespace
+}  // namespace zerosim
