@@ -947,6 +947,20 @@ Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_co
 
 namespace {
 
+// The sum over the ranks of one fingerprint point, from a gather of every rank's shares (each
+// rank's block is `block_bytes` long; the point's share is at `point` within it).
+RankEngine::StateFingerprint sum_of_shares(const std::vector<std::byte>& gathered, int world_size, size_t block_bytes,
+                                           size_t point) {
+  constexpr size_t kShareBytes = sizeof(RankEngine::StateFingerprint);
+  RankEngine::StateFingerprint sum{};
+  for (int source = 0; source < world_size; ++source) {
+    RankEngine::StateFingerprint share;
+    std::memcpy(&share, gathered.data() + static_cast<size_t>(source) * block_bytes + point * kShareBytes, kShareBytes);
+    for (size_t lane = 0; lane < sum.size(); ++lane) sum[lane] += share[lane];
+  }
+  return sum;
+}
+
 // One rank's whole run: initialize or load, train to step_count with the plan's saves, and the
 // digests; rank 0 fills `run`. On failure, abort_peers (when set) releases the other ranks.
 Status run_one_rank(const TrainingOptions& options, int64_t step_count, int rank, Comm& comm, Comm* checkpoint_comm,
@@ -1052,13 +1066,8 @@ Status run_one_rank(const TrainingOptions& options, int64_t step_count, int rank
     std::vector<std::byte> all(rank == 0 ? kShareBytes * static_cast<size_t>(comm.world_size()) : 0);
     ZEROSIM_RETURN_IF_ERROR(comm.gather(std::as_bytes(std::span<const RankEngine::StateFingerprint>(&share, 1)), all, 0));
     if (rank != 0) return Status();
-    RankEngine::StateFingerprint sum{};
-    for (int source = 0; source < comm.world_size(); ++source) {
-      RankEngine::StateFingerprint part;
-      std::memcpy(&part, all.data() + static_cast<size_t>(source) * kShareBytes, kShareBytes);
-      for (size_t lane = 0; lane < sum.size(); ++lane) sum[lane] += part[lane];
-    }
-    checkpoints.after_step(record, fingerprint_digests(engine.scalar_state(), sum), saved);
+    checkpoints.after_step(
+        record, fingerprint_digests(engine.scalar_state(), sum_of_shares(all, comm.world_size(), kShareBytes, 0)), saved);
     return Status();
   };
   if (last_saved_step != engine.counters().global_steps && listed_for_save(engine.counters().global_steps)) {
@@ -1109,13 +1118,8 @@ Status run_one_rank(const TrainingOptions& options, int64_t step_count, int rank
     ZEROSIM_RETURN_IF_ERROR(comm.gather(shares, all, 0));
     if (rank == 0) {
       for (size_t point = 0; point < fingerprints.size(); ++point) {
-        RankEngine::StateFingerprint sum{};
-        for (int source = 0; source < comm.world_size(); ++source) {
-          RankEngine::StateFingerprint share;
-          std::memcpy(&share, all.data() + static_cast<size_t>(source) * shares.size() + point * kShareBytes, kShareBytes);
-          for (size_t lane = 0; lane < sum.size(); ++lane) sum[lane] += share[lane];
-        }
-        const ComponentDigests digests = fingerprint_digests(fingerprint_scalars[point], sum);
+        const ComponentDigests digests = fingerprint_digests(
+            fingerprint_scalars[point], sum_of_shares(all, comm.world_size(), shares.size(), point));
         if (point == 0) run.initial_digests = digests;
         else run.step_digests.push_back(digests);
       }
