@@ -50,8 +50,12 @@ int report_and_exit(const ExecFlags& flags, const ExecResult& result) {
     if (!crash.verdict.passed) {
       const std::string replay = flags.options.work_directory + "/failure-" + std::to_string(crash.point) + "-" +
                                  std::to_string(crash.state) + ".json";
-      std::ofstream file(replay);
-      file << json_text(replay_document(flags.options, crash.point, crash.state)) << "\n";
+      if (Status written = write_report_file(replay, json_text(replay_document(flags.options, crash.point, crash.state)) + "\n",
+                                             "replay file");
+          !written.ok()) {
+        std::fprintf(stderr, "zerosim exec: %s\n", written.to_string().c_str());
+        return 3;
+      }
       entry.file = replay;
       entry.replay_command = "zerosim exec replay " + replay;
     }
@@ -63,29 +67,8 @@ int report_and_exit(const ExecFlags& flags, const ExecResult& result) {
     }
     report.scenarios.push_back(std::move(entry));
   }
-  if (!flags.report.junit_path.empty()) {
-    if (Status written = write_junit_file(flags.report.junit_path, report.title, report_junit_cases(report)); !written.ok()) {
-      std::fprintf(stderr, "zerosim exec: --junit: %s\n", written.to_string().c_str());
-      return 3;
-    }
-  }
-  if (!flags.report.report_directory.empty()) {
-    if (Status written = write_report_directory(flags.report.report_directory, report); !written.ok()) {
-      std::fprintf(stderr, "zerosim exec: --report-dir: %s\n", written.to_string().c_str());
-      return 3;
-    }
-  }
-  const int failed = result.failed();
-  if (flags.report.json) {
-    nlohmann::json document = report_json(report);
-    document["operations"] = result.operations;
-    document["crash_points"] = result.crash_points;
-    document["crash_states"] = result.crash_states;
-    document["reference_seconds"] = result.reference_seconds;
-    document["mean_build_state_seconds"] = result.mean_build_state_seconds;
-    document["recording"] = result.recording_path;
-    std::printf("%s\n", json_text(document).c_str());
-  } else {
+  if (!flags.report.json) {
+    const int failed = result.failed();
     std::printf("exec: %lld operation(s) recorded under the watched directories, %lld crash point(s), %lld crash state(s): "
                 "%lld passed, %d failed\n",
                 static_cast<long long>(result.operations), static_cast<long long>(result.crash_points),
@@ -93,7 +76,13 @@ int report_and_exit(const ExecFlags& flags, const ExecResult& result) {
     std::printf("exec: building a crash state from the recording took %.3f ms on average; the uninterrupted run %.3f s\n",
                 result.mean_build_state_seconds * 1e3, result.reference_seconds);
   }
-  return failed == 0 ? 0 : 1;
+  return finish_report(flags.report, report,
+                       {{"operations", result.operations},
+                        {"crash_points", result.crash_points},
+                        {"crash_states", result.crash_states},
+                        {"reference_seconds", result.reference_seconds},
+                        {"mean_build_state_seconds", result.mean_build_state_seconds},
+                        {"recording", result.recording_path}});
 }
 
 }  // namespace

@@ -107,8 +107,10 @@ void print_verdict(const ReportFlags& flags, const ScenarioVerdict& verdict, Pro
   std::fflush(stdout);
 }
 
-// Prints the summary (or the JSON object) and writes the reports; the command's exit code.
-int finish(const ReportFlags& flags, const SuiteReport& report, const nlohmann::json& extra = {}) {
+
+}  // namespace
+
+int finish_report(const ReportFlags& flags, const SuiteReport& report, const nlohmann::json& extra) {
   if (!flags.junit_path.empty()) {
     Status written = write_junit_file(flags.junit_path, report.title, report_junit_cases(report));
     if (!written.ok()) {
@@ -137,8 +139,6 @@ int finish(const ReportFlags& flags, const SuiteReport& report, const nlohmann::
   }
   return failed == 0 ? 0 : 1;
 }
-
-}  // namespace
 
 int run_scenarios_command(const RunFlags& flags) {
   std::vector<std::string> paths = flags.scenario_paths;
@@ -187,7 +187,7 @@ int run_scenarios_command(const RunFlags& flags) {
     if (!verdict.ok()) {
       progress.clear();
       std::fprintf(stderr, "zerosim: %s: %s\n", paths[i].c_str(), verdict.status().to_string().c_str());
-      (void)finish(flags.report, report);  // the reports of the scenarios that ran
+      (void)finish_report(flags.report, report);  // the reports of the scenarios that ran
       return exit_code_for(verdict.status());
     }
     print_verdict(flags.report, *verdict, progress);
@@ -199,7 +199,7 @@ int run_scenarios_command(const RunFlags& flags) {
     report.scenarios.push_back(std::move(entry));
   }
   progress.clear();
-  return finish(flags.report, report);
+  return finish_report(flags.report, report);
 }
 
 int run_import_command(const ImportOptions& options, const std::string& output_path) {
@@ -343,7 +343,7 @@ int run_fuzz_command(const FuzzFlags& flags) {
                 out_of_time ? ", stopped by --minutes" : stopped_by_failures ? ", stopped by --stop-after-failures" : "",
                 static_cast<long long>(shrink_runs));
   }
-  return finish(flags.report, report,
+  return finish_report(flags.report, report,
                 {{"cases_run", cases_run}, {"seconds", seconds}, {"shrink_runs", shrink_runs}, {"stopped_by_minutes", out_of_time},
                  {"stopped_by_failures", stopped_by_failures}});
 }

@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace zerosim {
 
 struct ReportFlags {
@@ -53,6 +55,11 @@ struct FuzzFlags {
 };
 
 int run_scenarios_command(const RunFlags& flags);
+// Writes the reports the flags ask for (--junit, --report-dir) and prints the summary line (or,
+// with --json, the report's JSON object with `extra`'s keys added); the command's exit code:
+// 0 every scenario passed, 1 one failed, 3 a report could not be written.
+struct SuiteReport;
+int finish_report(const ReportFlags& flags, const SuiteReport& report, const nlohmann::json& extra = {});
 // zerosim import-ds: prints the scenario (or writes it to `output_path`); exit 2 on bad input.
 struct ImportOptions;
 int run_import_command(const ImportOptions& options, const std::string& output_path);
