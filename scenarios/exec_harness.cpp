@@ -78,7 +78,9 @@ double seconds_since(WallClock::time_point start) { return std::chrono::duration
 Result<std::string> read_text(const std::string& path) {
   std::ifstream file(path, std::ios::binary);
   if (!file) return not_found(path + ": cannot be opened");
-  return std::string((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  if (file.bad()) return io_error(path + ": read failed");
+  return text;
 }
 
 struct ProcessOutcome {
@@ -390,7 +392,6 @@ ScenarioVerdict judge(const std::vector<StateLine>& reference, int64_t durable_s
       break;
     }
     const StateLine& want = *found->second;
-    *diverged_step = line.step;
     if (std::memcmp(&want.loss, &line.loss, sizeof(double)) != 0) {
       divergence = "step " + std::to_string(line.step) + ": loss: expected " + want.loss_text + ", found " + line.loss_text;
       break;
@@ -405,8 +406,10 @@ ScenarioVerdict judge(const std::vector<StateLine>& reference, int64_t durable_s
       }
       if (!divergence.empty()) break;
     }
-    if (!divergence.empty()) break;
-    *diverged_step = -1;
+    if (!divergence.empty()) {
+      *diverged_step = line.step;  // the state differs here: a capture of this step can name the element
+      break;
+    }
   }
   if (divergence.empty() && previous != last_step) {
     divergence = "the resume stopped at step " + std::to_string(previous) + ", the uninterrupted run at step " +
