@@ -237,24 +237,34 @@ TEST(ExecDiagnosis, ADivergenceNamesItsFirstDifferingElement) {
 namespace zerosim {
 namespace {
 
+// `zerosim exec [flags] --watch DIR/ckpt` on a Python script written into the test directory
+// (its body after the imports of os, sys and zerosim_state), run with `arguments`.
+ShellResult exec_python_script(const TestDirectory& directory, const std::string& flags, const std::string& body,
+                               const std::string& arguments) {
+  const std::string script = directory.path() + "/script.py";
+  std::ofstream(script) << "import os, sys\n"
+                           "sys.path.insert(0, '" << ZEROSIM_SOURCE_DIR << "/python')\n"
+                           "import zerosim_state\n"
+                        << body;
+  return run_shell_command(std::string(ZEROSIM_CLI_PATH) + " exec " + flags + " --watch " + directory.path() +
+                           "/ckpt --work-dir " + directory.path() + "/work -- python3 " + script + " " + arguments +
+                           " 2>&1");
+}
+
 // Python's shutil.copyfile copies with sendfile (or copy_file_range): the recorder records the
 // bytes that landed in the watched file, read back from the source.
 TEST(ExecRecorder, SeesACopyMadeWithSendfile) {
   TestDirectory directory;
-  const std::string script = directory.path() + "/copier.py";
-  std::ofstream(script) << "import os, shutil, sys\n"
-                           "sys.path.insert(0, '" << ZEROSIM_SOURCE_DIR << "/python')\n"
-                           "import zerosim_state\n"
-                           "source, target = sys.argv[1], sys.argv[2]\n"
-                           "os.makedirs(os.path.dirname(target), exist_ok=True)\n"
-                           "open(source, 'wb').write(b'x' * 5000)\n"
-                           "if not os.path.exists(target):\n"
-                           "    shutil.copyfile(source, target)\n"
-                           "zerosim_state.StateLog().step(1, 0.0, {'size': str(os.path.getsize(target))})\n";
   const std::string watched = directory.path() + "/ckpt";
-  const ShellResult run = run_shell_command(std::string(ZEROSIM_CLI_PATH) + " exec --watch " + watched + " --work-dir " +
-                                            directory.path() + "/work -- python3 " + script + " " + directory.path() +
-                                            "/source.bin " + watched + "/copy.bin 2>&1");
+  const ShellResult run = exec_python_script(directory, "",
+                                             "import shutil\n"
+                                             "source, target = sys.argv[1], sys.argv[2]\n"
+                                             "os.makedirs(os.path.dirname(target), exist_ok=True)\n"
+                                             "open(source, 'wb').write(b'x' * 5000)\n"
+                                             "if not os.path.exists(target):\n"
+                                             "    shutil.copyfile(source, target)\n"
+                                             "zerosim_state.StateLog().step(1, 0.0, {'size': str(os.path.getsize(target))})\n",
+                                             directory.path() + "/source.bin " + watched + "/copy.bin");
   EXPECT_TRUE(has_line_with(run.output, {"write " + watched + "/copy.bin [0, 5000)"})) << run.output;
 }
 
@@ -268,24 +278,21 @@ namespace {
 // directory: both are recorded into the one recording (the child inherits the recorder).
 TEST(ExecRecorder, RecordsEveryProcessOfTheCommand) {
   TestDirectory directory;
-  const std::string script = directory.path() + "/ranks.py";
-  std::ofstream(script) << "import os, subprocess, sys\n"
-                           "sys.path.insert(0, '" << ZEROSIM_SOURCE_DIR << "/python')\n"
-                           "import zerosim_state\n"
-                           "d = sys.argv[1]\n"
-                           "def write(rank):\n"
-                           "    with open(os.path.join(d, 'rank%d.bin' % rank), 'wb') as f:\n"
-                           "        f.write(bytes([rank]) * 700)\n"
-                           "        f.flush(); os.fsync(f.fileno())\n"
-                           "if len(sys.argv) > 2:\n"
-                           "    write(1); sys.exit(0)\n"
-                           "os.makedirs(d, exist_ok=True)\n"
-                           "write(0)\n"
-                           "subprocess.run([sys.executable, sys.argv[0], d, 'child'], check=True)\n"
-                           "zerosim_state.StateLog().step(1, 0.0, {})\n";
   const std::string watched = directory.path() + "/ckpt";
-  const ShellResult run = run_shell_command(std::string(ZEROSIM_CLI_PATH) + " exec --states-per-point 1 --watch " + watched + " --work-dir " +
-                                            directory.path() + "/work -- python3 " + script + " " + watched + " 2>&1");
+  const ShellResult run = exec_python_script(directory, "--states-per-point 1",
+                                             "import subprocess\n"
+                                             "d = sys.argv[1]\n"
+                                             "def write(rank):\n"
+                                             "    with open(os.path.join(d, 'rank%d.bin' % rank), 'wb') as f:\n"
+                                             "        f.write(bytes([rank]) * 700)\n"
+                                             "        f.flush(); os.fsync(f.fileno())\n"
+                                             "if len(sys.argv) > 2:\n"
+                                             "    write(1); sys.exit(0)\n"
+                                             "os.makedirs(d, exist_ok=True)\n"
+                                             "write(0)\n"
+                                             "subprocess.run([sys.executable, sys.argv[0], d, 'child'], check=True)\n"
+                                             "zerosim_state.StateLog().step(1, 0.0, {})\n",
+                                             watched);
   EXPECT_TRUE(has_line_with(run.output, {"(write " + watched + "/rank0.bin [0, 700))"})) << run.output;
   EXPECT_TRUE(has_line_with(run.output, {"(write " + watched + "/rank1.bin [0, 700))"})) << run.output;
 }
