@@ -92,63 +92,55 @@ Result<FaultPlan> parse_fault_plan(const json& document, const std::string& sour
   return plan;
 }
 
-Status ClockedComm::synchronize(const char* kind, uint64_t bytes, uint64_t compute_elements) {
-  std::array<double, 1> latest = {static_cast<double>(clock_.now_ns())};
-  ZEROSIM_RETURN_IF_ERROR(inner_.all_reduce_max(latest));
-  charge(kind, bytes, compute_elements, latest[0]);
-  return Status();
-}
-
-void ClockedComm::charge(const char* kind, uint64_t bytes, uint64_t compute_elements, double latest_clock_ns) {
+template <typename InnerCollective>
+Status ClockedComm::clocked(const char* kind, uint64_t bytes, uint64_t compute_elements,
+                            InnerCollective&& inner_collective) {
+  std::vector<uint64_t>& entry_clocks = clock_table_.entry_clock_ns[collectives_entered_ % 2];
+  ZEROSIM_CHECK(static_cast<size_t>(world_size()) == entry_clocks.size(), "ClockedComm: the world and its clock table differ in size");
+  ++collectives_entered_;
+  entry_clocks[static_cast<size_t>(rank())] = clock_.now_ns();
+  ZEROSIM_RETURN_IF_ERROR(inner_collective());
+  const uint64_t latest_clock_ns = *std::max_element(entry_clocks.begin(), entry_clocks.end());
   const std::string entry = std::string(kind) + " " + std::to_string(bytes);
   trace_.store(XXH64(entry.data(), entry.size(), trace_.load()));
-  clock_.advance_to_ns(static_cast<uint64_t>(latest_clock_ns));
+  clock_.advance_to_ns(latest_clock_ns);
   const double transfer_ns =
       costs_.network_bandwidth_mb_per_s > 0 ? static_cast<double>(bytes) * 1000.0 / costs_.network_bandwidth_mb_per_s : 0;
   clock_.advance_ns(costs_.collective_latency_us * 1000 + static_cast<uint64_t>(transfer_ns) +
                     static_cast<uint64_t>(static_cast<double>(compute_elements) * costs_.compute_ns_per_element));
+  return Status();
 }
 
 Status ClockedComm::all_gather(std::span<const std::byte> send, std::span<std::byte> receive) {
-  ZEROSIM_RETURN_IF_ERROR(synchronize("all_gather", receive.size(), receive.size() / 2));
-  return inner_.all_gather(send, receive);
+  return clocked("all_gather", receive.size(), receive.size() / 2, [&] { return inner_.all_gather(send, receive); });
 }
 
 Status ClockedComm::gather(std::span<const std::byte> send, std::span<std::byte> receive, int root_rank) {
-  ZEROSIM_RETURN_IF_ERROR(synchronize("gather", send.size() * static_cast<uint64_t>(world_size()), 0));
-  return inner_.gather(send, receive, root_rank);
+  return clocked("gather", send.size() * static_cast<uint64_t>(world_size()), 0,
+                 [&] { return inner_.gather(send, receive, root_rank); });
 }
 
 Status ClockedComm::reduce_scatter_accumulate(std::span<const std::byte> send, DType dtype, size_t chunk_elements,
                                               std::span<float> accumulator) {
-  ZEROSIM_RETURN_IF_ERROR(synchronize("reduce_scatter", send.size(), 0));
-  return inner_.reduce_scatter_accumulate(send, dtype, chunk_elements, accumulator);
+  return clocked("reduce_scatter", send.size(), 0,
+                 [&] { return inner_.reduce_scatter_accumulate(send, dtype, chunk_elements, accumulator); });
 }
 
 Status ClockedComm::all_reduce_max(std::span<double> values) {
-  // The clocks agree in the same reduction (a max, as synchronize's): one collective, not two.
-  // The clocks and the trace end as synchronize would leave them.
-  with_clock_.assign(values.begin(), values.end());
-  with_clock_.push_back(static_cast<double>(clock_.now_ns()));
-  ZEROSIM_RETURN_IF_ERROR(inner_.all_reduce_max(with_clock_));
-  charge("all_reduce_max", values.size_bytes(), 0, with_clock_.back());
-  std::copy(with_clock_.begin(), with_clock_.end() - 1, values.begin());
-  return Status();
+  return clocked("all_reduce_max", values.size_bytes(), 0, [&] { return inner_.all_reduce_max(values); });
 }
 
 Status ClockedComm::broadcast(std::span<std::byte> buffer, int root_rank) {
-  ZEROSIM_RETURN_IF_ERROR(synchronize("broadcast", buffer.size(), 0));
-  return inner_.broadcast(buffer, root_rank);
+  return clocked("broadcast", buffer.size(), 0, [&] { return inner_.broadcast(buffer, root_rank); });
 }
 
 Status ClockedComm::barrier() {
-  ZEROSIM_RETURN_IF_ERROR(synchronize("barrier", 0, 0));
-  return inner_.barrier();
+  return clocked("barrier", 0, 0, [&] { return inner_.barrier(); });
 }
 
 SimWorld::SimWorld(SimDisk& disk, int world_size, const FaultPlan& plan, CrashPointHook& crash_points,
                    const DefectSet* defects)
-    : costs_(plan.costs), crash_points_(crash_points), defects_(defects) {
+    : costs_(plan.costs), collective_clocks_(world_size), crash_points_(crash_points), defects_(defects) {
   // The plan's faults wrap the shared disk (occurrences count over all ranks); they need no
   // delay of their own, latency is charged per rank below.
   faulty_disk_ = std::make_unique<FaultyDisk>(disk, plan.disk_faults, [](uint64_t) {});
@@ -197,7 +189,7 @@ RankSeams SimWorld::seams() {
   };
   seams.wrap_comm = [this](int rank, Comm& inner) -> std::unique_ptr<Comm> {
     return std::make_unique<ClockedComm>(inner, *clocks_[static_cast<size_t>(rank)], costs_,
-                                         *collective_traces_[static_cast<size_t>(rank)]);
+                                         *collective_traces_[static_cast<size_t>(rank)], collective_clocks_);
   };
   return seams;
 }
