@@ -553,6 +553,20 @@ TEST(Cli, BadInputExitsTwoAndNamesTheKey) {
   EXPECT_EQ(bad_world.exit_code, 2);
 }
 
+// Before: `--resume ""` trained from step 0 and `--save-dir ""` saved nothing, both exiting 0.
+TEST(Cli, AnEmptyValueIsRefusedNamingTheOption) {
+  for (const std::string arguments :
+       {"train --steps 1 --resume ''", "train --steps 1 --save-dir ''", "train --steps 1 --config ''",
+        "train --steps 1 --run-id ''", "suite ''", "fuzz --failures-dir '' --cases 1", "ckpt inspect ''"}) {
+    const CommandResult result = run_cli(arguments);
+    EXPECT_EQ(result.exit_code, 2) << arguments << "\n" << result.output;
+    EXPECT_NE(result.output.find("empty value"), std::string::npos) << arguments << "\n" << result.output;
+  }
+  // The user's own command line under exec passes an empty argument through untouched.
+  const CommandResult exec = run_cli("exec --watch /nonexistent-zerosim-dir -- true ''");
+  EXPECT_EQ(exec.output.find("empty value"), std::string::npos) << exec.output;
+}
+
 TEST(Cli, ConfigCheckAcceptsTheSeedAndRejectsTheTypo) {
   const CommandResult seed = run_cli(std::string("config check ") + ZEROSIM_TEST_DATA_DIR + "/ds_configs/seed_ds_config.json");
   EXPECT_EQ(seed.exit_code, 0) << seed.output;

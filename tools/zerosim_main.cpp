@@ -14,6 +14,26 @@
 #include "core/env/defects.h"
 #include "tools/train_command.h"
 
+namespace {
+
+// An empty value ("--resume ''", "--save-dir ''") is bad input, never "not given": every option
+// that takes a value refuses one, in every subcommand; `except` takes arguments verbatim (the
+// user's own command line under exec, where an empty argument is theirs to pass).
+void refuse_empty_values(CLI::App& command, const CLI::Option* except) {
+  for (CLI::Option* option : command.get_options()) {
+    if (option == except || option->get_expected_min() == 0) continue;  // a flag
+    option->check(CLI::Validator(
+        [](std::string& value) {
+          // CLI11 puts the option's name in front of this.
+          return value.empty() ? std::string("empty value (give a value, or leave the option out)") : std::string();
+        },
+        "", "NONEMPTY"));
+  }
+  for (CLI::App* subcommand : command.get_subcommands({})) refuse_empty_values(*subcommand, except);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"zerosim: a ZeRO-3 training-state engine with NVMe offload, and its deterministic simulator"};
   app.require_subcommand(1);
@@ -203,6 +223,7 @@ int main(int argc, char** argv) {
   CLI::App* exec_replay = exec->add_subcommand("replay", "Run one crash state again, from a failure's replay file");
   exec_replay->add_option("file", exec_replay_path, "failure-P-S.json from the work directory")->required();
 
+  refuse_empty_values(app, exec->get_option("command"));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
