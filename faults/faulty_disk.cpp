@@ -3,6 +3,8 @@
 #include <fnmatch.h>
 
 #include <chrono>
+#include <map>
+#include <utility>
 #include <thread>
 
 namespace zerosim {
@@ -97,6 +99,11 @@ Result<std::vector<FaultRule>> parse_fault_rules(const nlohmann::json& rules) {
           }
         }
         if (!found) return invalid_argument(at + ".op: unknown value '" + op + "'");
+      } else if (key == "rank") {
+        if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() > (1 << 20)) {
+          return invalid_argument(where + ".rank: expected a rank (an integer >= 0)");
+        }
+        out.rank = value.get<int>();
       } else if (key == "bandwidth_mb_per_s") {
         if (!value.is_number() || !(value.get<double>() > 0.0)) {
           return invalid_argument(where + ".bandwidth_mb_per_s: expected a number > 0");
@@ -104,7 +111,7 @@ Result<std::vector<FaultRule>> parse_fault_rules(const nlohmann::json& rules) {
         out.bandwidth_mb_per_s = value.get<double>();
       } else {
         return invalid_argument(where + "." + key +
-                                ": unknown key (path, op, occurrence, fault, bytes, latency_us, bandwidth_mb_per_s, after)");
+                                ": unknown key (path, op, occurrence, fault, bytes, latency_us, bandwidth_mb_per_s, after, rank)");
       }
     }
     if (out.kind == FaultKind::kBitFlip && out.operation != FaultOperation::kRead) {
@@ -316,54 +323,76 @@ class FaultyAsyncQueue final : public AsyncIoQueue {
 
 }  // namespace
 
+struct FaultyDisk::Shared {
+  explicit Shared(std::vector<FaultRule> rule_list) : rules(std::move(rule_list)), fired_counts(rules.size(), 0) {
+    for (const FaultRule& rule : rules) armed.push_back(rule.after_path_pattern.empty());
+  }
+  const std::vector<FaultRule> rules;
+  std::mutex mutex;
+  std::map<std::pair<size_t, int>, int64_t> match_counts;  // (rule, requester) -> matches so far
+  std::vector<bool> armed;  // per rule: its "after" operation happened (or it has none)
+  std::vector<int64_t> fired_counts;
+  std::function<void(const std::string&)> power_loss_handler;
+  std::string power_loss_at;
+};
+
 FaultyDisk::FaultyDisk(Disk& inner, std::vector<FaultRule> rules, std::function<void(uint64_t)> delay)
-    : inner_(inner), rules_(std::move(rules)), delay_(std::move(delay)), match_counts_(rules_.size(), 0),
-      fired_counts_(rules_.size(), 0) {
-  for (const FaultRule& rule : rules_) armed_.push_back(rule.after_path_pattern.empty());
+    : FaultyDisk(inner, std::make_shared<Shared>(std::move(rules)), 0, std::move(delay)) {}
+
+FaultyDisk::FaultyDisk(Disk& inner, std::shared_ptr<Shared> shared, int requester, std::function<void(uint64_t)> delay)
+    : inner_(inner), shared_(std::move(shared)), requester_(requester), delay_(std::move(delay)) {
   if (!delay_) delay_ = [](uint64_t latency_us) { std::this_thread::sleep_for(std::chrono::microseconds(latency_us)); };
 }
 
 FaultyDisk::~FaultyDisk() = default;
 
+std::unique_ptr<FaultyDisk> FaultyDisk::for_requester(int requester) {
+  ZEROSIM_CHECK(requester >= 0, "FaultyDisk::for_requester: a requester is >= 0");
+  return std::unique_ptr<FaultyDisk>(new FaultyDisk(inner_, shared_, requester, delay_));
+}
+
 std::vector<int64_t> FaultyDisk::fired_counts() const {
-  std::lock_guard lock(mutex_);
-  return fired_counts_;
+  std::lock_guard lock(shared_->mutex);
+  return shared_->fired_counts;
 }
 
 void FaultyDisk::set_power_loss_handler(std::function<void(const std::string& what)> handler) {
-  std::lock_guard lock(mutex_);
-  power_loss_handler_ = std::move(handler);
+  std::lock_guard lock(shared_->mutex);
+  shared_->power_loss_handler = std::move(handler);
 }
 
 std::string FaultyDisk::power_loss_at() const {
-  std::lock_guard lock(mutex_);
-  return power_loss_at_;
+  std::lock_guard lock(shared_->mutex);
+  return shared_->power_loss_at;
 }
 
 Status FaultyDisk::lose_power(const std::string& what) {
   std::function<void(const std::string&)> handler;
   {
-    std::lock_guard lock(mutex_);
-    if (power_loss_at_.empty()) power_loss_at_ = what;
-    handler = power_loss_handler_;
+    std::lock_guard lock(shared_->mutex);
+    if (shared_->power_loss_at.empty()) shared_->power_loss_at = what;
+    handler = shared_->power_loss_handler;
   }
   if (handler) handler(what);
   return io_error(what + ": the power went out during this operation (fault power_loss)");
 }
 
 FaultyDisk::Decision FaultyDisk::decide(FaultOperation operation, const std::string& path) {
-  std::lock_guard lock(mutex_);
+  Shared& shared = *shared_;
+  std::lock_guard lock(shared.mutex);
   Decision decision;
-  for (size_t i = 0; i < rules_.size(); ++i) {
-    const FaultRule& rule = rules_[i];
-    if (!armed_[i]) {
-      armed_[i] = rule.after_operation == operation && ::fnmatch(rule.after_path_pattern.c_str(), path.c_str(), 0) == 0;
+  for (size_t i = 0; i < shared.rules.size(); ++i) {
+    const FaultRule& rule = shared.rules[i];
+    if (!shared.armed[i]) {
+      shared.armed[i] =
+          rule.after_operation == operation && ::fnmatch(rule.after_path_pattern.c_str(), path.c_str(), 0) == 0;
       continue;
     }
+    if (rule.rank >= 0 && rule.rank != requester_) continue;
     if (rule.operation != operation || ::fnmatch(rule.path_pattern.c_str(), path.c_str(), 0) != 0) continue;
-    const int64_t occurrence = ++match_counts_[i];
+    const int64_t occurrence = ++shared.match_counts[{i, requester_}];
     if (!decision.fires && (rule.occurrence == 0 || rule.occurrence == occurrence)) {
-      ++fired_counts_[i];
+      ++shared.fired_counts[i];
       decision.fires = true;
       decision.rule = rule;
     }

@@ -22,6 +22,11 @@
 //                 handler runs (the simulator freezes its disk, so this operation and every
 //                 one before it that was not made durable get a crash fate) and the operation
 //                 fails. A crash in the middle of any write, fsync or rename a save makes.
+// Occurrences are counted per requester: a FaultyDisk and the views made with for_requester
+// share the rules, and each view counts its own operations (the simulator gives each rank a
+// view, so "the 2nd write of a matching path" is the same operation of the same rank in every
+// run, however the rank threads interleave). A rule with "rank": R applies to requester R
+// only. A rule's "after" operation arms it for every requester.
 // A rule may wait for another operation: with "after": {"path": P, "op": O} its occurrences
 // are counted from the first operation O on a path matching P on (e.g. a swap-file fault
 // after the first `latest` was published: after the first checkpoint committed).
@@ -71,6 +76,7 @@ struct FaultRule {
   double bandwidth_mb_per_s = 0.0;  // latency of reads and writes: + size / bandwidth (0: none)
   std::string after_path_pattern = {};  // set: the rule counts nothing until this operation happened
   FaultOperation after_operation = FaultOperation::kRename;
+  int rank = -1;  // >= 0: only this requester's (the simulator's rank's) operations
   // The delay of this rule for a transfer of `length_bytes`, in microseconds.
   uint64_t delay_for_us(uint64_t length_bytes) const;
 };
@@ -85,8 +91,11 @@ class FaultyDisk final : public Disk {
   // `delay` implements latency (default: sleep); the simulator passes its virtual clock.
   FaultyDisk(Disk& inner, std::vector<FaultRule> rules, std::function<void(uint64_t)> delay = {});
   ~FaultyDisk() override;
+  // A view of the same disk under the same rules, whose operations count as `requester`'s
+  // (this disk's own are requester 0's). It must not outlive this disk.
+  std::unique_ptr<FaultyDisk> for_requester(int requester);
 
-  // How many times each rule fired, in rule order.
+  // How many times each rule fired, in rule order (all requesters together).
   std::vector<int64_t> fired_counts() const;
   // What a power_loss rule does once its operation took effect (the simulator freezes its
   // disk). Without one, power_loss fails the operation as io_error does.
@@ -118,15 +127,12 @@ class FaultyDisk final : public Disk {
   Result<std::unique_ptr<AsyncIoQueue>> make_async_queue(const AsyncIoOptions& options, AsyncEngine engine) override;
 
  private:
+  struct Shared;  // the rules and their counts, shared with the views
+  FaultyDisk(Disk& inner, std::shared_ptr<Shared> shared, int requester, std::function<void(uint64_t)> delay);
   Disk& inner_;
-  std::vector<FaultRule> rules_;
+  std::shared_ptr<Shared> shared_;
+  int requester_ = 0;
   std::function<void(uint64_t)> delay_;
-  mutable std::mutex mutex_;
-  std::vector<int64_t> match_counts_;
-  std::vector<bool> armed_;  // per rule: its "after" operation happened (or it has none)
-  std::vector<int64_t> fired_counts_;
-  std::function<void(const std::string&)> power_loss_handler_;
-  std::string power_loss_at_;
 };
 
 // The error a fault produces, naming the operation, path, offset and length.

@@ -141,8 +141,9 @@ Status ClockedComm::barrier() {
 SimWorld::SimWorld(SimDisk& disk, int world_size, const FaultPlan& plan, CrashPointHook& crash_points,
                    const DefectSet* defects)
     : costs_(plan.costs), collective_clocks_(world_size), crash_points_(crash_points), defects_(defects) {
-  // The plan's faults wrap the shared disk (occurrences count over all ranks); they need no
-  // delay of their own, latency is charged per rank below.
+  // The plan's faults wrap the shared disk; each rank sees them through its own view, whose
+  // occurrences are that rank's operations (the same ones in every run, whatever the threads'
+  // interleaving). They need no delay of their own: latency is charged per rank below.
   faulty_disk_ = std::make_unique<FaultyDisk>(disk, plan.disk_faults, [](uint64_t) {});
   // A power_loss rule: the operation took effect, now the power goes out (as a crash point does).
   faulty_disk_->set_power_loss_handler([&disk](const std::string&) { disk.freeze(); });
@@ -169,8 +170,10 @@ SimWorld::SimWorld(SimDisk& disk, int world_size, const FaultPlan& plan, CrashPo
     // index, and with it the jittered latency, is the same in every run of the scenario.
     auto operation_index = std::make_shared<std::atomic<uint64_t>>(0);
     const SimCostModel costs = plan.costs;
+    // The plan's faults count each rank's operations on their own (FaultyDisk::for_requester).
+    plan_views_.push_back(faulty_disk_->for_requester(rank));
     rank_disks_.push_back(std::make_unique<FaultyDisk>(
-        *faulty_disk_, latency, [clock, operation_index, costs, rank](uint64_t latency_us) {
+        *plan_views_.back(), latency, [clock, operation_index, costs, rank](uint64_t latency_us) {
           const uint64_t index = operation_index->fetch_add(1);
           const double uniform =
               static_cast<double>(mix_random_bits(costs.seed, static_cast<uint64_t>(rank), index) >> 11) * 0x1.0p-53;

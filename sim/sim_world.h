@@ -20,7 +20,9 @@
 //              "network_bandwidth_mb_per_s": 20000, "compute_ns_per_element": 1.0},
 //    "disk_faults": [{"path": "*/rank-00001*", "op": "write", "occurrence": 1, "fault": "io_error"}],
 //    "crash": {"site": "ckpt.shard_written", "rank": 1, "occurrence": 2} | {"virtual_time_us": 1500}}
-// Fault occurrences are counted over all ranks (the faults wrap the shared disk).
+// Fault occurrences are counted per rank (each rank's operations, in its program order), so a rule
+// whose path several ranks write hits the same rank's operation in every run; "rank": R limits a
+// rule to rank R.
 #pragma once
 
 #include <array>
@@ -139,6 +141,7 @@ class SimWorld {
  private:
   SimCostModel costs_;
   std::unique_ptr<FaultyDisk> faulty_disk_;  // the plan's faults, shared by all ranks
+  std::vector<std::unique_ptr<FaultyDisk>> plan_views_;  // per rank: its operations under the plan's faults
   std::vector<std::unique_ptr<SimClock>> clocks_;
   std::vector<std::unique_ptr<FaultyDisk>> rank_disks_;  // latency on each rank's clock
   std::vector<std::unique_ptr<std::atomic<uint64_t>>> collective_traces_;  // per rank

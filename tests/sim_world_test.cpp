@@ -203,6 +203,53 @@ TEST(SimWorld, ABitFlipOnAShardReadIsRefusedWithTheChecksumNeverTrainedOn) {
   }
 }
 
+// Before: occurrences were counted over all ranks, so a rule on a path every rank writes hit
+// whichever rank's write came first, a different rank (and shard) from run to run.
+TEST(SimWorld, ARuleOnAPathEveryRankWritesHitsTheSameRanksOperationInEveryRun) {
+  const TrainingOptions options = small_options();  // W = 4
+  NoCrashPoints no_crash;
+  CheckpointPlan saving;
+  saving.save_directory = "/ckpt";
+  FaultRule every_shard;
+  every_shard.path_pattern = "/ckpt/*/rank-*";
+  every_shard.operation = FaultOperation::kWrite;
+  every_shard.occurrence = 1;
+  every_shard.kind = FaultKind::kIoError;
+  FaultRule rank_two_only = every_shard;
+  rank_two_only.rank = 2;
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    SCOPED_TRACE(attempt);
+    {
+      SimDisk disk;
+      FaultPlan plan;
+      plan.disk_faults = {every_shard};
+      SimWorld world(disk, options.world_size, plan, no_crash);
+      const Result<TrainingRun> run = run_training(options, 2, world.seams(), saving);
+      ASSERT_FALSE(run.ok());
+      // Every rank's first write of its shard fails: the lowest rank's error is the one reported.
+      EXPECT_EQ(world.faulty_disk().fired_counts(), std::vector<int64_t>{4});
+      EXPECT_NE(run.status().message().find("rank-00000-of-00004.safetensors"), std::string::npos)
+          << run.status().to_string();
+    }
+    {
+      SimDisk disk;
+      FaultPlan plan;
+      plan.disk_faults = {rank_two_only};
+      SimWorld world(disk, options.world_size, plan, no_crash);
+      const Result<TrainingRun> run = run_training(options, 2, world.seams(), saving);
+      ASSERT_FALSE(run.ok());
+      EXPECT_EQ(world.faulty_disk().fired_counts(), std::vector<int64_t>{1});
+      EXPECT_NE(run.status().message().find("rank-00002-of-00004.safetensors"), std::string::npos)
+          << run.status().to_string();
+    }
+  }
+  const Result<FaultPlan> bad_rank = parse_fault_plan(
+      nlohmann::json::parse(R"({"disk_faults": [{"op": "write", "fault": "io_error", "rank": -1}]})"), "plan.json");
+  ASSERT_FALSE(bad_rank.ok());
+  EXPECT_NE(bad_rank.status().message().find("fault rules[0].rank: expected a rank"), std::string::npos)
+      << bad_rank.status().to_string();
+}
+
 TEST(SimWorld, LatencyRulesChargeSizeOverBandwidth) {
   FaultRule rule;
   rule.kind = FaultKind::kLatency;
