@@ -5,6 +5,7 @@
 #include <climits>
 #include <deque>
 #include <mutex>
+#include <utility>
 
 #include "core/checkpoint/commit.h"
 #include "core/checkpoint/manifest.h"
@@ -247,6 +248,20 @@ Result<Scenario> scenario_from_json(const json& document, const std::string& sou
       Status valid = validate_checkpoint_tag(scenario.resume_tag);
       if (!valid.ok()) return invalid_argument(source_name + ": resume_tag: " + valid.message());
     }
+  }
+  for (const auto& [key, target] :
+       {std::pair{"resume_load_optimizer_states", &scenario.resume_load.optimizer_states},
+        std::pair{"resume_load_lr_scheduler_states", &scenario.resume_load.lr_scheduler_states},
+        std::pair{"resume_load_module_only", &scenario.resume_load.module_only}}) {
+    if (!document.contains(key)) continue;
+    if (!document[key].is_boolean()) {
+      return invalid_argument(source_name + ": " + key + ": expected true or false, found " + document[key].dump());
+    }
+    *target = document[key].get<bool>();
+  }
+  if (scenario.resume_load.module_only && scenario.resume_load.describe() != "load_module_only=true") {
+    return invalid_argument(source_name + ": resume_load_module_only: give it alone (DeepSpeed's module-only load "
+                            "ignores the optimizer and scheduler options); found " + scenario.resume_load.describe());
   }
   if (document.contains("resume_config")) {
     // The same scenario with the restart's config: resolved with the same run settings.
@@ -630,6 +645,7 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
     CheckpointPlan resuming;
     resuming.resume_directory = run.checkpoint_directory;
     resuming.resume_tag = scenario.resume_tag;
+    resuming.resume_load = scenario.resume_load;
     if (scenario.resume_save_every > 0) {
       resuming.save_directory = run.checkpoint_directory;
       resuming.save_every_steps = scenario.resume_save_every;
@@ -667,6 +683,9 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
   }
   verdict.notes = resumed->notes;
   verdict.resumed_at = run.total_steps - static_cast<int64_t>(resumed->steps.size());
+  // The checkpoint's step (a module-only load starts the run at step 0 from it).
+  const int64_t loaded_step = resumed->loaded_checkpoint_step;
+  const bool load_options = !(scenario.resume_load == CheckpointLoadOptions{});
   for (const StepRecord& step : resumed->steps) verdict.resumed_losses.push_back(step.loss);
 
   // The "deepspeed" numerics depend on W (ds_config.h NumericsMode), so a resume at another
@@ -676,6 +695,38 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
   // without faults or defects. Both comparisons are bit for bit.
   const bool elastic_deepspeed =
       options.config.numerics == NumericsMode::kDeepSpeed && resume_options.world_size != options.world_size;
+  if (elastic_deepspeed && load_options) {
+    return invalid_argument(scenario.name + ": load options (" + scenario.resume_load.describe() +
+                            ") with \"deepspeed\" numerics and another world size for the restart: no model of "
+                            "that resume yet; keep the world size or use the default numerics");
+  }
+  // With load options, the expected run: the reference up to the loaded step, changed there as
+  // such a load changes a state (RankEngine::reset_as_loaded: never through a file), and on from
+  // it; a module-only model counts its steps from 0 again.
+  auto modelled_run = [&](int64_t capture_step) -> Result<TrainingRun> {
+    SimDisk scratch_disk(SimDiskOptions{512, uint64_t{1} << 40, run.seed});
+    SimWorld world(scratch_disk, options.world_size, FaultPlan{}, no_crash);
+    CheckpointPlan modelling;
+    modelling.reset_as_loaded_after_step = loaded_step;
+    modelling.reset_as_loaded_options = scenario.resume_load;
+    TrainingOptions modelled_options = options;
+    modelled_options.capture_state_at_step = capture_step;
+    ZEROSIM_ASSIGN_OR_RETURN(TrainingRun modelled, run_training(modelled_options, run.total_steps, world.seams(), modelling));
+    if (scenario.resume_load.module_only && loaded_step > 0) {
+      // Its steps after the modelled load, with the state right after it as the start.
+      const size_t kept_from = static_cast<size_t>(loaded_step);
+      modelled.initial_digests = modelled.step_digests[kept_from - 1];
+      modelled.steps.erase(modelled.steps.begin(), modelled.steps.begin() + static_cast<ptrdiff_t>(kept_from));
+      modelled.step_digests.erase(modelled.step_digests.begin(),
+                                  modelled.step_digests.begin() + static_cast<ptrdiff_t>(kept_from));
+    }
+    return modelled;
+  };
+  std::optional<TrainingRun> load_options_expected;
+  if (load_options) {
+    ZEROSIM_ASSIGN_OR_RETURN(TrainingRun modelled, modelled_run(-1));
+    load_options_expected = std::move(modelled);
+  }
   auto continue_from = [&](SimDisk& clean_disk, const TrainingOptions& continuation_options) -> Result<TrainingRun> {
     SimWorld world(clean_disk, continuation_options.world_size, FaultPlan{}, no_crash);
     CheckpointPlan resuming;
@@ -720,6 +771,7 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
   // The expected full state at `step` (a diagnosis's input): the reference's, or after the
   // load of an elastic_deepspeed resume, the continuation's.
   auto expected_state_at = [&](int64_t step) -> Result<TrainingRun> {
+    if (load_options) return modelled_run(step);
     if (elastic_deepspeed && step > verdict.resumed_at) {
       TrainingOptions capturing = resume_options;
       capturing.capture_state_at_step = step;
@@ -729,18 +781,22 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
     capturing.capture_state_at_step = step;
     return run_reference(capturing);
   };
-  const Divergence divergence =
-      find_first_divergence(elastic_expected ? *elastic_expected : reference_run_done, *resumed, verdict.resumed_at);
+  const Divergence divergence = find_first_divergence(
+      load_options_expected ? *load_options_expected : elastic_expected ? *elastic_expected : reference_run_done, *resumed,
+      verdict.resumed_at);
   if (divergence.found) verdict.divergence = divergence;
   verdict.outcome = "resumed at step " + std::to_string(verdict.resumed_at) +
                     (divergence.found ? ", diverged: " + divergence.describe()
                                       : ", bit-identical to step " + std::to_string(run.total_steps)) +
                     (elastic_deepspeed && !divergence.found
                          ? " (deepspeed numerics: the run at W up to the load, then the clean checkpoint's W' continuation)"
-                         : "");
+                         : "") +
+                    (load_options ? " (loaded " + checkpoint_tag_for_step(loaded_step) + " with " +
+                                        scenario.resume_load.describe() + "; expected: the reference changed there as that load changes it)"
+                                  : "");
   // Durability: the resume starts from the newest save that returned before the crash, unless
   // the restart asked for a tag, or damage at rest took that checkpoint (and a warning says so).
-  const std::string loaded_tag = checkpoint_tag_for_step(verdict.resumed_at);
+  const std::string loaded_tag = checkpoint_tag_for_step(loaded_step);
   std::string damage_finding;
   bool warned_of_damage = false;
   // A lying write, or damage to the newest checkpoint or to `latest`, may cost the newest
@@ -759,7 +815,7 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
     }
   }
   const bool lost_work = scenario.resume_tag == "latest" && scenario.expect_resumed_at_step < 0 &&
-                         verdict.resumed_at < verdict.committed_step && !warned_of_damage;
+                         loaded_step < verdict.committed_step && !warned_of_damage;
   // A fallback forced by damage at rest must take the newest checkpoint left: the newest tag
   // on the disk as the restart found it with a manifest (written last, after the shards were
   // durable: whether or not its save returned) that was not damaged. (A lying write leaves no
@@ -779,7 +835,7 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
       Result<bool> has_manifest = restart_disk->exists(run.checkpoint_directory + "/" + name + "/" + kManifestFileName);
       if (!was_damaged && has_manifest.ok() && *has_manifest) newest_left = std::max(newest_left, step);
     }
-    if (newest_left >= 0 && newest_left != verdict.resumed_at) {
+    if (newest_left >= 0 && newest_left != loaded_step) {
       fallback_finding = "fell back to " + loaded_tag + ", but " + checkpoint_tag_for_step(newest_left) +
                          " is the newest undamaged checkpoint left on the disk";
     }
@@ -808,11 +864,11 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
     verdict.diagnosis = retention_finding;
   } else if (lost_work) {
     verdict.diagnosis = "lost work: the save of step " + std::to_string(verdict.committed_step) +
-                        " returned before the crash, but the resume started at step " + std::to_string(verdict.resumed_at) +
+                        " returned before the crash, but the resume started at step " + std::to_string(loaded_step) +
                         (damaged.empty() ? "" : " with no warning naming the damaged tag");
-  } else if (scenario.expect_resumed_at_step >= 0 && verdict.resumed_at != scenario.expect_resumed_at_step) {
+  } else if (scenario.expect_resumed_at_step >= 0 && loaded_step != scenario.expect_resumed_at_step) {
     verdict.diagnosis = "expected the resume to start at step " + std::to_string(scenario.expect_resumed_at_step) +
-                        " (tag " + scenario.resume_tag + "), it started at step " + std::to_string(verdict.resumed_at);
+                        " (tag " + scenario.resume_tag + "), it started at step " + std::to_string(loaded_step);
   } else if (scenario.expect_bit_identical && divergence.found) {
     verdict.diagnosis = divergence.describe();
   } else {

@@ -18,6 +18,11 @@
 //   "expect": {"bit_identical": true} or {"error": "a part of the refusal's message"}
 //   "expect": {"resumed_at_step": 2} as well: the step the resume must start from
 //   "resume_tag": "global_step2" (default "latest"): the tag the restart asks for
+//   "resume_load_optimizer_states": false, "resume_load_lr_scheduler_states": false,
+//   "resume_load_module_only": true: DeepSpeed's load_checkpoint options for the restart
+//       (CheckpointLoadOptions); the expected run is then the reference up to the loaded step,
+//       changed there as such a load changes a state (RankEngine::reset_as_loaded), and on
+//       from it (a module-only load counts its steps from 0 again, to `steps`)
 //   "resume_config": a DeepSpeed config (or its path) for the restart
 //   "cause_class": "C", "catches": ["scheduler_not_restored"]: what the scenario stands for
 // The first phase trains to explored_save_step saving every save_every steps (or stops at the
@@ -76,6 +81,7 @@ struct Scenario {
   std::string expect_error;  // when set: the resume must be refused with this in its message
   int64_t expect_resumed_at_step = -1;  // when >= 0: the step the resume must start from
   std::string resume_tag = "latest";    // the tag the restart asks for
+  CheckpointLoadOptions resume_load;    // what the restart's load restores
   // The restart's DeepSpeed config when it differs from the first phase's (an operator who
   // changed the offload device, the sub-group size, ...); the batch arithmetic follows the
   // resume world size as without it.

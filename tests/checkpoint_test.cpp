@@ -139,6 +139,146 @@ RC_GTEST_PROP(CheckpointProperty, SaveDestroyResumeIsBitIdenticalAtEveryStep, ()
   RC_ASSERT(first_difference(uninterrupted->digests, after->digests) == std::string());
 }
 
+// DeepSpeed's load options: a load with them gives, at every step, the bits of the model of
+// that load (RankEngine::reset_as_loaded, applied to the uninterrupted run's live state at the
+// saved step, never through a file), at any world size, placement and precision.
+RC_GTEST_PROP(CheckpointProperty, ALoadWithOptionsFollowsItsModelAtEveryStep, ()) {
+  ModelSpec model;
+  model.layer_widths = {*rc::gen::inRange<int64_t>(2, 12), *rc::gen::inRange<int64_t>(2, 16),
+                        *rc::gen::inRange<int64_t>(2, 5)};
+  const int world_size = *rc::gen::inRange(1, 4);
+  const int resume_world_size = *rc::gen::inRange(1, 4);
+  const int64_t micro_batches = world_size * resume_world_size;
+  const int64_t save_step = *rc::gen::inRange<int64_t>(0, 4);
+  const int64_t total_steps = save_step + *rc::gen::inRange<int64_t>(1, 4);
+  const Precision precision = *rc::gen::element(Precision::kFp32, Precision::kFp16, Precision::kBf16);
+  const int placement = *rc::gen::inRange(0, 5);
+  const int resume_placement = *rc::gen::inRange(0, 5);
+  const uint64_t seed = *rc::gen::inRange<uint64_t>(1, 1000000);
+  CheckpointLoadOptions load;
+  switch (*rc::gen::element(0, 1, 2, 3)) {
+    case 0: load.optimizer_states = false; break;
+    case 1: load.lr_scheduler_states = false; break;
+    case 2: load.optimizer_states = false, load.lr_scheduler_states = false; break;
+    default: load.module_only = true; break;
+  }
+  RC_TAG(load.describe());
+
+  TestDirectory directory;
+  const std::string checkpoint_directory = directory.path() + "/checkpoints";
+  const std::string nvme_path = directory.path() + "/swap";
+  TrainingOptions first = make_options(model, precision, 1, micro_batches / world_size, world_size, 40, seed);
+  first.config.loss_scaler.initial_scale_power = 20;  // some fp16 overflows around the load
+  first.digest_every_step = true;
+  TrainingOptions modelled = first;
+  place_state(first, placement, nvme_path);
+  TrainingOptions resumed = make_options(model, precision, 1, micro_batches / resume_world_size, resume_world_size, 40, seed);
+  resumed.config.loss_scaler = first.config.loss_scaler;
+  resumed.digest_every_step = true;
+  place_state(resumed, resume_placement, nvme_path);
+
+  CheckpointPlan model_of_load;
+  model_of_load.reset_as_loaded_after_step = save_step;
+  model_of_load.reset_as_loaded_options = load;
+  Result<TrainingRun> expected = train(modelled, total_steps, model_of_load);
+  if (!expected.ok()) RC_FAIL(expected.status().to_string());
+  CheckpointPlan saving = save_to(checkpoint_directory);
+  saving.save_at_steps = {save_step};
+  Result<TrainingRun> before = train(first, save_step, saving);
+  if (!before.ok()) RC_FAIL(before.status().to_string());
+  CheckpointPlan loading = resume_from(checkpoint_directory);
+  loading.resume_load = load;
+  Result<TrainingRun> after = train(resumed, total_steps, loading);
+  if (!after.ok()) RC_FAIL(after.status().to_string());
+  RC_ASSERT(after->loaded_checkpoint_step == save_step);
+  TrainingRun& model_run = *expected;
+  if (load.module_only) {
+    // The model counts its steps from 0 again after the saved step: total_steps more.
+    RC_ASSERT(model_run.steps.size() == static_cast<size_t>(save_step + total_steps));
+    if (save_step > 0) {
+      model_run.initial_digests = model_run.step_digests[static_cast<size_t>(save_step - 1)];
+      model_run.steps.erase(model_run.steps.begin(), model_run.steps.begin() + save_step);
+      model_run.step_digests.erase(model_run.step_digests.begin(), model_run.step_digests.begin() + save_step);
+    }
+  }
+  const std::string difference = compare_steps(model_run, *after, load.module_only ? 0 : save_step);
+  if (!difference.empty()) RC_FAIL("the load with " + load.describe() + " differs from its model at " + difference);
+  RC_ASSERT(first_difference(model_run.digests, after->digests) == std::string());
+}
+
+// What each option restores, on the engine's state right after the load, and the lr of the
+// first updates (DeepSpeed keeps the optimizer's lr in its param_groups: a fresh optimizer's is
+// the lr a fresh scheduler starts with; the scheduler's next step replaces it).
+TEST(CheckpointLoadOptions, EachOptionRestoresWhatItPromises) {
+  TestDirectory directory;
+  // bf16: no overflow skips a step, so the schedule advances at every step.
+  TrainingOptions options = make_options(ModelSpec{{6, 7, 3}}, Precision::kBf16, 1, 2, 1, 40, 31);
+  options.config.scheduler.warmup_num_steps = 10;  // the lr still rises at the save
+  const Result<TrainingRun> uninterrupted = train(options, 5, {});
+  ASSERT_TRUE(uninterrupted.ok()) << uninterrupted.status().to_string();
+  ASSERT_TRUE(train(options, 3, save_to(directory.path())).ok());
+  RealEnv real_env;
+  auto loaded = [&](const CheckpointLoadOptions& load, const std::function<void(RankEngine&)>& check) {
+    SCOPED_TRACE(load.describe());
+    ThreadCommWorld world(1);
+    RankEngine engine(options, world.comm(0), real_env.env());
+    std::vector<std::string> notes;
+    ASSERT_TRUE(engine.initialize_from_checkpoint(directory.path(), "latest", &notes, load).ok());
+    ASSERT_FALSE(notes.empty());
+    EXPECT_NE(notes.back().find(load.describe()), std::string::npos) << notes.back();
+    check(engine);
+  };
+  auto master_is_widened_params = [](RankEngine& engine) {
+    std::vector<float> widened(engine.master_partition().size());
+    cast_to_fp32(DType::kBf16, engine.param_partition().data(), widened.data(), widened.size());
+    return std::memcmp(widened.data(), engine.master_partition().data(), widened.size() * sizeof(float)) == 0;
+  };
+  auto all_zero = [](std::span<const float> values) {
+    return std::all_of(values.begin(), values.end(), [](float value) { return value == 0.0f; });
+  };
+  const double fresh_lr = uninterrupted->steps[0].learning_rate;
+  CheckpointLoadOptions no_optimizer;
+  no_optimizer.optimizer_states = false;
+  loaded(no_optimizer, [&](RankEngine& engine) {
+    EXPECT_EQ(engine.counters().global_steps, 3);
+    EXPECT_EQ(engine.counters().optimizer_steps, 0);
+    EXPECT_TRUE(all_zero(engine.exp_avg_partition()));
+    EXPECT_TRUE(all_zero(engine.exp_avg_sq_partition()));
+    EXPECT_TRUE(master_is_widened_params(engine));
+    EXPECT_EQ(engine.scalar_state().scheduler_last_batch_iteration, 2);  // restored: three steps taken
+    const Result<StepRecord> first = engine.train_step();
+    ASSERT_TRUE(first.ok());
+    EXPECT_EQ(first->learning_rate, fresh_lr);  // the fresh optimizer's lr
+    const Result<StepRecord> second = engine.train_step();
+    ASSERT_TRUE(second.ok());
+    EXPECT_EQ(second->learning_rate, uninterrupted->steps[4].learning_rate);  // the restored schedule's
+  });
+  CheckpointLoadOptions no_scheduler;
+  no_scheduler.lr_scheduler_states = false;
+  loaded(no_scheduler, [&](RankEngine& engine) {
+    EXPECT_EQ(engine.counters().optimizer_steps, 3);
+    EXPECT_FALSE(all_zero(engine.exp_avg_partition()));
+    EXPECT_EQ(engine.scalar_state().scheduler_last_batch_iteration, -1);
+    const Result<StepRecord> first = engine.train_step();
+    ASSERT_TRUE(first.ok());
+    EXPECT_EQ(first->learning_rate, uninterrupted->steps[3].learning_rate);  // the checkpoint's lr
+    const Result<StepRecord> second = engine.train_step();
+    ASSERT_TRUE(second.ok());
+    EXPECT_EQ(second->learning_rate, uninterrupted->steps[1].learning_rate);  // the schedule's first step again
+  });
+  CheckpointLoadOptions module_only;
+  module_only.module_only = true;
+  loaded(module_only, [&](RankEngine& engine) {
+    EXPECT_EQ(engine.counters().global_steps, 0);
+    EXPECT_EQ(engine.counters().global_samples, 0);
+    EXPECT_EQ(engine.counters().optimizer_steps, 0);
+    EXPECT_EQ(engine.loaded_checkpoint_step(), 3);
+    EXPECT_TRUE(all_zero(engine.exp_avg_partition()));
+    EXPECT_TRUE(master_is_widened_params(engine));
+    EXPECT_EQ(engine.scalar_state().scheduler_last_batch_iteration, -1);
+  });
+}
+
 // The "deepspeed" numerics (ds_config.h NumericsMode): the bits depend on W, but a checkpoint
 // still resumes bit for bit at the same W, from any placement of the state and with the
 // gradients on NVMe, through skipped fp16 steps.

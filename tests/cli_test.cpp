@@ -316,6 +316,47 @@ TEST(Cli, SaveThenResumeGivesTheUninterruptedStateDigest) {
   }
 }
 
+// --load-optimizer-states false, --load-lr-scheduler-states false, --load-module-only: the
+// plumbing to the engine (the semantics are CheckpointProperty.ALoadWithOptionsFollowsItsModel).
+TEST(Cli, ResumeLoadOptionsReachTheLoadAndSaySo) {
+  zerosim::TestDirectory directory;
+  const std::string checkpoints = directory.path() + "/ckpt";
+  ASSERT_EQ(run_cli("train --steps 4 --save-dir " + checkpoints).exit_code, 0);
+  const CommandResult plain = run_cli("train --resume " + checkpoints + " --steps 6 --json");
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  const nlohmann::json plain_steps = json_of(plain)["steps"];
+  ASSERT_EQ(plain_steps.size(), 2u);
+  EXPECT_GT(plain_steps[0]["lr"].get<double>(), 0.0);
+
+  const CommandResult fresh_optimizer = run_cli("train --resume " + checkpoints + " --steps 6 --json --load-optimizer-states false");
+  ASSERT_EQ(fresh_optimizer.exit_code, 0) << fresh_optimizer.output;
+  EXPECT_NE(fresh_optimizer.output.find("with load_optimizer_states=false"), std::string::npos) << fresh_optimizer.output;
+  const nlohmann::json fresh_steps = json_of(fresh_optimizer)["steps"];
+  ASSERT_EQ(fresh_steps.size(), 2u);
+  EXPECT_EQ(fresh_steps[0]["step"], 5);
+  EXPECT_EQ(fresh_steps[0]["lr"].get<double>(), 0.0);  // a fresh WarmupLR optimizer's lr
+  EXPECT_NE(json_of(fresh_optimizer)["state_digest"], json_of(plain)["state_digest"]);
+
+  const CommandResult fresh_schedule = run_cli("train --resume " + checkpoints + " --steps 6 --json --load-lr-scheduler-states false");
+  ASSERT_EQ(fresh_schedule.exit_code, 0) << fresh_schedule.output;
+  EXPECT_NE(fresh_schedule.output.find("with load_lr_scheduler_states=false"), std::string::npos) << fresh_schedule.output;
+  EXPECT_NE(json_of(fresh_schedule)["state_digest"], json_of(plain)["state_digest"]);
+
+  const CommandResult module_only = run_cli("train --resume " + checkpoints + " --steps 3 --json --load-module-only");
+  ASSERT_EQ(module_only.exit_code, 0) << module_only.output;
+  EXPECT_NE(module_only.output.find("with load_module_only=true"), std::string::npos) << module_only.output;
+  const nlohmann::json module_steps = json_of(module_only)["steps"];
+  ASSERT_EQ(module_steps.size(), 3u);
+  EXPECT_EQ(module_steps[0]["step"], 1);
+  const CommandResult from_scratch = run_cli("train --steps 3 --json");
+  ASSERT_EQ(from_scratch.exit_code, 0);
+  EXPECT_NE(json_of(module_only)["state_digest"], json_of(from_scratch)["state_digest"]);
+
+  EXPECT_EQ(run_cli("train --steps 3 --load-module-only").exit_code, 2);  // needs --resume
+  EXPECT_EQ(run_cli("train --resume " + checkpoints + " --steps 6 --load-optimizer-states maybe").exit_code, 2);
+  EXPECT_EQ(run_cli("train --resume " + checkpoints + " --steps 6 --load-module-only --load-optimizer-states false").exit_code, 2);
+}
+
 // --export-run: the files a reference implementation trains the same run from
 // (tools/export_run.h), with zerosim's own records; a directory with anything in it is refused.
 TEST(Cli, ExportRunWritesTheSettingsWeightsBatchesAndRecords) {
@@ -426,7 +467,7 @@ TEST(Cli, SuitePassesOnTheLibraryAndFailsWithADefectNamingTheState) {
   const std::string library = std::string(" ") + ZEROSIM_SCENARIO_LIBRARY_DIR;
   const CommandResult clean = run_cli("suite" + library);
   EXPECT_EQ(clean.exit_code, 0) << clean.output;
-  EXPECT_NE(clean.output.find("48 scenario(s): 48 passed, 0 failed"), std::string::npos) << clean.output;
+  EXPECT_NE(clean.output.find("51 scenario(s): 51 passed, 0 failed"), std::string::npos) << clean.output;
   const CommandResult defective = run_cli("suite" + library + " --defect scheduler_not_restored --json");
   EXPECT_EQ(defective.exit_code, 1) << defective.output;
   const nlohmann::json report = json_of(defective);

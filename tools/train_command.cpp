@@ -391,6 +391,9 @@ int train(const TrainFlags& given_flags, const MpiLaunch* mpi) {
   checkpoints.save_directory = flags.save_directory;
   checkpoints.save_every_steps = flags.save_every_steps;
   checkpoints.resume_directory = flags.resume_directory;
+  checkpoints.resume_load.optimizer_states = flags.load_optimizer_states;
+  checkpoints.resume_load.lr_scheduler_states = flags.load_lr_scheduler_states;
+  checkpoints.resume_load.module_only = flags.load_module_only;
   if (stop_on_signals.installed()) checkpoints.stop_requested = &stop_requested;
   checkpoints.save_on_stop = flags.save_on_signal;
   DefectSet defects;

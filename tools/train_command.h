@@ -56,6 +56,10 @@ struct TrainFlags {
   // directory) it also saves that step before exiting.
   bool save_on_signal = false;
   std::string resume_directory;
+  // DeepSpeed's load_checkpoint options for --resume (CheckpointLoadOptions).
+  bool load_optimizer_states = true;
+  bool load_lr_scheduler_states = true;
+  bool load_module_only = false;
   // --defect NAME: a named defect switched on in this real run (zerosim exec's demonstrations:
   // the harness must find it in a real process).
   std::vector<std::string> defect_names;

@@ -60,6 +60,22 @@ int main(int argc, char** argv) {
   train->add_option("--resume", train_flags.resume_directory,
                     "Resume from this checkpoint directory's latest tag and continue to --steps (model, seed, "
                     "dataset size and global batch default to the checkpoint's)");
+  CLI::Option* resume_option = train->get_option("--resume");
+  train->add_option("--load-optimizer-states", train_flags.load_optimizer_states,
+                    "With --resume: false loads the parameters, counters and scheduler and starts a fresh optimizer "
+                    "(moments, Adam's step count, loss scaler, lr), as DeepSpeed's load_optimizer_states=False")
+      ->needs(resume_option);
+  train->add_option("--load-lr-scheduler-states", train_flags.load_lr_scheduler_states,
+                    "With --resume: false starts the LR schedule fresh (the first update keeps the checkpoint's lr), "
+                    "as DeepSpeed's load_lr_scheduler_states=False")
+      ->needs(resume_option);
+  CLI::Option* module_only_flag =
+      train->add_flag("--load-module-only", train_flags.load_module_only,
+                      "With --resume: load only the parameters; optimizer, loss scaler, scheduler, counters and data "
+                      "position start fresh (the run counts --steps from 0), as DeepSpeed's load_module_only=True")
+          ->needs(resume_option);
+  module_only_flag->excludes(train->get_option("--load-optimizer-states"))
+      ->excludes(train->get_option("--load-lr-scheduler-states"));
   train_flags.dataset_size_option = train->add_option("--dataset-size", train_flags.dataset_size, "Samples in the synthetic dataset")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   train->add_option("--run-id", train_flags.run_id,

@@ -569,12 +569,19 @@ Result<ResumeCompatibility> check_resume_compatibility(const CheckpointManifest&
     return breaking("parameter dtype (fp16/bf16.enabled)", precision_name(manifest.precision),
                     precision_name(config.precision));
   }
+  ResumeCompatibility result;
   if (manifest.optimizer_type != config.optimizer.type || manifest.adam_w_mode != config.optimizer.adam_w_mode) {
     auto describe = [](const std::string& type, bool adam_w_mode) {
       return type + (adam_w_mode ? " (decoupled weight decay)" : " (L2 weight decay)");
     };
-    return breaking("optimizer type", describe(manifest.optimizer_type, manifest.adam_w_mode),
-                    describe(config.optimizer.type, config.optimizer.adam_w_mode));
+    if (target.loads_optimizer_state) {
+      return breaking("optimizer type", describe(manifest.optimizer_type, manifest.adam_w_mode),
+                      describe(config.optimizer.type, config.optimizer.adam_w_mode));
+    }
+    result.notes.push_back("note: optimizer type differs (checkpoint " +
+                           describe(manifest.optimizer_type, manifest.adam_w_mode) + ", this run " +
+                           describe(config.optimizer.type, config.optimizer.adam_w_mode) +
+                           "); the optimizer starts fresh, so the change is allowed");
   }
   const DatasetSpec& data = *target.data;
   if (manifest.data.sample_count != data.sample_count || manifest.data.feature_count != data.feature_count ||
@@ -583,10 +590,13 @@ Result<ResumeCompatibility> check_resume_compatibility(const CheckpointManifest&
       return std::to_string(spec.sample_count) + " samples, " + std::to_string(spec.feature_count) + " features, " +
              std::to_string(spec.class_count) + " classes, seed " + std::to_string(spec.seed);
     };
-    return breaking("dataset (the data position would mean other samples)", describe(manifest.data), describe(data));
+    if (target.loads_data_position) {
+      return breaking("dataset (the data position would mean other samples)", describe(manifest.data), describe(data));
+    }
+    result.notes.push_back("note: dataset differs (checkpoint " + describe(manifest.data) + ", this run " +
+                           describe(data) + "); the data position starts at 0, so the change is allowed");
   }
 
-  ResumeCompatibility result;
   if (manifest.seed != target.seed) {
     result.notes.push_back("note: seed differs (checkpoint " + std::to_string(manifest.seed) + ", this run " +
                            std::to_string(target.seed) + "); it only initialises parameters, which come from the "

@@ -178,6 +178,10 @@ struct ResumeTarget {
   const ModelSpec* model = nullptr;
   const DatasetSpec* data = nullptr;
   uint64_t seed = 0;
+  // A load that keeps none of the optimizer's state (a fresh optimizer) may change its type,
+  // and one that restarts the data position at 0 (module only) may change the dataset: notes.
+  bool loads_optimizer_state = true;
+  bool loads_data_position = true;
 };
 Result<ResumeCompatibility> check_resume_compatibility(const CheckpointManifest& manifest,
                                                        const ResumeTarget& target, const std::string& manifest_path);

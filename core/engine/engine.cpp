@@ -238,20 +238,10 @@ Status RankEngine::initialize() {
   // The fp32 master starts as the 16-bit parameter widened (DeepSpeed builds it from the
   // 16-bit partition), so master and model weights agree from step 0. Built one sub-group at
   // a time, so that with NVMe offload no full-size master ever exists in memory.
-  const int rank = comm_.rank();
   std::vector<float> group_master;
   for (size_t g = 0; g < layout_.sub_groups.size(); ++g) {
     const SubGroup& group = layout_.sub_groups[g];
-    group_master.assign(static_cast<size_t>(group.element_count), 0.0f);
-    for (int64_t p = group.first_parameter; p < group.end_parameter; ++p) {
-      const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
-      const int64_t begin = partition.owned_begin(rank);
-      for (int64_t k = 0; k < partition.owned_count(rank); ++k) {
-        const float initial = mlp_initial_value(options_.model, options_.seed, p, begin + k);
-        group_master[static_cast<size_t>(partition.flat_offset - group.flat_offset + k)] =
-            round_through(model_dtype_, initial);
-      }
-    }
+    initial_master_of_group(group, group_master);
     const size_t offset = static_cast<size_t>(group.flat_offset);
     ZEROSIM_RETURN_IF_ERROR(store_parameters(group, group_master.data(), 0));
     if (swapper_) {
@@ -261,6 +251,33 @@ Status RankEngine::initialize() {
     }
   }
   return Status();
+}
+
+void RankEngine::initial_master_of_group(const SubGroup& group, std::vector<float>& group_master) const {
+  const int rank = comm_.rank();
+  group_master.assign(static_cast<size_t>(group.element_count), 0.0f);
+  for (int64_t p = group.first_parameter; p < group.end_parameter; ++p) {
+    const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
+    const int64_t begin = partition.owned_begin(rank);
+    for (int64_t k = 0; k < partition.owned_count(rank); ++k) {
+      const float initial = mlp_initial_value(options_.model, options_.seed, p, begin + k);
+      group_master[static_cast<size_t>(partition.flat_offset - group.flat_offset + k)] =
+          round_through(model_dtype_, initial);
+    }
+  }
+}
+
+double RankEngine::next_step_learning_rate() const {
+  return optimizer_learning_rate_ ? *optimizer_learning_rate_ : scheduler_->current_lr();
+}
+
+std::string CheckpointLoadOptions::describe() const {
+  std::string text;
+  auto add = [&](const std::string& item) { text += (text.empty() ? "" : ", ") + item; };
+  if (!optimizer_states) add("load_optimizer_states=false");
+  if (!lr_scheduler_states) add("load_lr_scheduler_states=false");
+  if (module_only) add("load_module_only=true");
+  return text;
 }
 
 Result<std::unique_ptr<PartitionSwapper>> RankEngine::make_partition_swapper(const std::string& nvme_path, DType dtype,
@@ -494,7 +511,7 @@ Status RankEngine::optimizer_step(StepRecord& record) {
   const ResolvedConfig& config = options_.config;
   const double loss_scale = loss_scaler_->loss_scale();
   record.loss_scale = loss_scale;
-  record.learning_rate = scheduler_->current_lr();
+  record.learning_rate = next_step_learning_rate();
 
   // Start reading the first sub-group now, so that the read overlaps the overflow check and
   // the norm. If the step is skipped, the read is adopted by the next step (same state).
@@ -523,7 +540,10 @@ Status RankEngine::optimizer_step(StepRecord& record) {
   const double unscale_by = loss_scaler_->loss_scale();
   auto finish_step = [&](bool skipped) -> Status {
     std::fill(gradient_partition_.begin(), gradient_partition_.end(), 0.0f);
-    if (!skipped) scheduler_->step();
+    if (!skipped) {
+      scheduler_->step();
+      optimizer_learning_rate_.reset();  // the scheduler's step sets the optimizer's lr again
+    }
     if (skipped) ++counters_.skipped_steps;
     ++counters_.global_steps;
     counters_.global_samples += config.train_batch_size;
@@ -876,7 +896,7 @@ FullTrainingState RankEngine::scalar_state() const {
   state.model_dtype = model_dtype_;
   state.counters = counters_;
   state.scheduler_last_batch_iteration = scheduler_->last_batch_iteration();
-  state.scheduler_learning_rate = scheduler_->current_lr();
+  state.scheduler_learning_rate = next_step_learning_rate();
   state.loss_scaler = loss_scaler_->state();
   state.seed = options_.seed;
   state.data_position = counters_.global_samples;
@@ -987,7 +1007,8 @@ Status run_one_rank(const TrainingOptions& options, int64_t step_count, int rank
     ZEROSIM_RETURN_IF_ERROR(engine.initialize());
   } else {
     ZEROSIM_RETURN_IF_ERROR(
-        engine.initialize_from_checkpoint(checkpoints.resume_directory, checkpoints.resume_tag, &notes));
+        engine.initialize_from_checkpoint(checkpoints.resume_directory, checkpoints.resume_tag, &notes,
+                                          checkpoints.resume_load));
     // Each rank resolved the tag itself: they must have loaded the same step.
     std::array<double, 2> loaded = {static_cast<double>(engine.counters().global_steps),
                                     -static_cast<double>(engine.counters().global_steps)};
@@ -1005,6 +1026,7 @@ Status run_one_rank(const TrainingOptions& options, int64_t step_count, int rank
     }
   }
   if (rank == 0) {
+    run.loaded_checkpoint_step = engine.loaded_checkpoint_step();
     run.notes.insert(run.notes.end(), notes.begin(), notes.end());
     if (!engine.swap_engine_note().empty()) run.notes.push_back(engine.swap_engine_note());
   }
@@ -1026,6 +1048,13 @@ Status run_one_rank(const TrainingOptions& options, int64_t step_count, int rank
     if (rank == 0) fingerprint_scalars.push_back(engine.scalar_state());
     return Status();
   };
+  // The model of a load with options (CheckpointPlan::reset_as_loaded_after_step): at the start
+  // when the loaded step is this run's first, else right after that step.
+  bool reset_done = false;
+  if (engine.counters().global_steps == checkpoints.reset_as_loaded_after_step) {
+    reset_done = true;
+    ZEROSIM_RETURN_IF_ERROR(engine.reset_as_loaded(checkpoints.reset_as_loaded_options));
+  }
   const bool capture_initial = options.capture_state_at_step == engine.counters().global_steps;
   if (capture_initial) {
     ZEROSIM_ASSIGN_OR_RETURN(FullTrainingState state, engine.gather_state(capture_here()));
@@ -1076,6 +1105,12 @@ Status run_one_rank(const TrainingOptions& options, int64_t step_count, int rank
   while (engine.counters().global_steps < step_count) {
     ZEROSIM_ASSIGN_OR_RETURN(StepRecord record, engine.train_step());
     if (rank == 0) run.steps.push_back(record);
+    // The model of a load with options: the step's state as such a load would give it (the
+    // digest of this step is the state after the modelled load).
+    if (!reset_done && engine.counters().global_steps == checkpoints.reset_as_loaded_after_step) {
+      reset_done = true;
+      ZEROSIM_RETURN_IF_ERROR(engine.reset_as_loaded(checkpoints.reset_as_loaded_options));
+    }
     const int64_t saves_before = last_saved_step;
     last_record = record;
     if (engine.counters().global_steps == options.capture_state_at_step) {

@@ -147,6 +147,29 @@ struct CapturedState {
   std::vector<CapturedTensor> tensors;  // per parameter: params, master, exp_avg, exp_avg_sq
 };
 
+// DeepSpeed's load_checkpoint options (engine.py load_checkpoint), with what each promises,
+// which is what zerosim does on every offload path (DeepSpeed's NVMe path ignores them, and at
+// stage 3 its load_module_only loads no trainable weight: README "Load options").
+struct CheckpointLoadOptions {
+  // false: the parameters from the checkpoint (its 16-bit values; the fp32 master rebuilt from
+  // them) and a fresh optimizer: zero moments, Adam's step count 0, a fresh loss scaler, and
+  // the optimizer's learning rate as a fresh engine sets it (the scheduler's lr at its start),
+  // used by the first update after the load; counters and scheduler are restored.
+  bool optimizer_states = true;
+  // false: the scheduler starts fresh (its configured start); the first update after the load
+  // still uses the checkpoint's lr (restored with the optimizer), the schedule restarts with
+  // the scheduler's first step after it.
+  bool lr_scheduler_states = true;
+  // true: only the parameters (as optimizer_states=false), and everything else fresh: optimizer,
+  // loss scaler, scheduler, counters (global step 0) and data position 0.
+  bool module_only = false;
+  bool fresh_optimizer() const { return module_only || !optimizer_states; }
+  bool restores_scheduler() const { return !module_only && lr_scheduler_states; }
+  // "load_optimizer_states=false, ..." for messages; empty for the defaults.
+  std::string describe() const;
+  bool operator==(const CheckpointLoadOptions&) const = default;
+};
+
 class RankEngine {
  public:
   // `checkpoint_comm` is a second communicator over the same ranks, used only by the
@@ -164,8 +187,16 @@ class RankEngine {
   // newest complete tag with a warning). Swap files are written afresh from the checkpoint,
   // so an empty, deleted or stale swap directory does not matter. Notes (config changes,
   // fallbacks) are appended to `notes`. Collective-free.
+  // `load` chooses what is restored (CheckpointLoadOptions).
   Status initialize_from_checkpoint(const std::string& checkpoint_directory, const std::string& tag,
-                                    std::vector<std::string>* notes);
+                                    std::vector<std::string>* notes, const CheckpointLoadOptions& load = {});
+  // The model of a load with `load`, on the live state, never through a file: the state becomes
+  // what saving it and loading it back with `load` gives (the oracle of a resume with load
+  // options). With the optimizer on NVMe, this rank's whole fp32 partition is held in memory
+  // for the while. Collective-free.
+  Status reset_as_loaded(const CheckpointLoadOptions& load);
+  // The step of the checkpoint this engine was loaded from (-1: initialized fresh).
+  int64_t loaded_checkpoint_step() const { return loaded_checkpoint_step_; }
   // Saves the state to `<checkpoint_directory>/<tag>` and points `latest` at it, under the
   // commit protocol of checkpoint/manifest.h. Collective. Only between steps: saving in the
   // middle of gradient accumulation is refused (kFailedPrecondition), because the partial
@@ -241,6 +272,11 @@ class RankEngine {
   Result<std::unique_ptr<PartitionSwapper>> make_partition_swapper(const std::string& nvme_path, DType dtype,
                                                                    SwapTensorKind kind, bool pin_memory,
                                                                    std::string* engine_note);
+  // The initial fp32 master of this rank's part of a sub-group (16-bit values widened), from the seed.
+  void initial_master_of_group(const SubGroup& group, std::vector<float>& group_master) const;
+  // The lr the next optimizer step uses: the scheduler's, unless a load set the optimizer's own
+  // (CheckpointLoadOptions), which holds until the scheduler's next step.
+  double next_step_learning_rate() const;
   // Casts a sub-group's master to the model dtype and stores it: in param_partition_, or in the
   // parameter swap files as the state of `step`.
   Status store_parameters(const SubGroup& group, const float* master, int64_t step);
@@ -281,6 +317,8 @@ class RankEngine {
   bool pipeline_read_ = false;  // effective, after the defaults (see initialize)
   std::optional<LearningRateScheduler> scheduler_;
   std::optional<LossScaler> loss_scaler_;
+  std::optional<double> optimizer_learning_rate_;  // set by a load with a fresh optimizer or scheduler
+  int64_t loaded_checkpoint_step_ = -1;
 
   std::unique_ptr<ComputeBackend> compute_;
   // Scratch reused across micro-steps.
@@ -310,6 +348,9 @@ struct TrainingRun {
   bool stopped_early = false;
   // The step of this run's last committed save (-1: none).
   int64_t last_saved_step = -1;
+  // The step of the checkpoint a resumed run loaded (-1: a fresh start). A module-only load
+  // starts at step 0 from it.
+  int64_t loaded_checkpoint_step = -1;
 };
 
 // The ComponentDigests of a fingerprinted state (RankEngine::local_state_fingerprint, summed
@@ -325,6 +366,12 @@ std::string first_differing_component(const ComponentDigests& expected, const Co
 struct CheckpointPlan {
   std::string resume_directory;  // empty: a fresh start
   std::string resume_tag = "latest";
+  CheckpointLoadOptions resume_load;  // what the resume restores
+  // The oracle of a resume with load options: after this step (and its save), the live state
+  // becomes what a load with `reset_as_loaded_options` gives (RankEngine::reset_as_loaded); a
+  // module-only model then counts its steps from 0 again, up to the run's step count. -1: never.
+  int64_t reset_as_loaded_after_step = -1;
+  CheckpointLoadOptions reset_as_loaded_options;
   std::string save_directory;  // empty: no saves
   int64_t save_every_steps = 0;  // 0: only at the end of the run (when save_directory is set)
   // Saves after these steps too (0: the starting state of a fresh run, before its first step).

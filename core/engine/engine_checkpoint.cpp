@@ -109,7 +109,7 @@ std::shared_ptr<const nlohmann::json> RankEngine::manifest_without_shards(const 
   manifest.global_samples = counters_.global_samples;
   manifest.optimizer_steps = counters_.optimizer_steps;
   manifest.scheduler_last_batch_iteration = scheduler_->last_batch_iteration();
-  manifest.scheduler_learning_rate = scheduler_->current_lr();
+  manifest.scheduler_learning_rate = next_step_learning_rate();
   manifest.loss_scaler = loss_scaler_->state();
   manifest.shuffle_stream = sampler_.shuffle_stream_state(counters_.global_samples);
   manifest.data_position = counters_.global_samples;
@@ -328,9 +328,18 @@ Status RankEngine::save_checkpoint(const std::string& checkpoint_directory, cons
 }
 
 Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_directory, const std::string& tag,
-                                              std::vector<std::string>* notes) {
+                                              std::vector<std::string>* notes, const CheckpointLoadOptions& requested_load) {
   env_.crash_points->hit("ckpt.load_begin", comm_.rank());
   ZEROSIM_RETURN_IF_ERROR(prepare_storage());
+  const DefectSet* defects = env_.defects;
+  CheckpointLoadOptions load = requested_load;
+  if (defect_active(defects, Defect::kLoadOptimizerStatesIgnored)) load.optimizer_states = true;
+  if (defect_active(defects, Defect::kLoadLrSchedulerStatesIgnored)) load.lr_scheduler_states = true;
+  // Parameters only: the master is rebuilt from the 16-bit values (DeepSpeed's
+  // _restore_from_bit16_weights), the moments start at zero, Adam's step count at 0.
+  const bool fresh_optimizer = load.fresh_optimizer();
+  const bool weights_left_at_init = load.module_only && defect_active(defects, Defect::kModuleOnlyLoadsNoWeights);
+  const double fresh_learning_rate = scheduler_->current_lr();  // the optimizer's lr in a fresh engine
   Disk& disk = *env_.disk;
   std::string warning;
   const std::string& requested_tag = defect_active(env_.defects, Defect::kRequestedTagIgnored) ? "latest" : tag;
@@ -344,8 +353,11 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
     ZEROSIM_ASSIGN_OR_RETURN(resolved_tag,
                              resolve_checkpoint_tag(disk, checkpoint_directory, requested_tag, &warning, &manifest));
     ZEROSIM_ASSIGN_OR_RETURN(
-        compatibility, check_resume_compatibility(manifest, {&options_.config, &options_.model, &options_.data, options_.seed},
-                                                  checkpoint_directory + "/" + resolved_tag + "/" + kManifestFileName));
+        compatibility,
+        check_resume_compatibility(manifest,
+                                   {&options_.config, &options_.model, &options_.data, options_.seed,
+                                    /*loads_optimizer_state=*/!fresh_optimizer, /*loads_data_position=*/!load.module_only},
+                                   checkpoint_directory + "/" + resolved_tag + "/" + kManifestFileName));
     return Status();
   }();
   ZEROSIM_RETURN_IF_ERROR(share_verdict_all(comm_, judged, "load checkpoint " + checkpoint_directory));
@@ -359,15 +371,15 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
   CheckpointShardReader reader(disk, tag_directory, manifest);
   const int rank = comm_.rank();
   const size_t element_bytes = dtype_size_bytes(model_dtype_);
-  const DefectSet* defects = env_.defects;
-  const int64_t step = defect_active(defects, Defect::kStepCounterNotRestored) ? 0 : manifest.optimizer_steps;
+  const int64_t step =
+      fresh_optimizer || defect_active(defects, Defect::kStepCounterNotRestored) ? 0 : manifest.optimizer_steps;
   // At the same world size a rank's partition is exactly its own shard, in the shard's order:
   // one sequential pass reads it and computes its checksum (checked before the state is used).
   const bool own_shard = manifest.world_size == comm_.world_size();
   if (own_shard) ZEROSIM_RETURN_IF_ERROR(reader.begin_sequential(rank));
   // In memory, fragments are read straight into the flat partitions (padding stays zero from
   // prepare_storage); swapped state goes through one sub-group's buffers.
-  std::vector<float> group_master, group_exp_avg, group_exp_avg_sq;
+  std::vector<float> group_master, group_exp_avg, group_exp_avg_sq, initial_master;
   std::vector<std::byte> swapped_params, stale_params;
   for (size_t g = 0; g < layout_.sub_groups.size(); ++g) {
     const SubGroup& group = layout_.sub_groups[g];
@@ -414,10 +426,19 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
         }
         ZEROSIM_RETURN_IF_ERROR(own_shard ? reader.read_next(p, state, target) : reader.read(p, state, begin, count, target));
       }
-      if (defect_active(defects, Defect::kMasterRebuiltFromParams)) {
+      if (fresh_optimizer || defect_active(defects, Defect::kMasterRebuiltFromParams)) {
         cast_to_fp32(model_dtype_, params, master + in_group, static_cast<size_t>(count));
       }
+      if (fresh_optimizer) {
+        std::fill_n(exp_avg + in_group, count, 0.0f);
+        std::fill_n(exp_avg_sq + in_group, count, 0.0f);
+      }
       if (param_swapper_) ZEROSIM_RETURN_IF_ERROR(param_swapper_->write(static_cast<int>(p), step, swapped_params));
+    }
+    if (weights_left_at_init) {
+      initial_master_of_group(group, initial_master);
+      std::copy(initial_master.begin(), initial_master.end(), master);
+      ZEROSIM_RETURN_IF_ERROR(store_parameters(group, master, step));
     }
     if (swapper_) {
       ZEROSIM_RETURN_IF_ERROR(
@@ -442,40 +463,117 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
     ZEROSIM_RETURN_IF_ERROR(share_verdict_all(comm_, verified, "verify the shards of " + tag_directory));
   }
 
-  counters_.global_steps = manifest.global_steps;
-  counters_.skipped_steps = defect_active(defects, Defect::kSkippedStepsNotRestored) ? 0 : manifest.skipped_steps;
-  counters_.global_samples = manifest.global_samples;
-  counters_.optimizer_steps = step;
-  if (defect_active(defects, Defect::kSamplerPositionLost)) counters_.global_samples = 0;
-  if (defect_active(defects, Defect::kAccumulationBoundaryLost)) {
-    counters_.global_samples = manifest.global_steps * options_.config.micro_batch_size * comm_.world_size();
+  loaded_checkpoint_step_ = manifest.global_steps;
+  if (load.module_only) {
+    counters_ = TrainingCounters{};  // a fresh run from the checkpoint's parameters
+  } else {
+    counters_.global_steps = manifest.global_steps;
+    counters_.skipped_steps = defect_active(defects, Defect::kSkippedStepsNotRestored) ? 0 : manifest.skipped_steps;
+    counters_.global_samples = manifest.global_samples;
+    counters_.optimizer_steps = step;
+    if (defect_active(defects, Defect::kSamplerPositionLost)) counters_.global_samples = 0;
+    if (defect_active(defects, Defect::kAccumulationBoundaryLost)) {
+      counters_.global_samples = manifest.global_steps * options_.config.micro_batch_size * comm_.world_size();
+    }
   }
-  if (!defect_active(defects, Defect::kSchedulerNotRestored)) {
+  if (load.restores_scheduler() && !defect_active(defects, Defect::kSchedulerNotRestored)) {
     Status scheduler_restored = scheduler_->restore(manifest.scheduler_last_batch_iteration);
     if (!scheduler_restored.ok()) return data_loss(manifest_path + ": scheduler: " + scheduler_restored.message());
   }
-  if (!defect_active(defects, Defect::kLossScalerResetOnLoad)) {
+  // The optimizer's lr (DeepSpeed keeps it in the optimizer's param_groups): the first update
+  // after the load uses it, the scheduler's next step replaces it. Restored with the optimizer
+  // state (the manifest records the lr the next step uses), else a fresh engine's.
+  optimizer_learning_rate_.reset();
+  if (!load.module_only) {
+    const double optimizer_learning_rate = load.optimizer_states ? manifest.scheduler_learning_rate : fresh_learning_rate;
+    if (optimizer_learning_rate != scheduler_->current_lr()) optimizer_learning_rate_ = optimizer_learning_rate;
+  }
+  if (!fresh_optimizer && !defect_active(defects, Defect::kLossScalerResetOnLoad)) {
     Status scaler_restored = loss_scaler_->restore_state(manifest.loss_scaler);
     if (!scaler_restored.ok()) return data_loss(manifest_path + ": loss_scaler: " + scaler_restored.message());
   }
-  // (The data-position defects skip the check below, as the bugs they reproduce had none.)
-  if (counters_.global_samples != manifest.global_samples) return Status();
   // The data order is a pure function of (dataset seed, position): the stream this build
-  // computes for the position must be the one the checkpoint recorded.
-  const RngState expected_stream = sampler_.shuffle_stream_state(counters_.global_samples);
-  if (!(expected_stream == manifest.shuffle_stream)) {
-    return data_loss(manifest_path + ": rng.shuffle_stream: expected (seed " + std::to_string(expected_stream.seed) +
-                     ", stream " + std::to_string(expected_stream.stream_id) + ", counter " +
-                     std::to_string(expected_stream.counter) + ") for data position " +
-                     std::to_string(counters_.global_samples) + ", found (seed " +
-                     std::to_string(manifest.shuffle_stream.seed) + ", stream " +
-                     std::to_string(manifest.shuffle_stream.stream_id) + ", counter " +
-                     std::to_string(manifest.shuffle_stream.counter) + ")");
+  // computes for the position must be the one the checkpoint recorded. (The data-position
+  // defects skip the check, as the bugs they reproduce had none; a module-only load starts at 0.)
+  if (!load.module_only && counters_.global_samples == manifest.global_samples) {
+    const RngState expected_stream = sampler_.shuffle_stream_state(counters_.global_samples);
+    if (!(expected_stream == manifest.shuffle_stream)) {
+      return data_loss(manifest_path + ": rng.shuffle_stream: expected (seed " + std::to_string(expected_stream.seed) +
+                       ", stream " + std::to_string(expected_stream.stream_id) + ", counter " +
+                       std::to_string(expected_stream.counter) + ") for data position " +
+                       std::to_string(counters_.global_samples) + ", found (seed " +
+                       std::to_string(manifest.shuffle_stream.seed) + ", stream " +
+                       std::to_string(manifest.shuffle_stream.stream_id) + ", counter " +
+                       std::to_string(manifest.shuffle_stream.counter) + ")");
+    }
+    if (defect_active(defects, Defect::kShuffleEpochNotRestored)) {
+      sampler_.restart_epoch_count_at(counters_.global_samples / options_.data.sample_count);
+    }
   }
-  if (defect_active(defects, Defect::kShuffleEpochNotRestored)) {
-    sampler_.restart_epoch_count_at(counters_.global_samples / options_.data.sample_count);
+  if (notes != nullptr && !requested_load.describe().empty()) {
+    notes->push_back("note: loaded " + tag_directory + " with " + requested_load.describe() + ": " +
+                     (load.module_only ? "its parameters only; optimizer, loss scaler, scheduler and counters start fresh at step 0"
+                      : fresh_optimizer ? "its parameters, counters and scheduler; the optimizer (moments, step count, loss scaler, lr) starts fresh"
+                                        : "all but the scheduler, which starts fresh"));
   }
   env_.crash_points->hit("ckpt.load_end", comm_.rank());
+  return Status();
+}
+
+// Written apart from initialize_from_checkpoint on purpose: it is what a load with options is
+// compared against, so it works on the live state and shares none of the loader's steps.
+Status RankEngine::reset_as_loaded(const CheckpointLoadOptions& load) {
+  ZEROSIM_CHECK(!step_in_progress_, "reset_as_loaded between steps only");
+  const double checkpoint_learning_rate = next_step_learning_rate();
+  if (load.fresh_optimizer()) {
+    // The master becomes the 16-bit parameters widened; moments zero, step count 0.
+    size_t flat_elements = 0;
+    for (const SubGroup& group : layout_.sub_groups) {
+      flat_elements = std::max(flat_elements, static_cast<size_t>(group.flat_offset + group.element_count));
+    }
+    std::vector<float> widened(flat_elements, 0.0f);
+    const int rank = comm_.rank();
+    ZEROSIM_RETURN_IF_ERROR(for_each_partition_state([&](int64_t p, const PartitionStateView& view) {
+      const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
+      cast_to_fp32(model_dtype_, view.params, widened.data() + partition.flat_offset,
+                   static_cast<size_t>(partition.owned_count(rank)));
+      return Status();
+    }));
+    for (size_t g = 0; g < layout_.sub_groups.size(); ++g) {
+      const SubGroup& group = layout_.sub_groups[g];
+      const std::span<const float> group_master(widened.data() + group.flat_offset, static_cast<size_t>(group.element_count));
+      // The parameters are unchanged (widening and rounding back is exact); stored again as the
+      // state of step 0, which is how swapped parameters are keyed.
+      ZEROSIM_RETURN_IF_ERROR(store_parameters(group, group_master.data(), 0));
+      if (swapper_) {
+        ZEROSIM_RETURN_IF_ERROR(swapper_->write_initial(static_cast<int>(g), group_master));
+      } else {
+        std::copy(group_master.begin(), group_master.end(), master_.begin() + group.flat_offset);
+        std::fill_n(exp_avg_.begin() + group.flat_offset, group.element_count, 0.0f);
+        std::fill_n(exp_avg_sq_.begin() + group.flat_offset, group.element_count, 0.0f);
+      }
+    }
+    counters_.optimizer_steps = 0;
+    ZEROSIM_ASSIGN_OR_RETURN(LossScaler fresh_scaler, LossScaler::from_config(options_.config.loss_scaler, model_dtype_));
+    loss_scaler_.emplace(std::move(fresh_scaler));
+  }
+  if (!load.restores_scheduler()) {
+    ZEROSIM_ASSIGN_OR_RETURN(LearningRateScheduler fresh_scheduler,
+                             LearningRateScheduler::create(options_.config.scheduler, options_.config.optimizer.learning_rate));
+    scheduler_.emplace(std::move(fresh_scheduler));
+  }
+  if (load.module_only) {
+    counters_ = TrainingCounters{};
+    optimizer_learning_rate_.reset();
+  } else if (load.fresh_optimizer()) {
+    // A fresh optimizer's lr: the lr a fresh scheduler starts with.
+    ZEROSIM_ASSIGN_OR_RETURN(LearningRateScheduler fresh_scheduler,
+                             LearningRateScheduler::create(options_.config.scheduler, options_.config.optimizer.learning_rate));
+    optimizer_learning_rate_ = fresh_scheduler.current_lr();
+  } else {
+    optimizer_learning_rate_ = checkpoint_learning_rate;  // restored with the optimizer
+  }
+  if (optimizer_learning_rate_ && *optimizer_learning_rate_ == scheduler_->current_lr()) optimizer_learning_rate_.reset();
   return Status();
 }
 

@@ -35,6 +35,14 @@ const std::vector<DefectInfo>& all_defects() {
        "(Megatron-Core PR #6920, #5071)"},
       {Defect::kRequestedTagIgnored, "requested_tag_ignored",
        "the loader resumes from `latest` whatever tag was asked for (DeepSpeed #8499)"},
+      {Defect::kLoadOptimizerStatesIgnored, "load_optimizer_states_ignored",
+       "load_optimizer_states=False still restores Adam's moments and step count (DeepSpeed's NVMe path reads "
+       "the swap files of an engine that has stepped)"},
+      {Defect::kLoadLrSchedulerStatesIgnored, "load_lr_scheduler_states_ignored",
+       "load_lr_scheduler_states=False still restores the LR schedule"},
+      {Defect::kModuleOnlyLoadsNoWeights, "module_only_loads_no_weights",
+       "load_module_only loads no trainable weight: the stage-3 module file holds empty placeholders, the "
+       "parameters keep their initial values (DeepSpeed edaa722 engine.py:4465, stage3 release before save)"},
   };
   return kDefects;
 }

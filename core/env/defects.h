@@ -31,6 +31,9 @@ enum class Defect : uint32_t {
   kShuffleEpochNotRestored,     // #13, #14: the shuffling RNG restarts at epoch 0 after a resume
   kParamsNotRefreshedAfterLoad, // #31, #25: the 16-bit parameters keep what the new process built
   kRequestedTagIgnored,         // #33: the loader follows `latest`, not the tag asked for
+  kLoadOptimizerStatesIgnored,  // load_optimizer_states=False still restores the moments and step count
+  kLoadLrSchedulerStatesIgnored,  // load_lr_scheduler_states=False still restores the schedule
+  kModuleOnlyLoadsNoWeights,    // load_module_only at stage 3 loads no trainable weight (DeepSpeed HEAD)
 };
 
 struct DefectInfo {
