@@ -804,6 +804,38 @@ TEST_F(CheckpointLoader, ChangesThatBreakResumeAreRefusedNamingBothValues) {
   expect_error(resume(other_data), StatusCode::kInvalidArgument, {"dataset", "seed 99"});
 }
 
+// A load that keeps no optimizer state may change the optimizer; one that restarts the data
+// position (module only) may change the dataset. Each says so in a note.
+TEST_F(CheckpointLoader, AFreshOptimizerMayChangeItsTypeAndAModuleOnlyLoadTheDataset) {
+  auto resume_with = [&](const TrainingOptions& options, const CheckpointLoadOptions& load, std::vector<std::string>* notes) {
+    CheckpointPlan plan = resume_from(checkpoints());
+    plan.resume_load = load;
+    Result<TrainingRun> run = train(options, 3, plan);
+    if (run.ok()) *notes = run->notes;
+    return run.status();
+  };
+  auto has_note = [](const std::vector<std::string>& notes, const std::string& part) {
+    return std::any_of(notes.begin(), notes.end(), [&](const std::string& note) { return note.find(part) != std::string::npos; });
+  };
+  TrainingOptions other_optimizer = options_;
+  other_optimizer.config.optimizer.adam_w_mode = false;
+  CheckpointLoadOptions fresh_optimizer;
+  fresh_optimizer.optimizer_states = false;
+  std::vector<std::string> notes;
+  ASSERT_TRUE(resume_with(other_optimizer, fresh_optimizer, &notes).ok());
+  EXPECT_TRUE(has_note(notes, "optimizer type differs")) << ::testing::PrintToString(notes);
+  TrainingOptions other_data = options_;
+  other_data.data.seed = 99;
+  expect_error(resume_with(other_data, fresh_optimizer, &notes), StatusCode::kInvalidArgument, {"dataset", "seed 99"});
+  CheckpointLoadOptions module_only;
+  module_only.module_only = true;
+  ASSERT_TRUE(resume_with(other_data, module_only, &notes).ok());
+  EXPECT_TRUE(has_note(notes, "dataset differs")) << ::testing::PrintToString(notes);
+  TrainingOptions other_model = options_;
+  other_model.model.layer_widths = {13, 36, 29, 5};
+  expect_error(resume_with(other_model, module_only, &notes), StatusCode::kInvalidArgument, {"model shape"});
+}
+
 TEST_F(CheckpointLoader, SafeChangesAreAllowedWithANoteAndNumericChangesWithAWarning) {
   TrainingOptions changed = options_;
   changed.config.resolved = nlohmann::json::object();
