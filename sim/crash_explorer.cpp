@@ -296,11 +296,11 @@ int64_t previous_save_step(const CrashScenario& scenario) {
 }
 
 Result<ExplorationResult> explore_save_crashes(const CrashScenario& scenario) {
-  if (scenario.save_every_steps < 1 || scenario.explored_save_step <= scenario.save_every_steps ||
+  if (scenario.save_every_steps < 1 || scenario.explored_save_step < scenario.save_every_steps ||
       scenario.explored_save_step % scenario.save_every_steps != 0) {
     return invalid_argument("scenario: explored_save_step (" + std::to_string(scenario.explored_save_step) +
-                            ") must be a multiple of save_every (" + std::to_string(scenario.save_every_steps) +
-                            ") after the first save");
+                            ") must be a positive multiple of save_every (" + std::to_string(scenario.save_every_steps) +
+                            ")");
   }
   if (scenario.total_steps < scenario.explored_save_step) {
     return invalid_argument("scenario: steps (" + std::to_string(scenario.total_steps) +
@@ -353,7 +353,11 @@ Result<ExplorationResult> explore_save_crashes(const CrashScenario& scenario) {
   }
   if (points.empty()) return internal_error("the explored save hit no crash point");
 
+  // The first save has no committed checkpoint before it: a crash state whose save did not
+  // commit has nothing to resume from (a named refusal), else it resumes from the explored save.
+  const bool first_save = previous_save_step(scenario) == 0;
   const std::string committed_tag = checkpoint_tag_for_step(previous_save_step(scenario));
+  const std::string explored_tag = checkpoint_tag_for_step(scenario.explored_save_step);
   CheckpointPlan resuming;
   resuming.resume_directory = scenario.checkpoint_directory;
   for (const CrashPoint& point : points) {
@@ -380,7 +384,12 @@ Result<ExplorationResult> explore_save_crashes(const CrashScenario& scenario) {
         }
       };
       // No committed checkpoint may be lost: the earlier save was complete before the crash.
-      if (!check_tag_complete(*after, scenario.checkpoint_directory, committed_tag).ok()) {
+      // Retention (checkpoint.keep_last) may remove it, but only once the explored save is
+      // complete: then the resume must start there.
+      const bool committed_complete =
+          !first_save && check_tag_complete(*after, scenario.checkpoint_directory, committed_tag).ok();
+      const bool explored_complete = check_tag_complete(*after, scenario.checkpoint_directory, explored_tag).ok();
+      if (!first_save && !committed_complete && !explored_complete) {
         fail("the committed checkpoint " + committed_tag + " was lost");
         continue;
       }
@@ -395,6 +404,12 @@ Result<ExplorationResult> explore_save_crashes(const CrashScenario& scenario) {
         continue;
       }
       const int64_t resumed_at = scenario.total_steps - static_cast<int64_t>(resumed->steps.size());
+      if (!committed_complete && resumed_at != scenario.explored_save_step) {
+        fail("resumed at step " + std::to_string(resumed_at) + ", but only the explored save (step " +
+             std::to_string(scenario.explored_save_step) + ") " +
+             (first_save ? "exists (it is the run's first)" : "is left: retention removed " + committed_tag));
+        continue;
+      }
       if (resumed_at != previous_save_step(scenario) && resumed_at != scenario.explored_save_step) {
         fail("resumed at step " + std::to_string(resumed_at) + ", which is neither the committed save (step " +
              std::to_string(previous_save_step(scenario)) + ") nor the explored one");

@@ -156,6 +156,38 @@ TEST(CrashExplorer, ALaterSaveResumesFromTheSaveJustBeforeIt) {
   EXPECT_EQ(killed->passed + killed->refused, killed->crash_points);
 }
 
+// Before: with keep_last 1, a crash after `latest` moved and retention removed the older tag
+// was reported as "the committed checkpoint global_step2 was lost", which it was, as asked.
+TEST(CrashExplorer, RetentionMayRemoveTheCommittedTagOnceTheExploredSaveIsComplete) {
+  CrashScenario scenario = four_rank_scenario();
+  scenario.options.world_size = 2;
+  scenario.options.config.gradient_accumulation_steps = 2;
+  scenario.options.config.checkpoint.keep_last = 1;
+  scenario.resume_world_size = 0;
+  scenario.crash_state_bound = 8;
+  const Result<ExplorationResult> result = explore_save_crashes(scenario);
+  ASSERT_TRUE(result.ok()) << result.status().to_string();
+  EXPECT_EQ(result->failed, 0) << report(*result);
+  EXPECT_EQ(result->passed, result->crash_states) << report(*result);
+}
+
+// Before: "explored_save_step (2) must be a multiple of save_every (2) after the first save".
+// A crash in the first save leaves nothing to resume from (a named refusal) or the save itself.
+TEST(CrashExplorer, TheFirstSaveOfARunIsExplored) {
+  CrashScenario scenario = four_rank_scenario();
+  scenario.options.world_size = 2;
+  scenario.options.config.gradient_accumulation_steps = 2;
+  scenario.resume_world_size = 0;
+  scenario.explored_save_step = scenario.save_every_steps;
+  scenario.crash_state_bound = 8;
+  const Result<ExplorationResult> result = explore_save_crashes(scenario);
+  ASSERT_TRUE(result.ok()) << result.status().to_string();
+  EXPECT_EQ(result->failed, 0) << report(*result);
+  EXPECT_GT(result->refused, 0) << report(*result);
+  EXPECT_GT(result->passed, 0) << report(*result);
+  EXPECT_EQ(result->passed + result->refused, result->crash_states);
+}
+
 TEST(CrashExplorer, BadScenariosAreRefusedNamingTheKey) {
   CrashScenario scenario = four_rank_scenario();
   scenario.explored_save_step = 3;
