@@ -113,6 +113,29 @@ std::string AtRestDamage::describe() const {
   return text;
 }
 
+namespace {
+
+// The restart's run options: the first phase's at the resume world size, the global batch kept
+// and the accumulation following it; with a resume_config, that config's own train_batch_size
+// and micro batch (the operator may change the batch, as `train --resume` allows with a warning).
+Result<TrainingOptions> restart_options(const Scenario& scenario, const std::string& source) {
+  if (!scenario.resume_config) return resume_options_for(scenario.run, source);
+  TrainingOptions options = scenario.run.options;
+  options.digest_every_step = true;
+  if (scenario.run.resume_world_size > 0) options.world_size = scenario.run.resume_world_size;
+  options.config = *scenario.resume_config;
+  const int64_t per_step = options.config.micro_batch_size * options.world_size;
+  if (per_step <= 0 || options.config.train_batch_size % per_step != 0) {
+    return invalid_argument(source + ": resume_config: train_batch_size " + std::to_string(options.config.train_batch_size) +
+                            " is not a multiple of micro batch " + std::to_string(options.config.micro_batch_size) +
+                            " x the restart's " + std::to_string(options.world_size) + " ranks");
+  }
+  options.config.gradient_accumulation_steps = options.config.train_batch_size / per_step;
+  return options;
+}
+
+}  // namespace
+
 Result<Scenario> scenario_from_json(const json& document, const std::string& source_name) {
   Scenario scenario;
   ZEROSIM_ASSIGN_OR_RETURN(scenario.run, crash_scenario_from_json(document, source_name));
@@ -150,7 +173,8 @@ Result<Scenario> scenario_from_json(const json& document, const std::string& sou
     return invalid_argument(source_name + ": save_every: " + std::to_string(schedule.save_every_steps) +
                             " saves nothing before explored_save_step (" + std::to_string(schedule.explored_save_step) + ")");
   }
-  ZEROSIM_RETURN_IF_ERROR(resume_options_for(schedule, source_name).status());
+  // The restart's batch arithmetic: with a resume_config, its own (checked once it is read).
+  if (!document.contains("resume_config")) ZEROSIM_RETURN_IF_ERROR(resume_options_for(schedule, source_name).status());
   if (document.contains("operator_actions")) {
     const std::string where = source_name + ": operator_actions";
     if (!document["operator_actions"].is_array()) return invalid_argument(where + ": expected a list of actions");
@@ -276,6 +300,7 @@ Result<Scenario> scenario_from_json(const json& document, const std::string& sou
       return invalid_argument(message);
     }
     scenario.resume_config = resolved->options.config;
+    ZEROSIM_RETURN_IF_ERROR(restart_options(scenario, source_name).status());
   }
   if (document.contains("cause_class")) {
     const json& cause = document["cause_class"];
@@ -489,12 +514,7 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
   }
   TrainingOptions options = run.options;
   options.digest_every_step = true;
-  ZEROSIM_ASSIGN_OR_RETURN(TrainingOptions resume_options, resume_options_for(run, scenario.name));
-  if (scenario.resume_config) {
-    const int64_t accumulation = resume_options.config.gradient_accumulation_steps;
-    resume_options.config = *scenario.resume_config;
-    resume_options.config.gradient_accumulation_steps = accumulation;
-  }
+  ZEROSIM_ASSIGN_OR_RETURN(TrainingOptions resume_options, restart_options(scenario, scenario.name));
   if (scenario.resume_settings) {
     resume_options.model = scenario.resume_settings->model;
     resume_options.data = scenario.resume_settings->data;

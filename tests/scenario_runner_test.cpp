@@ -206,6 +206,35 @@ TEST(ScenarioFile, TheConfigMayBeAFileBesideTheScenario) {
       << missing.status().to_string();
 }
 
+// Before: the runner overwrote the restart's accumulation with the first phase's arithmetic,
+// so a resume_config with another train_batch_size was refused by the engine as inconsistent.
+TEST(ScenarioFile, AResumeConfigMayChangeTheBatchAsTrainResumeAllows) {
+  const nlohmann::json config = {{"train_batch_size", "auto"}, {"train_micro_batch_size_per_gpu", "auto"},
+                                 {"gradient_accumulation_steps", "auto"},
+                                 {"zero_optimization", {{"stage", 3}}},
+                                 {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", "auto"}}}}}};
+  nlohmann::json restart = config;
+  restart["train_batch_size"] = 8;  // twice the first phase's 2 ranks x micro batch 2
+  const nlohmann::json document = {{"name", "batch changed"}, {"model", "5,4,3"}, {"world_size", 2},
+                                   {"resume_world_size", 4}, {"micro_batch_size", 2}, {"config", config},
+                                   {"resume_config", restart}, {"expect", {{"bit_identical", false}}}};
+  const Result<Scenario> scenario = scenario_from_json(document, "batch.json");
+  ASSERT_TRUE(scenario.ok()) << scenario.status().to_string();
+  const Result<ScenarioVerdict> verdict = run_scenario(*scenario, DefectSet{});
+  ASSERT_TRUE(verdict.ok()) << verdict.status().to_string();
+  EXPECT_TRUE(verdict->passed) << verdict->outcome << " / " << verdict->diagnosis;
+  EXPECT_EQ(verdict->outcome.find("refused"), std::string::npos) << verdict->outcome;
+  EXPECT_TRUE(std::any_of(verdict->notes.begin(), verdict->notes.end(), [](const std::string& note) {
+    return note.find("train_batch_size changed from 4 to 8") != std::string::npos;
+  })) << ::testing::PrintToString(verdict->notes);
+  nlohmann::json odd = document;
+  odd["resume_config"]["train_batch_size"] = 12;  // a multiple of 2 x 2, not of 2 x 4
+  const Result<Scenario> refused = scenario_from_json(odd, "odd.json");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("odd.json: resume_config: train_batch_size 12"), std::string::npos)
+      << refused.status().to_string();
+}
+
 TEST(ScenarioFile, BadKeysAndNamesAreRefusedNamingThem) {
   const Result<Scenario> action = scenario_from_json(
       nlohmann::json::parse(R"({"operator_actions": ["delete_swap_directry"]})"), "s.json");
