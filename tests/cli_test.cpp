@@ -357,6 +357,22 @@ TEST(Cli, ResumeLoadOptionsReachTheLoadAndSaySo) {
   EXPECT_EQ(run_cli("train --resume " + checkpoints + " --steps 6 --load-module-only --load-optimizer-states false").exit_code, 2);
 }
 
+// Before: "the config gives 4 but --gradient-accumulation-steps is 2", a flag the user never gave.
+TEST(Cli, AResumeThatDerivesTheAccumulationSaysFromWhatWhenTheConfigDisagrees) {
+  zerosim::TestDirectory directory;
+  const std::string config = directory.path() + "/ga.json";
+  std::ofstream(config) << R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
+    "zero_optimization": {"stage": 3}, "optimizer": {"type": "AdamW", "params": {"lr": 0.01}}})";
+  ASSERT_EQ(run_cli("train --config " + config + " --steps 2 --save-dir " + directory.path() + "/ckpt").exit_code, 0);
+  const CommandResult resumed =
+      run_cli("train --config " + config + " --steps 4 --world-size 2 --resume " + directory.path() + "/ckpt");
+  EXPECT_EQ(resumed.exit_code, 2) << resumed.output;
+  EXPECT_NE(resumed.output.find("derived from the checkpoint's train_batch_size 8 / (micro batch 2 x 2 ranks)"),
+            std::string::npos)
+      << resumed.output;
+  EXPECT_EQ(resumed.output.find("--gradient-accumulation-steps is 2"), std::string::npos) << resumed.output;
+}
+
 // --export-run: the files a reference implementation trains the same run from
 // (tools/export_run.h), with zerosim's own records; a directory with anything in it is refused.
 TEST(Cli, ExportRunWritesTheSettingsWeightsBatchesAndRecords) {

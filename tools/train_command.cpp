@@ -208,7 +208,15 @@ Status adopt_checkpoint_settings(TrainFlags& flags) {
     }
     settings.gradient_accumulation_steps = manifest.train_batch_size / per_step;
     flags.config.derived_flags.push_back("--gradient-accumulation-steps");
-    if (!micro_batch_given) flags.config.derived_flags.push_back("--micro-batch-size");
+    settings.derived_from.emplace_back(
+        "--gradient-accumulation-steps",
+        "the checkpoint's train_batch_size " + std::to_string(manifest.train_batch_size) + " / (micro batch " +
+            std::to_string(settings.micro_batch_size) + " x " + std::to_string(settings.world_size) + " ranks)");
+    if (!micro_batch_given) {
+      flags.config.derived_flags.push_back("--micro-batch-size");
+      settings.derived_from.emplace_back("--micro-batch-size", "the checkpoint's micro batch " +
+                                                                   std::to_string(manifest.micro_batch_size));
+    }
   }
   return Status();
 }

@@ -38,6 +38,13 @@ bool RunSettings::is_defaulted(const std::string& flag) const {
   return std::find(defaulted_flags.begin(), defaulted_flags.end(), flag) != defaulted_flags.end();
 }
 
+const std::string* RunSettings::derivation_of(const std::string& flag) const {
+  for (const auto& [derived_flag, how] : derived_from) {
+    if (derived_flag == flag) return &how;
+  }
+  return nullptr;
+}
+
 const char* precision_name(Precision precision) {
   switch (precision) {
     case Precision::kFp32: return "fp32";
@@ -876,6 +883,12 @@ void check_match(Context& context, const std::string& path, const std::string& c
                  const std::string& setting_value, const SettingName& setting) {
   if (config_value == setting_value) return;
   if (setting_is_defaulted(context.settings, setting)) return;  // not the user's: the config wins
+  if (const std::string* derivation = context.settings.derivation_of(setting.flag)) {
+    context.error(path, "the config gives " + config_value + ", but this run needs " + setting_value + " (derived from " +
+                            *derivation + ", not given on the command line); write \"auto\" or " + setting_value +
+                            " in the config, or give " + setting.flag + " to choose the batch yourself");
+    return;
+  }
   context.error(path, "the config gives " + config_value + " but " + setting.flag + " is " + setting_value +
                           "; the HF Trainer refuses this mismatch (write \"auto\" or make them agree)");
 }

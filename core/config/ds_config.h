@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -69,6 +70,11 @@ struct RunSettings {
   // DeepSpeed does).
   std::vector<std::string> defaulted_flags;
   bool is_defaulted(const std::string& flag) const;
+  // Values the caller derived rather than the user gave (a resume derives the accumulation
+  // from the checkpoint's batch): flag -> how, for an error to say instead of naming a flag the
+  // user never typed ("the checkpoint's train_batch_size 8 / (micro batch 2 x 2 ranks)").
+  std::vector<std::pair<std::string, std::string>> derived_from;
+  const std::string* derivation_of(const std::string& flag) const;
 };
 
 // zerosim's own defaults for the Trainer arguments that fill "auto" (the command line's and the
