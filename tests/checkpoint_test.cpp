@@ -843,6 +843,8 @@ TEST_F(CheckpointLoader, SafeChangesAreAllowedWithANoteAndNumericChangesWithAWar
   changed.config.resolved["steps_per_print"] = 7;
   changed.config.resolved["checkpoint"] = {{"keep_last", 3}};
   changed.config.resolved["optimizer"] = {{"params", {{"lr", 0.5}}}};
+  // Before: "warning: ... the continued run will differ", although the run is bit-identical.
+  changed.config.resolved["zero_optimization"] = {{"elastic_checkpoint", true}};
   std::vector<std::string> notes;
   ASSERT_TRUE(resume(changed, &notes).ok());
   auto has_note = [&](const std::string& first, const std::string& second) {
@@ -853,6 +855,7 @@ TEST_F(CheckpointLoader, SafeChangesAreAllowedWithANoteAndNumericChangesWithAWar
   };
   EXPECT_TRUE(has_note("note: steps_per_print", "safe")) << ::testing::PrintToString(notes);
   EXPECT_TRUE(has_note("note: checkpoint.keep_last", "safe")) << ::testing::PrintToString(notes);
+  EXPECT_TRUE(has_note("note: zero_optimization.elastic_checkpoint", "safe")) << ::testing::PrintToString(notes);
   EXPECT_TRUE(has_note("warning: optimizer.params.lr", "will differ")) << ::testing::PrintToString(notes);
 }
 

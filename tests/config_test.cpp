@@ -208,6 +208,19 @@ TEST(Corpus, Config01OnlyAZeroBlockWithScientificNotation) {
   EXPECT_TRUE(any_contains(config.inactive_keys, "zero_optimization.overlap_comm"));
 }
 
+// DeepSpeed warns about elastic_checkpoint at stage 3 only (zero/config.py elastic_checkpoint_deprecated).
+TEST(ZeroConfig, ElasticCheckpointAtStageThreeWarnsAsDeepSpeedDoes) {
+  const auto warned = [](int stage, bool elastic) {
+    const nlohmann::json document = {{"train_micro_batch_size_per_gpu", 1},
+                                     {"zero_optimization", {{"stage", stage}, {"elastic_checkpoint", elastic}}}};
+    const ResolvedConfig config = accepted(resolve_config(document, {}));
+    return any_contains(config.warnings, "elastic checkpointing is deprecated");
+  };
+  EXPECT_TRUE(warned(3, true));
+  EXPECT_FALSE(warned(3, false));
+  EXPECT_FALSE(warned(2, true));
+}
+
 TEST(Corpus, Config02Bf16AdamWWarmupLR) {
   ResolvedConfig config = accepted(resolve_config(load_corpus("02_ds_examples_sdma_allgather_zero3_bf16.json"), {}));
   EXPECT_EQ(config.precision, Precision::kBf16);

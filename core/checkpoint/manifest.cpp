@@ -544,6 +544,8 @@ bool is_layout_only_key(const std::string& key) {
       "zero_optimization.reduce_bucket_size", "zero_optimization.allgather_bucket_size",
       "zero_optimization.stage3_", "zero_optimization.overlap_comm", "zero_optimization.contiguous_gradients",
       "zero_optimization.gather_16bit_weights_on_model_save", "zero_optimization.stage3_gather_16bit_weights_on_model_save",
+      // Where DeepSpeed's stage 1/2 shards put the optimizer state; zerosim's load at any W anyway.
+      "zero_optimization.elastic_checkpoint",
       // With train_batch_size and the micro batch unchanged, the accumulation only follows the
       // world size: the same micro-batches are folded in the same global order.
       "gradient_accumulation_steps"};

@@ -1419,6 +1419,15 @@ void read_zero(Context& context, const json& document, ResolvedConfig& out, json
     }
   }
   const bool stage3 = zero.stage == 3;
+  // DeepSpeed's validator (zero/config.py elastic_checkpoint_deprecated) warns at stage 3, and its
+  // stage-3 state_dict raises NotImplementedError (stage3.py, "Use Universal Checkpointing");
+  // zerosim's checkpoints load at any world size whatever the key says.
+  if (const json* elastic = block.find("elastic_checkpoint"); stage3 && elastic != nullptr && elastic->is_boolean() &&
+                                                               elastic->get<bool>()) {
+    context.warn("zero_optimization.elastic_checkpoint: ZeRO-3 elastic checkpointing is deprecated and no longer "
+                 "supported by DeepSpeed (its stage-3 save raises NotImplementedError; use Universal Checkpointing); "
+                 "zerosim ignores the key: its checkpoints load at any world size");
+  }
 
   zero.sub_group_size = get_int(context, block, "sub_group_size", zero.sub_group_size, Bound::kNonNegative);
   zero.reduce_bucket_size = get_hidden_size_key(
