@@ -373,6 +373,27 @@ TEST(Cli, AResumeThatDerivesTheAccumulationSaysFromWhatWhenTheConfigDisagrees) {
   EXPECT_EQ(resumed.output.find("--gradient-accumulation-steps is 2"), std::string::npos) << resumed.output;
 }
 
+TEST(CkptCli, ExportWritesTheConsolidatedModelAndRefusesAnExistingFile) {
+  zerosim::TestDirectory directory;
+  const std::string checkpoints = directory.path() + "/ckpt";
+  ASSERT_EQ(run_cli("train --steps 2 --world-size 2 --save-dir " + checkpoints).exit_code, 0);
+  const std::string output = directory.path() + "/model.safetensors";
+  const CommandResult exported = run_cli("ckpt export " + checkpoints + " --dtype bf16 -o " + output);
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  EXPECT_NE(exported.output.find("6 tensors"), std::string::npos) << exported.output;
+  zerosim::RealEnv real_env;
+  const zerosim::Result<zerosim::SafetensorsIndex> index = zerosim::read_safetensors_index(*real_env.env().disk, output);
+  ASSERT_TRUE(index.ok()) << index.status().to_string();
+  EXPECT_EQ(index->metadata.at("zerosim_tag"), "global_step2");
+  ASSERT_NE(index->find("layers.0.weight"), nullptr);
+  EXPECT_EQ(index->find("layers.0.weight")->dtype, zerosim::DType::kBf16);
+  const CommandResult again = run_cli("ckpt export " + checkpoints + " --dtype bf16 -o " + output);
+  EXPECT_EQ(again.exit_code, 2) << again.output;
+  EXPECT_NE(again.output.find("exists"), std::string::npos) << again.output;
+  EXPECT_EQ(run_cli("ckpt export " + checkpoints + " --dtype fp8 -o " + output + "2").exit_code, 2);
+  EXPECT_EQ(run_cli("ckpt export " + checkpoints + " -o " + output + "3").exit_code, 2);  // --dtype is required
+}
+
 // --export-run: the files a reference implementation trains the same run from
 // (tools/export_run.h), with zerosim's own records; a directory with anything in it is refused.
 TEST(Cli, ExportRunWritesTheSettingsWeightsBatchesAndRecords) {

@@ -17,6 +17,7 @@
 
 #include "core/checkpoint/commit.h"
 #include "core/checkpoint/manifest.h"
+#include "core/checkpoint/export.h"
 #include "core/checkpoint/shard_reader.h"
 #include "core/env/disk.h"
 #include "core/model/mlp.h"
@@ -28,6 +29,7 @@ int checkpoint_exit_code_for(const Status& status) {
   switch (status.code()) {
     case StatusCode::kOk: return 0;
     case StatusCode::kInvalidArgument:
+    case StatusCode::kAlreadyExists:
     case StatusCode::kNotFound: return 2;
     case StatusCode::kIoError:
     case StatusCode::kResourceExhausted:
@@ -553,6 +555,23 @@ int run_checkpoint_diff_command(const CheckpointDiffFlags& flags) {
   return 1;
 }
 
+int run_checkpoint_export_command(const CheckpointExportFlags& flags) {
+  std::unique_ptr<Disk> disk = make_posix_disk();
+  const DType dtype = flags.dtype == "fp16" ? DType::kFp16 : flags.dtype == "bf16" ? DType::kBf16 : DType::kFp32;
+  Result<OpenedCheckpoint> opened = open_checkpoint(*disk, flags.location);
+  if (!opened.ok()) return report_failure("export", opened.status());
+  print_fallback_warning(*opened);
+  Result<ExportSummary> exported =
+      export_consolidated_safetensors(*disk, opened->tag_directory, opened->manifest, dtype, flags.output_path);
+  if (!exported.ok()) return report_failure("export", exported.status());
+  std::printf("exported %s (step %" PRId64 ", world size %d) to %s: %" PRId64 " tensors, %" PRId64
+              " elements, %s, %" PRIu64 " bytes\n",
+              opened->tag_directory.c_str(), opened->manifest.global_steps, opened->manifest.world_size,
+              flags.output_path.c_str(), exported->tensor_count, exported->element_count, flags.dtype.c_str(),
+              exported->file_size_bytes);
+  return 0;
+}
+
 void add_checkpoint_commands(CLI::App& app, CheckpointCommands& commands) {
   CLI::App* group = app.add_subcommand("ckpt", "Verify, inspect and compare checkpoints");
   group->require_subcommand(1);
@@ -583,6 +602,18 @@ void add_checkpoint_commands(CLI::App& app, CheckpointCommands& commands) {
   commands.diff->add_option("--tag-b", diff.b.tag, tag_help);
   commands.diff->add_flag("--json", diff.json,
                           "Print one JSON object: a, b, identical, scalar_differences, tensor_difference, notes");
+
+  CheckpointExportFlags& exported = commands.export_flags;
+  commands.export_command = group->add_subcommand(
+      "export", "Write the consolidated model (every parameter's full tensor from the fp32 masters, PyTorch names) "
+                "as one safetensors file, from a checkpoint of any world size");
+  commands.export_command->add_option("directory", exported.location.directory, "Checkpoint directory")->required();
+  commands.export_command->add_option("--tag", exported.location.tag, tag_help);
+  commands.export_command->add_option("--dtype", exported.dtype, "fp32 (the masters), or fp16 / bf16 (rounded to nearest even)")
+      ->required()
+      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
+  commands.export_command->add_option("-o,--output", exported.output_path, "The safetensors file to write (must not exist)")
+      ->required();
 }
 
 std::optional<int> run_checkpoint_command(const CheckpointCommands& commands) {
@@ -591,6 +622,9 @@ std::optional<int> run_checkpoint_command(const CheckpointCommands& commands) {
     return run_checkpoint_inspect_command(commands.inspect_flags);
   }
   if (commands.diff != nullptr && commands.diff->parsed()) return run_checkpoint_diff_command(commands.diff_flags);
+  if (commands.export_command != nullptr && commands.export_command->parsed()) {
+    return run_checkpoint_export_command(commands.export_flags);
+  }
   return std::nullopt;
 }
 

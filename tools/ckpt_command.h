@@ -10,7 +10,8 @@
 //   0  verified / inspected / identical;
 //   1  the checkpoint is damaged (checksum, size, header, tensor set, an uncommitted or torn
 //      tag, a format version this build does not read), or the two checkpoints differ;
-//   2  bad input: flags, a directory or tag that does not exist, models of different shapes;
+//   2  bad input: flags, a directory or tag that does not exist, models of different shapes, an
+//      export's output file that exists already;
 //   3  environment error: a system call failed (permissions, EIO).
 #pragma once
 
@@ -43,6 +44,12 @@ struct CheckpointInspectFlags {
   bool json = false;
 };
 
+struct CheckpointExportFlags {
+  CheckpointLocationFlags location;
+  std::string dtype;  // fp32, fp16 or bf16
+  std::string output_path;
+};
+
 struct CheckpointDiffFlags {
   CheckpointLocationFlags a;
   CheckpointLocationFlags b;
@@ -55,6 +62,8 @@ struct CheckpointCommands {
   CheckpointVerifyFlags verify_flags;
   CheckpointInspectFlags inspect_flags;
   CheckpointDiffFlags diff_flags;
+  CheckpointExportFlags export_flags;
+  CLI::App* export_command = nullptr;
   CLI::App* verify = nullptr;
   CLI::App* inspect = nullptr;
   CLI::App* diff = nullptr;
@@ -69,6 +78,7 @@ std::optional<int> run_checkpoint_command(const CheckpointCommands& commands);
 int run_checkpoint_verify_command(const CheckpointVerifyFlags& flags);
 int run_checkpoint_inspect_command(const CheckpointInspectFlags& flags);
 int run_checkpoint_diff_command(const CheckpointDiffFlags& flags);
+int run_checkpoint_export_command(const CheckpointExportFlags& flags);
 
 // The exit code (see above) for a failed Status of these commands. Unlike exit_code_for of
 // `zerosim train`, kUnimplemented (a newer format version) is damage-like (1), not bad input:
