@@ -255,12 +255,37 @@ Result<Scenario> scenario_from_json(const json& document, const std::string& sou
           return invalid_argument(where + ".resumed_at_step: expected a step >= 0");
         }
         scenario.expect_resumed_at_step = it->get<int64_t>();
+      } else if (it.key() == "checkpoint") {
+        const std::string at = where + ".checkpoint";
+        if (!it->is_object() || it->empty()) return invalid_argument(at + ": expected {\"tags\": [...], \"latest\": TAG or null}");
+        for (auto field = it->begin(); field != it->end(); ++field) {
+          if (field.key() == "tags") {
+            ZEROSIM_RETURN_IF_ERROR(require_string_list(*field, at + ".tags"));
+            std::vector<std::string> tags;
+            for (const json& tag : *field) {
+              Status valid = validate_checkpoint_tag(tag.get<std::string>());
+              if (!valid.ok()) return invalid_argument(at + ".tags: " + valid.message());
+              tags.push_back(tag.get<std::string>());
+            }
+            scenario.expect_checkpoint_tags = tags;
+          } else if (field.key() == "latest") {
+            if (field->is_null()) {
+              scenario.expect_latest = "";
+            } else if (field->is_string() && validate_checkpoint_tag(field->get<std::string>()).ok()) {
+              scenario.expect_latest = field->get<std::string>();
+            } else {
+              return invalid_argument(at + ".latest: expected a tag name or null, found " + field->dump());
+            }
+          } else {
+            return invalid_argument(at + "." + field.key() + ": unknown key; " + unknown_key_hint(field.key(), {"tags", "latest"}));
+          }
+        }
       } else if (it.key() == "error") {
         if (!it->is_string() || it->get<std::string>().empty()) return invalid_argument(where + ".error: expected a message part");
         scenario.expect_error = it->get<std::string>();
         scenario.expect_bit_identical = false;
       } else {
-        return invalid_argument(where + "." + it.key() + ": unknown key; " + unknown_key_hint(it.key(), {"bit_identical", "error", "resumed_at_step"}));
+        return invalid_argument(where + "." + it.key() + ": unknown key; " + unknown_key_hint(it.key(), {"bit_identical", "error", "resumed_at_step", "checkpoint"}));
       }
     }
   }
@@ -282,6 +307,26 @@ Result<Scenario> scenario_from_json(const json& document, const std::string& sou
       return invalid_argument(source_name + ": " + key + ": expected true or false, found " + document[key].dump());
     }
     *target = document[key].get<bool>();
+  }
+  if (document.contains("restart_killed_after_step")) {
+    const json& step = document["restart_killed_after_step"];
+    const std::string where = source_name + ": restart_killed_after_step";
+    if (!step.is_number_integer() || step.get<int64_t>() < 1 || step.get<int64_t>() >= scenario.run.total_steps) {
+      return invalid_argument(where + ": expected a step between 1 and steps - 1, found " + step.dump());
+    }
+    if (scenario.resume_save_every < 1) {
+      return invalid_argument(where + ": the first restart must save for the second to resume from its saves: give resume_save_every");
+    }
+    if (!(scenario.resume_load == CheckpointLoadOptions{})) {
+      return invalid_argument(where + ": a chain of resumes with load options has no model yet; drop one of them");
+    }
+    scenario.restart_killed_after_step = step.get<int64_t>();
+  }
+  if (document.contains("save_at_start")) {
+    if (!document["save_at_start"].is_boolean()) {
+      return invalid_argument(source_name + ": save_at_start: expected true or false, found " + document["save_at_start"].dump());
+    }
+    scenario.save_at_start = document["save_at_start"].get<bool>();
   }
   if (scenario.resume_load.module_only && scenario.resume_load.describe() != "load_module_only=true") {
     return invalid_argument(source_name + ": resume_load_module_only: give it alone (DeepSpeed's module-only load "
@@ -567,6 +612,7 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
   CheckpointPlan saving;
   saving.save_directory = run.checkpoint_directory;
   saving.save_every_steps = run.save_every_steps;
+  if (scenario.save_at_start) saving.save_at_steps = {0};
   // The first phase runs as `zerosim train` does: with a stop handler installed (set only by a
   // scenario's SIGTERM), and saving on the signal.
   std::atomic<bool> sigterm{false};
@@ -656,15 +702,40 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
     if (applied.applied) damaged.push_back(std::move(applied));
   }
   if (!verdict.damage.empty()) verdict.crash += ", then at-rest damage: " + verdict.damage;
-  // The disk as the restart finds it, kept for a second resume that captures the full state.
-  const std::unique_ptr<SimDisk> restart_disk = disk.clone();
+  // What the restart finds: the complete tags and `latest`, against the expectation.
+  std::string checkpoint_finding;
+  if (scenario.expect_checkpoint_tags || scenario.expect_latest) {
+    Result<std::vector<std::string>> listed = list_complete_tags(disk, run.checkpoint_directory);
+    if (!listed.ok() && listed.status().code() != StatusCode::kNotFound) return listed.status();
+    const std::vector<std::string> tags = listed.ok() ? *listed : std::vector<std::string>{};
+    Result<std::string> latest = read_latest_tag(disk, run.checkpoint_directory);
+    const std::string latest_tag = latest.ok() ? *latest : "";
+    auto joined = [](const std::vector<std::string>& names) {
+      std::string text;
+      for (const std::string& name : names) text += (text.empty() ? "" : ", ") + name;
+      return "[" + text + "]";
+    };
+    if (scenario.expect_checkpoint_tags && tags != *scenario.expect_checkpoint_tags) {
+      checkpoint_finding = "after the first phase the complete tags are " + joined(tags) + ", expected " +
+                           joined(*scenario.expect_checkpoint_tags);
+    } else if (scenario.expect_latest && latest_tag != *scenario.expect_latest) {
+      checkpoint_finding = "after the first phase `latest` names " + (latest_tag.empty() ? std::string("nothing") : latest_tag) +
+                           ", expected " + (scenario.expect_latest->empty() ? std::string("none") : *scenario.expect_latest);
+    }
+  }
+  // A checkpoint that is not what the scenario expects fails it, whatever the resume did.
+  auto with_checkpoint_finding = [&](ScenarioVerdict& judged) {
+    if (checkpoint_finding.empty()) return;
+    judged.passed = false;
+    judged.diagnosis = checkpoint_finding + (judged.diagnosis.empty() ? "" : "; " + judged.diagnosis);
+  };
 
   // The restart: config and durable disk only.
   auto resume = [&](SimDisk& resume_disk, const TrainingOptions& options_of_resume) -> Result<TrainingRun> {
     SimWorld resume_world(resume_disk, options_of_resume.world_size, FaultPlan{}, no_crash, &defects);
     CheckpointPlan resuming;
     resuming.resume_directory = run.checkpoint_directory;
-    resuming.resume_tag = scenario.resume_tag;
+    resuming.resume_tag = scenario.restart_killed_after_step >= 0 ? std::string("latest") : scenario.resume_tag;
     resuming.resume_load = scenario.resume_load;
     if (scenario.resume_save_every > 0) {
       resuming.save_directory = run.checkpoint_directory;
@@ -672,6 +743,36 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
     }
     return run_training(options_of_resume, run.total_steps, resume_world.seams(), resuming);
   };
+  // A chain of resumes: a first restart that saves, killed by a power loss after a step; the
+  // second restart (below) is the one judged, from the first restart's saves.
+  if (scenario.restart_killed_after_step >= 0) {
+    SimWorld first_restart_world(disk, resume_options.world_size, FaultPlan{}, no_crash, &defects);
+    CheckpointPlan first_restart;
+    first_restart.resume_directory = run.checkpoint_directory;
+    first_restart.resume_tag = scenario.resume_tag;
+    first_restart.resume_load = scenario.resume_load;
+    first_restart.save_directory = run.checkpoint_directory;
+    first_restart.save_every_steps = scenario.resume_save_every;
+    first_restart.save_at_end = false;  // it is killed after that step, not ended
+    TrainingOptions first_restart_options = resume_options;
+    first_restart_options.digest_every_step = false;
+    const Result<TrainingRun> restarted =
+        run_training(first_restart_options, scenario.restart_killed_after_step, first_restart_world.seams(), first_restart);
+    if (!restarted.ok()) {
+      verdict.outcome = "the first restart of the chain failed: " + restarted.status().to_string();
+      verdict.diagnosis = verdict.outcome;
+      return verdict_before_comparison();
+    }
+    disk.crash_with_seed(run.seed + 1);
+    verdict.crash += ", then a restart that saved up to step " + std::to_string(scenario.restart_killed_after_step) +
+                     " and lost its power";
+    if (restarted->last_saved_step >= 0) {
+      verdict.committed_steps.push_back(restarted->last_saved_step);
+      verdict.committed_step = restarted->last_saved_step;
+    }
+  }
+  // The disk as the (judged) restart finds it, kept for a second resume that captures the full state.
+  const std::unique_ptr<SimDisk> restart_disk = disk.clone();
   const Result<TrainingRun> resumed = resume(disk, resume_options);
   if (!resumed.ok()) {
     verdict.outcome = "refused: " + resumed.status().to_string();
@@ -699,6 +800,7 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
     verdict.diagnosis = verdict.passed ? ""
                         : "the resume failed: " + resumed.status().to_string() +
                               (damaged.empty() ? "" : " (without naming the damaged file " + damaged.front().path + ")");
+    with_checkpoint_finding(verdict);
     return verdict_before_comparison();
   }
   verdict.notes = resumed->notes;
@@ -913,6 +1015,7 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
       verdict.outcome += " (with a warning)";
     }
   }
+  with_checkpoint_finding(verdict);
   return verdict;
 }
 

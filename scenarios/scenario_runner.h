@@ -17,6 +17,14 @@
 //   "defects": ["scheduler_not_restored", ...] (zerosim defects lists the names)
 //   "expect": {"bit_identical": true} or {"error": "a part of the refusal's message"}
 //   "expect": {"resumed_at_step": 2} as well: the step the resume must start from
+//   "expect": {"checkpoint": {"tags": ["global_step2"], "latest": "global_step2"}} as well: the
+//       complete tags (in step order) and what `latest` names when the restart finds the disk
+//       (after the power loss, the operator's actions and the damage); "latest": null, none
+//   "restart_killed_after_step": 7: a chain of resumes: the first restart (saving every
+//       resume_save_every steps and at its end) is killed after step 7 by a power loss, and a
+//       second restart resumes from what it saved; the oracle judges the second
+//   "save_at_start": true: the first phase also saves its starting state (global_step0), before
+//       any step, as DeepSpeed's save_checkpoint does when called before training
 //   "resume_tag": "global_step2" (default "latest"): the tag the restart asks for
 //   "resume_load_optimizer_states": false, "resume_load_lr_scheduler_states": false,
 //   "resume_load_module_only": true: DeepSpeed's load_checkpoint options for the restart
@@ -81,6 +89,12 @@ struct Scenario {
   std::string expect_error;  // when set: the resume must be refused with this in its message
   int64_t expect_resumed_at_step = -1;  // when >= 0: the step the resume must start from
   std::string resume_tag = "latest";    // the tag the restart asks for
+  bool save_at_start = false;           // the first phase saves global_step0 before any step
+  int64_t restart_killed_after_step = -1;  // >= 0: a first restart runs to here, then a power loss
+  // What the restart finds on the disk: the complete tags in step order, and `latest`'s tag
+  // ("" when there is none). Checked when set.
+  std::optional<std::vector<std::string>> expect_checkpoint_tags;
+  std::optional<std::string> expect_latest;
   CheckpointLoadOptions resume_load;    // what the restart's load restores
   // The restart's DeepSpeed config when it differs from the first phase's (an operator who
   // changed the offload device, the sub-group size, ...); the batch arithmetic follows the

@@ -250,6 +250,21 @@ TEST(ScenarioFile, BadKeysAndNamesAreRefusedNamingThem) {
   EXPECT_NE(expect.status().message().find("expect.bit_identicl: unknown key; did you mean bit_identical?"),
             std::string::npos)
       << expect.status().to_string();
+  // The keys of the [options] issue: load options, save moments, checkpoint expectations.
+  for (const auto& [text, part] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"resume_load_optimizer_states": "no"})", "resume_load_optimizer_states: expected true or false"},
+           {R"({"resume_load_module_only": true, "resume_load_optimizer_states": false})", "resume_load_module_only: give it alone"},
+           {R"({"save_at_start": 1})", "save_at_start: expected true or false"},
+           {R"({"restart_killed_after_step": 3})", "restart_killed_after_step: the first restart must save"},
+           {R"({"restart_killed_after_step": 9, "resume_save_every": 2})", "restart_killed_after_step: expected a step between 1 and steps - 1"},
+           {R"({"resume_save_every": 2, "restart_killed_after_step": 3, "resume_load_module_only": true})", "chain of resumes with load options"},
+           {R"({"expect": {"checkpoint": {"tags": ["../x"]}}})", "expect.checkpoint.tags"},
+           {R"({"expect": {"checkpoint": {"latest": 4}}})", "expect.checkpoint.latest: expected a tag name or null"},
+           {R"({"expect": {"checkpoint": {"lastest": "global_step2"}}})", "did you mean latest?"}}) {
+    const Result<Scenario> refused = scenario_from_json(nlohmann::json::parse(text), "s.json");
+    ASSERT_FALSE(refused.ok()) << text;
+    EXPECT_NE(refused.status().message().find(part), std::string::npos) << text << ": " << refused.status().to_string();
+  }
 }
 
 }  // namespace
