@@ -168,6 +168,16 @@ ScenarioShape normalize_shape(ScenarioShape shape) {
     shape.resume_change = "none";
   }
   if (shape.resume_change != "none") shape.damaged = false;
+  // Load options: not with a change the restart must refuse (a fresh optimizer may change the
+  // optimizer, a module-only load the dataset), nor where no model of the load exists yet
+  // ("deepspeed" numerics across a world-size change).
+  if (shape.resume_load != "no_optimizer" && shape.resume_load != "no_scheduler" && shape.resume_load != "module_only") {
+    shape.resume_load = "all";
+  }
+  if (shape.resume_change != "none" ||
+      (shape.numerics == "deepspeed" && shape.resume_world_size != 0 && shape.resume_world_size != shape.world_size)) {
+    shape.resume_load = "all";
+  }
   if (!shape.damaged) {
     shape.damage = AtRestDamage{};
   } else {
@@ -257,6 +267,7 @@ ScenarioShape generate_shape(uint64_t seed) {
   shape.damage.keep_bytes = static_cast<uint64_t>(pick(0, 1 << 16));
   shape.resume_change =
       pick(0, 9) == 0 ? one_of(std::array<const char*, 4>{"seed", "dataset_size", "model", "optimizer"}) : "none";
+  shape.resume_load = pick(0, 7) == 0 ? one_of(std::array<const char*, 3>{"no_optimizer", "no_scheduler", "module_only"}) : "all";
   return normalize_shape(shape);
 }
 
@@ -373,6 +384,9 @@ json scenario_document(const ScenarioShape& input, const std::string& name) {
     actions.push_back(action);
   }
   if (!actions.empty()) document["operator_actions"] = actions;
+  if (shape.resume_load == "no_optimizer") document["resume_load_optimizer_states"] = false;
+  if (shape.resume_load == "no_scheduler") document["resume_load_lr_scheduler_states"] = false;
+  if (shape.resume_load == "module_only") document["resume_load_module_only"] = true;
   if (shape.resume_change != "none") {
     if (shape.resume_change == "seed") document["resume_changes"] = {{"seed", shape.seed + 1}};
     if (shape.resume_change == "dataset_size") document["resume_changes"] = {{"dataset_size", 61}};
@@ -471,6 +485,7 @@ std::string describe_shape(const ScenarioShape& shape) {
   }
   if (shape.damaged) text += ", at rest: " + shape.damage.describe();
   if (shape.resume_change != "none") text += ", restart with another " + shape.resume_change + " (refused)";
+  if (shape.resume_load != "all") text += ", restart loading " + shape.resume_load;
   return text;
 }
 
@@ -490,6 +505,7 @@ std::vector<ScenarioShape> shrink_candidates(const ScenarioShape& shape) {
   add([](ScenarioShape& s) { s.fault = GeneratedFault::kNone; });
   add([](ScenarioShape& s) { s.damaged = false; });
   add([](ScenarioShape& s) { s.resume_change = "none"; });
+  add([](ScenarioShape& s) { s.resume_load = "all"; });
   add([](ScenarioShape& s) { s.storage_fault = StorageFault::kLostWriteShard; });
   add([](ScenarioShape& s) { s.keep_last = 0; });
   add([](ScenarioShape& s) { s.scheduler = "WarmupLR"; });

@@ -113,6 +113,9 @@ struct ScenarioShape {
   bool damaged = false;
   AtRestDamage damage;
   std::string resume_change = "none";  // none, seed, dataset_size, model, optimizer (AdamW -> Adam with L2 decay)
+  // DeepSpeed's load options for the restart (CheckpointLoadOptions): all, no_optimizer
+  // (load_optimizer_states=false), no_scheduler (load_lr_scheduler_states=false), module_only.
+  std::string resume_load = "all";
 
   bool operator==(const ScenarioShape&) const = default;
 };

@@ -133,6 +133,7 @@ TEST(Generator, EveryDimensionIsDrawnInAThousandsOfCasesCampaign) {
       ++seen["damage of the " + shape.damage.tag + " tag"];
     }
     if (shape.resume_change != "none") ++seen["restart changes " + shape.resume_change];
+    ++seen["restart loads " + shape.resume_load];
   }
   std::vector<std::string> wanted;
   for (int fault = 0; fault < kGeneratedFaultCount; ++fault) wanted.push_back("fault " + std::to_string(fault));
@@ -147,7 +148,8 @@ TEST(Generator, EveryDimensionIsDrawnInAThousandsOfCasesCampaign) {
         "damage truncate shard", "damage truncate manifest", "damage remove shard", "damage remove manifest",
         "damage remove latest", "damage stale_copy shard", "damage stale_copy manifest", "damage other_rank shard",
         "damage of the newest tag", "damage of the previous tag", "restart changes seed", "restart changes dataset_size",
-        "restart changes model", "restart changes optimizer"}) {
+        "restart changes model", "restart changes optimizer", "restart loads all", "restart loads no_optimizer",
+        "restart loads no_scheduler", "restart loads module_only"}) {
     wanted.push_back(name);
   }
   for (const std::string& name : wanted) {
