@@ -15,19 +15,9 @@ namespace {
 // Elements converted at a time: 4 MiB of fp32 in, at most as much out.
 constexpr int64_t kExportChunkElements = int64_t{1} << 20;
 
-std::string parent_directory(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
 Result<std::string> manifest_seal(Disk& disk, const std::string& tag_directory) {
   const std::string path = tag_directory + "/" + kManifestFileName;
-  ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<File> file, disk.open(path, {OpenMode::kReadOnly}));
-  ZEROSIM_ASSIGN_OR_RETURN(uint64_t size, file->size_bytes());
-  std::vector<std::byte> bytes(size);
-  if (size > 0) ZEROSIM_RETURN_IF_ERROR(file->read_exact(0, bytes));
-  ZEROSIM_RETURN_IF_ERROR(file->close());
+  ZEROSIM_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, read_whole_file(disk, path));
   const nlohmann::json document = nlohmann::json::parse(reinterpret_cast<const char*>(bytes.data()),
                                                         reinterpret_cast<const char*>(bytes.data()) + bytes.size(),
                                                         nullptr, /*allow_exceptions=*/false);

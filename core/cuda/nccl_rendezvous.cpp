@@ -10,6 +10,7 @@
 
 #include "core/cuda/nccl_comm.h"
 #include "core/cuda/nccl_comm_internal.h"
+#include "core/env/disk.h"
 
 namespace zerosim {
 
@@ -55,11 +56,6 @@ Result<ncclUniqueId> parse_rendezvous(const std::string& text, int world_size, c
     id.internal[i] = static_cast<char>(high * 16 + low);
   }
   return id;
-}
-
-std::string parent_directory(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
 }
 
 }  // namespace

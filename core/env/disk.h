@@ -100,6 +100,12 @@ class Disk {
 // Convenience helpers built on the seam (no I/O of their own).
 Status write_whole_file(Disk& disk, const std::string& path, std::span<const std::byte> data, bool sync);
 Result<std::vector<std::byte>> read_whole_file(Disk& disk, const std::string& path);
+// The directory holding `path` (what a rename into it makes durable with sync_directory):
+// "." for a bare name, "/" for a file at the root.
+inline std::string parent_directory(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+}
 
 // The real implementation: POSIX calls on the host file system. Every system call is
 // checked; EINTR is retried; errors carry strerror and the path.
