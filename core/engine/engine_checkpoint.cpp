@@ -525,13 +525,14 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
 Status RankEngine::reset_as_loaded(const CheckpointLoadOptions& load) {
   ZEROSIM_CHECK(!step_in_progress_, "reset_as_loaded between steps only");
   const double checkpoint_learning_rate = next_step_learning_rate();
+  // A fresh engine's scheduler: what a load that does not restore it leaves, and (its lr) the
+  // learning rate of a fresh optimizer.
+  ZEROSIM_ASSIGN_OR_RETURN(LearningRateScheduler fresh_scheduler,
+                           LearningRateScheduler::create(options_.config.scheduler, options_.config.optimizer.learning_rate));
+  const double fresh_learning_rate = fresh_scheduler.current_lr();
   if (load.fresh_optimizer()) {
     // The master becomes the 16-bit parameters widened; moments zero, step count 0.
-    size_t flat_elements = 0;
-    for (const SubGroup& group : layout_.sub_groups) {
-      flat_elements = std::max(flat_elements, static_cast<size_t>(group.flat_offset + group.element_count));
-    }
-    std::vector<float> widened(flat_elements, 0.0f);
+    std::vector<float> widened(static_cast<size_t>(layout_.flat_element_count), 0.0f);
     const int rank = comm_.rank();
     ZEROSIM_RETURN_IF_ERROR(for_each_partition_state([&](int64_t p, const PartitionStateView& view) {
       const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
@@ -557,19 +558,12 @@ Status RankEngine::reset_as_loaded(const CheckpointLoadOptions& load) {
     ZEROSIM_ASSIGN_OR_RETURN(LossScaler fresh_scaler, LossScaler::from_config(options_.config.loss_scaler, model_dtype_));
     loss_scaler_.emplace(std::move(fresh_scaler));
   }
-  if (!load.restores_scheduler()) {
-    ZEROSIM_ASSIGN_OR_RETURN(LearningRateScheduler fresh_scheduler,
-                             LearningRateScheduler::create(options_.config.scheduler, options_.config.optimizer.learning_rate));
-    scheduler_.emplace(std::move(fresh_scheduler));
-  }
+  if (!load.restores_scheduler()) scheduler_.emplace(std::move(fresh_scheduler));
   if (load.module_only) {
     counters_ = TrainingCounters{};
     optimizer_learning_rate_.reset();
   } else if (load.fresh_optimizer()) {
-    // A fresh optimizer's lr: the lr a fresh scheduler starts with.
-    ZEROSIM_ASSIGN_OR_RETURN(LearningRateScheduler fresh_scheduler,
-                             LearningRateScheduler::create(options_.config.scheduler, options_.config.optimizer.learning_rate));
-    optimizer_learning_rate_ = fresh_scheduler.current_lr();
+    optimizer_learning_rate_ = fresh_learning_rate;
   } else {
     optimizer_learning_rate_ = checkpoint_learning_rate;  // restored with the optimizer
   }
