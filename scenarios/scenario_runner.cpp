@@ -301,7 +301,8 @@ Result<Scenario> scenario_from_json(const json& document, const std::string& sou
   for (const auto& [key, target] :
        {std::pair{"resume_load_optimizer_states", &scenario.resume_load.optimizer_states},
         std::pair{"resume_load_lr_scheduler_states", &scenario.resume_load.lr_scheduler_states},
-        std::pair{"resume_load_module_only", &scenario.resume_load.module_only}}) {
+        std::pair{"resume_load_module_only", &scenario.resume_load.module_only},
+        std::pair{"save_at_start", &scenario.save_at_start}}) {
     if (!document.contains(key)) continue;
     if (!document[key].is_boolean()) {
       return invalid_argument(source_name + ": " + key + ": expected true or false, found " + document[key].dump());
@@ -321,12 +322,6 @@ Result<Scenario> scenario_from_json(const json& document, const std::string& sou
       return invalid_argument(where + ": a chain of resumes with load options has no model yet; drop one of them");
     }
     scenario.restart_killed_after_step = step.get<int64_t>();
-  }
-  if (document.contains("save_at_start")) {
-    if (!document["save_at_start"].is_boolean()) {
-      return invalid_argument(source_name + ": save_at_start: expected true or false, found " + document["save_at_start"].dump());
-    }
-    scenario.save_at_start = document["save_at_start"].get<bool>();
   }
   if (scenario.resume_load.module_only && scenario.resume_load.describe() != "load_module_only=true") {
     return invalid_argument(source_name + ": resume_load_module_only: give it alone (DeepSpeed's module-only load "
@@ -491,7 +486,7 @@ Result<AppliedDamage> apply_damage(const AtRestDamage& damage, int world_size, c
   switch (damage.kind) {
     case AtRestDamage::Kind::kRemove:
       ZEROSIM_RETURN_IF_ERROR(disk.remove_file(applied.path));
-      ZEROSIM_RETURN_IF_ERROR(disk.sync_directory(applied.path.substr(0, applied.path.find_last_of('/'))));
+      ZEROSIM_RETURN_IF_ERROR(disk.sync_directory(parent_directory(applied.path)));
       break;
     case AtRestDamage::Kind::kFlipBit:
     case AtRestDamage::Kind::kTruncate: {
@@ -730,29 +725,31 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
     judged.diagnosis = checkpoint_finding + (judged.diagnosis.empty() ? "" : "; " + judged.diagnosis);
   };
 
-  // The restart: config and durable disk only.
+  // A restart's checkpoint plan: load `tag` with the scenario's load options, and save as the
+  // scenario says.
+  auto restart_plan = [&](const std::string& tag) {
+    CheckpointPlan plan;
+    plan.resume_directory = run.checkpoint_directory;
+    plan.resume_tag = tag;
+    plan.resume_load = scenario.resume_load;
+    if (scenario.resume_save_every > 0) {
+      plan.save_directory = run.checkpoint_directory;
+      plan.save_every_steps = scenario.resume_save_every;
+    }
+    return plan;
+  };
+  // The restart: config and durable disk only. After a chain's first restart, from `latest`.
   auto resume = [&](SimDisk& resume_disk, const TrainingOptions& options_of_resume) -> Result<TrainingRun> {
     SimWorld resume_world(resume_disk, options_of_resume.world_size, FaultPlan{}, no_crash, &defects);
-    CheckpointPlan resuming;
-    resuming.resume_directory = run.checkpoint_directory;
-    resuming.resume_tag = scenario.restart_killed_after_step >= 0 ? std::string("latest") : scenario.resume_tag;
-    resuming.resume_load = scenario.resume_load;
-    if (scenario.resume_save_every > 0) {
-      resuming.save_directory = run.checkpoint_directory;
-      resuming.save_every_steps = scenario.resume_save_every;
-    }
+    const CheckpointPlan resuming =
+        restart_plan(scenario.restart_killed_after_step >= 0 ? std::string("latest") : scenario.resume_tag);
     return run_training(options_of_resume, run.total_steps, resume_world.seams(), resuming);
   };
   // A chain of resumes: a first restart that saves, killed by a power loss after a step; the
   // second restart (below) is the one judged, from the first restart's saves.
   if (scenario.restart_killed_after_step >= 0) {
     SimWorld first_restart_world(disk, resume_options.world_size, FaultPlan{}, no_crash, &defects);
-    CheckpointPlan first_restart;
-    first_restart.resume_directory = run.checkpoint_directory;
-    first_restart.resume_tag = scenario.resume_tag;
-    first_restart.resume_load = scenario.resume_load;
-    first_restart.save_directory = run.checkpoint_directory;
-    first_restart.save_every_steps = scenario.resume_save_every;
+    CheckpointPlan first_restart = restart_plan(scenario.resume_tag);
     first_restart.save_at_end = false;  // it is killed after that step, not ended
     TrainingOptions first_restart_options = resume_options;
     first_restart_options.digest_every_step = false;
@@ -834,14 +831,8 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
     TrainingOptions modelled_options = options;
     modelled_options.capture_state_at_step = capture_step;
     ZEROSIM_ASSIGN_OR_RETURN(TrainingRun modelled, run_training(modelled_options, run.total_steps, world.seams(), modelling));
-    if (scenario.resume_load.module_only && loaded_step > 0) {
-      // Its steps after the modelled load, with the state right after it as the start.
-      const size_t kept_from = static_cast<size_t>(loaded_step);
-      modelled.initial_digests = modelled.step_digests[kept_from - 1];
-      modelled.steps.erase(modelled.steps.begin(), modelled.steps.begin() + static_cast<ptrdiff_t>(kept_from));
-      modelled.step_digests.erase(modelled.step_digests.begin(),
-                                  modelled.step_digests.begin() + static_cast<ptrdiff_t>(kept_from));
-    }
+    // A module-only model counts again from 0: its steps after the modelled load.
+    if (scenario.resume_load.module_only) keep_steps_after(modelled, loaded_step);
     return modelled;
   };
   std::optional<TrainingRun> load_options_expected;

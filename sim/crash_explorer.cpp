@@ -67,6 +67,16 @@ std::string value_with_bits(Value value) {
 
 }  // namespace
 
+void keep_steps_after(TrainingRun& run, int64_t step) {
+  if (step <= 0) return;
+  const size_t kept_from = static_cast<size_t>(step);
+  ZEROSIM_CHECK(run.steps.size() >= kept_from && run.step_digests.size() == run.steps.size(),
+                "keep_steps_after: the run has no digest of that step");
+  run.initial_digests = run.step_digests[kept_from - 1];
+  run.steps.erase(run.steps.begin(), run.steps.begin() + static_cast<ptrdiff_t>(kept_from));
+  run.step_digests.erase(run.step_digests.begin(), run.step_digests.begin() + static_cast<ptrdiff_t>(kept_from));
+}
+
 Divergence find_first_divergence(const TrainingRun& reference, const TrainingRun& resumed, int64_t first_step) {
   Divergence divergence;
   divergence.found = true;

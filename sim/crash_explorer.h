@@ -179,6 +179,11 @@ struct Divergence {
   std::string describe() const;  // "after load (step 4): scheduler"; empty when not found
 };
 
+// The part of `run` after `step`: its steps and per-step digests from step + 1 on, with the
+// state after `step` as its start. How a run that counts its steps from 0 again after `step`
+// (the model of a module-only load) is put beside the resumed run.
+void keep_steps_after(TrainingRun& run, int64_t step);
+
 // Compares a resumed run with the reference from `first_step` on: the state right after the
 // load against the reference's state at first_step, then every step (the step record's fields,
 // then every component of the state after it).

@@ -195,11 +195,7 @@ RC_GTEST_PROP(CheckpointProperty, ALoadWithOptionsFollowsItsModelAtEveryStep, ()
   if (load.module_only) {
     // The model counts its steps from 0 again after the saved step: total_steps more.
     RC_ASSERT(model_run.steps.size() == static_cast<size_t>(save_step + total_steps));
-    if (save_step > 0) {
-      model_run.initial_digests = model_run.step_digests[static_cast<size_t>(save_step - 1)];
-      model_run.steps.erase(model_run.steps.begin(), model_run.steps.begin() + save_step);
-      model_run.step_digests.erase(model_run.step_digests.begin(), model_run.step_digests.begin() + save_step);
-    }
+    keep_steps_after(model_run, save_step);
   }
   const std::string difference = compare_steps(model_run, *after, load.module_only ? 0 : save_step);
   if (!difference.empty()) RC_FAIL("the load with " + load.describe() + " differs from its model at " + difference);
