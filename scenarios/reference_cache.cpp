@@ -13,6 +13,7 @@ std::string reference_key(const TrainingOptions& options, int64_t step_count) {
       {"model", options.model.layer_widths},
       {"data", {options.data.seed, options.data.sample_count, options.data.feature_count, options.data.class_count}},
       {"seed", options.seed},
+      {"frozen_parameters", options.frozen_parameters},
       {"world_size", options.world_size},
       {"simd_path", options.simd_path ? static_cast<int>(*options.simd_path) : -1},
       {"compute_device", options.compute.name},

@@ -32,7 +32,8 @@ const std::vector<std::string_view> kScenarioKeys = {
     "seed",    "dataset_size", "save_every",      "explored_save_step", "steps",            "crash_state_bound",
     "config",  "name",       "description",       "fault_plan",        "operator_actions", "defects",
     "expect",  "resume_tag", "resume_config",     "cause_class",       "catches",          "resume_changes",
-    "resume_save_every", "resume_load_optimizer_states", "resume_load_lr_scheduler_states", "resume_load_module_only", "save_at_start", "restart_killed_after_step"};
+    "resume_save_every", "resume_load_optimizer_states", "resume_load_lr_scheduler_states", "resume_load_module_only", "save_at_start", "restart_killed_after_step",
+    "frozen_parameters", "save_exclude_frozen_parameters"};
 
 class ScenarioReader {
  public:
@@ -192,6 +193,26 @@ Result<CrashScenario> crash_scenario_from_json(const json& document, const std::
   options.data.feature_count = model->layer_widths.front();
   options.data.class_count = model->layer_widths.back();
   options.run_id = "explore";
+  if (document.contains("frozen_parameters")) {
+    const json& frozen = document["frozen_parameters"];
+    if (!frozen.is_array() || frozen.empty()) {
+      return reader.error("frozen_parameters", "expected a non-empty list of parameter names, found " + frozen.dump());
+    }
+    for (const json& name : frozen) {
+      if (!name.is_string() || name.get<std::string>().empty()) {
+        return reader.error("frozen_parameters", "expected parameter names (non-empty strings), found " + name.dump());
+      }
+      options.frozen_parameters.push_back(name.get<std::string>());
+    }
+  }
+  if (document.contains("save_exclude_frozen_parameters")) {
+    const json& exclude = document["save_exclude_frozen_parameters"];
+    if (!exclude.is_boolean()) return reader.error("save_exclude_frozen_parameters", "expected true or false, found " + exclude.dump());
+    if (exclude.get<bool>() && options.frozen_parameters.empty()) {
+      return reader.error("save_exclude_frozen_parameters", "true without frozen_parameters: there is nothing to exclude");
+    }
+    scenario.save_options.exclude_frozen_parameters = exclude.get<bool>();
+  }
   Status valid = validate_training_options(options);
   if (!valid.ok()) return invalid_argument(source_name + ": " + valid.message());
   return scenario;

@@ -220,11 +220,14 @@ Result<Scenario> scenario_from_json(const json& document, const std::string& sou
   if (document.contains("resume_changes")) {
     const json& changes = document["resume_changes"];
     const std::string where = source_name + ": resume_changes";
-    if (!changes.is_object() || changes.empty()) return invalid_argument(where + ": expected an object of seed, dataset_size, model");
+    if (!changes.is_object() || changes.empty()) {
+      return invalid_argument(where + ": expected an object of seed, dataset_size, model, frozen_parameters");
+    }
     json restart = document;
     for (const auto& [key, value] : changes.items()) {
-      if (key != "seed" && key != "dataset_size" && key != "model") {
-        return invalid_argument(where + "." + key + ": unknown key; " + unknown_key_hint(key, {"seed", "dataset_size", "model"}));
+      if (key != "seed" && key != "dataset_size" && key != "model" && key != "frozen_parameters") {
+        return invalid_argument(where + "." + key + ": unknown key; " +
+                                unknown_key_hint(key, {"seed", "dataset_size", "model", "frozen_parameters"}));
       }
       restart[key] = value;
     }
@@ -559,6 +562,7 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
     resume_options.model = scenario.resume_settings->model;
     resume_options.data = scenario.resume_settings->data;
     resume_options.seed = scenario.resume_settings->seed;
+    resume_options.frozen_parameters = scenario.resume_settings->frozen_parameters;
   }
   ScenarioVerdict verdict;
   verdict.name = scenario.name;
@@ -578,6 +582,7 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
       saving_one.save_directory = run.checkpoint_directory;
       saving_one.save_at_steps = {save_step};
       saving_one.save_at_end = false;
+      saving_one.save_options = run.save_options;
     }
     return run_training(reference_options, run.total_steps, reference_world.seams(), saving_one);
   };
@@ -607,6 +612,7 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
   CheckpointPlan saving;
   saving.save_directory = run.checkpoint_directory;
   saving.save_every_steps = run.save_every_steps;
+  saving.save_options = run.save_options;
   if (scenario.save_at_start) saving.save_at_steps = {0};
   // The first phase runs as `zerosim train` does: with a stop handler installed (set only by a
   // scenario's SIGTERM), and saving on the signal.
@@ -735,6 +741,7 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
     if (scenario.resume_save_every > 0) {
       plan.save_directory = run.checkpoint_directory;
       plan.save_every_steps = scenario.resume_save_every;
+      plan.save_options = run.save_options;
     }
     return plan;
   };

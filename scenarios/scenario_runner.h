@@ -10,8 +10,11 @@
 //                                 (zerosim train --save-on-signal), then exits
 //       {"damage": "flip_bit", "file": "shard", "tag": "newest", "rank": 1, "bit": 4242}]
 //                                 at-rest damage between the power loss and the restart (AtRestDamage)
-//   "resume_changes": {"seed": 8, "dataset_size": 50, "model": "6,4,3"}: what the operator
-//       changed for the restart (a change that breaks resume must be refused)
+//   "resume_changes": {"seed": 8, "dataset_size": 50, "model": "6,4,3", "frozen_parameters": [...]}:
+//       what the operator changed for the restart (a change that breaks resume must be refused)
+//   "frozen_parameters": ["layers.0.weight"]: parameters frozen by name (requires_grad=False)
+//   "save_exclude_frozen_parameters": true: every save leaves their values out (DeepSpeed's
+//       save_checkpoint(exclude_frozen_parameters=True)); a resume takes them from its model
 //   "resume_save_every": 3: the restart saves too (into the same directory, every 3 steps and
 //       at its end), as a resumed run does; afterwards `latest` must name a complete tag
 //   "defects": ["scheduler_not_restored", ...] (zerosim defects lists the names)

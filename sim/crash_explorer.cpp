@@ -282,6 +282,7 @@ Result<std::string> check_determinism(const CrashScenario& scenario) {
   CheckpointPlan saving;
   saving.save_directory = scenario.checkpoint_directory;
   saving.save_every_steps = scenario.save_every_steps;
+  saving.save_options = scenario.save_options;
   // Every I/O (the disk's trace), every collective (each rank's, in program order), every
   // crash decision, and the virtual time the run took.
   std::string hashes[2];
@@ -336,6 +337,7 @@ Result<ExplorationResult> explore_save_crashes(const CrashScenario& scenario) {
   CheckpointPlan saving;
   saving.save_directory = scenario.checkpoint_directory;
   saving.save_every_steps = scenario.save_every_steps;
+  saving.save_options = scenario.save_options;
   const int64_t save_index = scenario.explored_save_step / scenario.save_every_steps;
   std::vector<CrashPoint> points;
   {

@@ -92,6 +92,7 @@ struct CrashScenario {
   int64_t crash_state_bound = 64;
   uint64_t seed = 1;
   std::string checkpoint_directory = "/checkpoints";
+  CheckpointSaveOptions save_options;  // for every save (save_exclude_frozen_parameters)
   // Defects switched on in the core for every run of the exploration (defects.h).
   DefectSet defects;
   // Test-only: called at every crash-point hit with the run's disk, to plant nondeterminism

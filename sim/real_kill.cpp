@@ -65,6 +65,7 @@ Result<ExplorationResult> explore_with_real_kills(const CrashScenario& scenario,
   result.reference_trace_hash = simulated.reference_trace_hash;
   CheckpointPlan saving;
   saving.save_every_steps = scenario.save_every_steps;
+  saving.save_options = scenario.save_options;
   for (size_t index = 0; index < simulated.points.size(); ++index) {
     const CrashPoint& point = simulated.points[index];
     const std::string described = point.describe();

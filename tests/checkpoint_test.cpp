@@ -832,6 +832,71 @@ TEST_F(CheckpointLoader, AFreshOptimizerMayChangeItsTypeAndAModuleOnlyLoadTheDat
   expect_error(resume_with(other_model, module_only, &notes), StatusCode::kInvalidArgument, {"model shape"});
 }
 
+// Frozen parameters: a checkpoint holds a frozen parameter's value alone (or nothing, when
+// excluded), so it cannot come back trainable with the optimizer's state; freezing a trainable
+// one drops its state with a note; excluded values come from this run's seed, with a warning
+// when that is not the checkpoint's; the manifest's frozen keys are validated.
+TEST(CheckpointFrozenParameters, ChangesOfTheFrozenSetAndTheManifestKeys) {
+  TestDirectory directory;
+  auto has = [](const std::vector<std::string>& notes, const std::string& part) {
+    return std::any_of(notes.begin(), notes.end(), [&](const std::string& note) { return note.find(part) != std::string::npos; });
+  };
+  TrainingOptions options = make_options(ModelSpec{{7, 9, 3}}, Precision::kBf16, 1, 1, 2, 16, 8);
+  options.frozen_parameters = {"layers.0.weight"};
+  const std::string saved = directory.path() + "/saved";
+  ASSERT_TRUE(train(options, 2, save_to(saved)).ok());
+
+  TrainingOptions unfrozen = options;
+  unfrozen.frozen_parameters.clear();
+  Result<TrainingRun> refused = train(unfrozen, 3, resume_from(saved));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("parameter layers.0.weight is frozen in the checkpoint"), std::string::npos)
+      << refused.status().to_string();
+  CheckpointPlan fresh_optimizer = resume_from(saved);
+  fresh_optimizer.resume_load.optimizer_states = false;
+  EXPECT_TRUE(train(unfrozen, 3, fresh_optimizer).ok());
+
+  TrainingOptions more_frozen = options;
+  more_frozen.frozen_parameters.push_back("layers.1.bias");
+  Result<TrainingRun> frozen_now = train(more_frozen, 3, resume_from(saved));
+  ASSERT_TRUE(frozen_now.ok()) << frozen_now.status().to_string();
+  EXPECT_TRUE(has(frozen_now->notes, "layers.1.bias frozen in this run but trainable when saved"))
+      << ::testing::PrintToString(frozen_now->notes);
+
+  const std::string excluded = directory.path() + "/excluded";
+  CheckpointPlan excluding = save_to(excluded);
+  excluding.save_options.exclude_frozen_parameters = true;
+  ASSERT_TRUE(train(options, 2, excluding).ok());
+  TrainingOptions other_seed = options;
+  other_seed.seed = 9;
+  Result<TrainingRun> reseeded = train(other_seed, 3, resume_from(excluded));
+  ASSERT_TRUE(reseeded.ok()) << reseeded.status().to_string();
+  EXPECT_TRUE(has(reseeded->notes, "warning: the checkpoint excluded frozen parameters")) << ::testing::PrintToString(reseeded->notes);
+  EXPECT_TRUE(has(reseeded->notes, "not the checkpoint's seed 8")) << ::testing::PrintToString(reseeded->notes);
+
+  // The manifest's keys: requires_grad only false, excluded only true and only when frozen.
+  const std::string tag_directory = excluded + "/global_step2";
+  const std::vector<char> original = file_bytes(tag_directory + "/manifest.json");
+  for (const auto& [edit, expected] :
+       std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>>{
+           {[](nlohmann::json& m) { m["layout"]["parameters"][0]["requires_grad"] = true; }, "requires_grad: expected false"},
+           {[](nlohmann::json& m) { m["layout"]["parameters"][1]["excluded"] = true; }, "only a frozen parameter"},
+           {[](nlohmann::json& m) { m["layout"]["parameters"][0]["excluded"] = "yes"; }, "excluded: expected true"},
+           {[](nlohmann::json& m) { m["layout"]["parameters"][2]["frozen"] = true; }, "frozen: unknown key"}}) {
+    nlohmann::json manifest = nlohmann::json::parse(original.begin(), original.end());
+    edit(manifest);
+    seal_manifest(manifest);
+    const std::string text = manifest.dump();
+    write_bytes(tag_directory + "/manifest.json", std::vector<char>(text.begin(), text.end()));
+    RealEnv real_env;
+    const Result<CheckpointManifest> read = read_manifest(*real_env.env().disk, tag_directory);
+    ASSERT_FALSE(read.ok()) << expected;
+    EXPECT_EQ(read.status().code(), StatusCode::kDataLoss);
+    EXPECT_NE(read.status().message().find(expected), std::string::npos) << read.status().to_string();
+  }
+}
+
 TEST_F(CheckpointLoader, SafeChangesAreAllowedWithANoteAndNumericChangesWithAWarning) {
   TrainingOptions changed = options_;
   changed.config.resolved = nlohmann::json::object();

@@ -4,6 +4,7 @@
 #include <rapidcheck.h>
 #include <rapidcheck/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -226,6 +227,79 @@ TEST(Engine, PaddingStaysZeroAndRanksWithEmptyPartitionsWork) {
     if (holds_nothing) ++ranks_with_only_padding;
   }
   EXPECT_EQ(ranks_with_only_padding, 2);
+}
+
+// Frozen parameters (requires_grad=False) never move, have no optimizer state (master = the
+// 16-bit value widened, zero moments), and the run stays W-invariant; the rest still trains.
+RC_GTEST_PROP(EngineProperty, FrozenParametersNeverMoveAndTheRunStaysWorldSizeInvariant, ()) {
+  ModelSpec model;
+  model.layer_widths = {*rc::gen::inRange<int64_t>(2, 20), *rc::gen::inRange<int64_t>(2, 30),
+                        *rc::gen::inRange<int64_t>(2, 6)};
+  const std::vector<ParameterInfo> parameters = mlp_parameters(model);
+  const std::vector<bool> frozen_mask =
+      *rc::gen::suchThat(rc::gen::container<std::vector<bool>>(parameters.size(), rc::gen::arbitrary<bool>()),
+                         [](const std::vector<bool>& mask) { return std::find(mask.begin(), mask.end(), false) != mask.end(); });
+  const int world_size = *rc::gen::inRange(1, 6);
+  const Precision precision = *rc::gen::element(Precision::kFp32, Precision::kFp16, Precision::kBf16);
+  const int64_t sub_group_size = *rc::gen::element<int64_t>(1, 7, 64, 1000000000);
+  const uint64_t seed = *rc::gen::inRange<uint64_t>(1, 1000000);
+  const int64_t steps = 4;
+  TrainingOptions sharded = make_options(model, precision, 2, 1, world_size, sub_group_size, seed);
+  TrainingOptions single = make_options(model, precision, 2, world_size, 1, 1000000000, seed);
+  for (size_t p = 0; p < parameters.size(); ++p) {
+    if (frozen_mask[p]) sharded.frozen_parameters.push_back(parameters[p].name);
+  }
+  single.frozen_parameters = sharded.frozen_parameters;
+  sharded.capture_state_at_step = steps;
+  RealEnv real_env;
+  Result<TrainingRun> sharded_run = run_training(sharded, steps, real_env.env());
+  Result<TrainingRun> single_run = run_training(single, steps, real_env.env());
+  RC_ASSERT(sharded_run.ok());
+  RC_ASSERT(single_run.ok());
+  RC_ASSERT(first_difference(single_run->digests, sharded_run->digests) == std::string());
+  RC_ASSERT(sharded_run->captured.has_value());
+  bool some_trainable_moved = false;
+  for (const CapturedTensor& tensor : sharded_run->captured->tensors) {
+    const size_t p = static_cast<size_t>(std::find_if(parameters.begin(), parameters.end(), [&](const ParameterInfo& info) {
+                                           return info.name == tensor.parameter;
+                                         }) - parameters.begin());
+    RC_ASSERT(p < parameters.size());
+    const int64_t count = parameters[p].element_count;
+    std::vector<float> values(static_cast<size_t>(count));
+    cast_to_fp32(tensor.dtype, tensor.bytes.data(), values.data(), values.size());
+    for (int64_t e = 0; e < count; ++e) {
+      const float initial = round_through(precision, mlp_initial_value(model, seed, static_cast<int64_t>(p), e));
+      const float value = values[static_cast<size_t>(e)];
+      if (!frozen_mask[p]) {
+        if (tensor.component == "params" && float_bits(value) != float_bits(initial)) some_trainable_moved = true;
+        continue;
+      }
+      if (tensor.component == "params" || tensor.component == "master") {
+        RC_ASSERT(float_bits(value) == float_bits(initial));
+      } else {
+        RC_ASSERT(float_bits(value) == 0u);  // no optimizer state
+      }
+    }
+  }
+  RC_ASSERT(some_trainable_moved);
+}
+
+TEST(Engine, FrozenParameterNamesAreChecked) {
+  TrainingOptions options = make_options(ModelSpec{{4, 3, 2}}, Precision::kFp32, 1, 1, 1, 64, 1);
+  options.frozen_parameters = {"layers.0.weight", "layers.9.bias"};
+  Status status = validate_training_options(options);
+  EXPECT_NE(status.message().find("frozen parameter 'layers.9.bias': the model 4,3,2 has no parameter of that name"),
+            std::string::npos) << status.to_string();
+  options.frozen_parameters = {"layers.0.weight", "layers.0.weight"};
+  status = validate_training_options(options);
+  EXPECT_NE(status.message().find("'layers.0.weight' is named twice"), std::string::npos) << status.to_string();
+  options.frozen_parameters = {""};
+  EXPECT_FALSE(validate_training_options(options).ok());
+  options.frozen_parameters = {"layers.0.weight", "layers.0.bias", "layers.1.weight", "layers.1.bias"};
+  status = validate_training_options(options);
+  EXPECT_NE(status.message().find("nothing is left to train"), std::string::npos) << status.to_string();
+  options.frozen_parameters = {"layers.1.bias"};
+  EXPECT_TRUE(validate_training_options(options).ok());
 }
 
 TEST(Engine, LossFallsOnTheDefaultShape) {

@@ -24,8 +24,10 @@ struct SavedRun {
   CheckpointManifest manifest;
 };
 
-SavedRun train_and_save(const std::string& root, int world_size, bool nvme) {
+SavedRun train_and_save(const std::string& root, int world_size, bool nvme,
+                        const std::vector<std::string>& frozen_parameters = {}, bool exclude_frozen = false) {
   TrainingOptions options = make_options(ModelSpec{{9, 17, 4}}, Precision::kBf16, 1, 6 / world_size, world_size, 40, 5);
+  options.frozen_parameters = frozen_parameters;
   if (nvme) {
     options.config.zero.offload_optimizer.device = OffloadDevice::kNvme;
     options.config.zero.offload_optimizer.nvme_path = root + "/swap";
@@ -34,6 +36,7 @@ SavedRun train_and_save(const std::string& root, int world_size, bool nvme) {
   options.capture_state_at_step = 3;
   CheckpointPlan saving;
   saving.save_directory = root + "/ckpt";
+  saving.save_options.exclude_frozen_parameters = exclude_frozen;
   RealEnv real_env;
   Result<TrainingRun> run = run_training(options, 3, real_env.env(), saving);
   EXPECT_TRUE(run.ok()) << run.status().to_string();
@@ -90,6 +93,42 @@ TEST(Export, EveryTensorIsTheGatheredMasterAtAnyWorldSizeAndPlacement) {
         ASSERT_EQ(bytes->size(), expected.bytes.size()) << parameter.name;
         EXPECT_EQ(std::memcmp(bytes->data(), expected.bytes.data(), bytes->size()), 0) << parameter.name;
       }
+    }
+  }
+}
+
+// A frozen parameter (its 16-bit value alone in the checkpoint) is exported from that value,
+// which is its master; one excluded from the checkpoint is left out and named in the metadata.
+TEST(Export, FrozenParametersComeFromTheirValueAndExcludedOnesAreNamed) {
+  TestDirectory directory;
+  RealEnv real_env;
+  Disk& disk = *real_env.env().disk;
+  for (const bool exclude : {false, true}) {
+    SCOPED_TRACE(exclude ? "excluded on save" : "saved with their values");
+    const std::string root = directory.path() + (exclude ? "/excluded" : "/saved");
+    const SavedRun saved = train_and_save(root, 2, /*nvme=*/true, {"layers.0.bias", "layers.1.weight"}, exclude);
+    ASSERT_EQ(saved.manifest.excluded_parameters.size(), exclude ? 2u : 0u);
+    const std::string output = root + "/model.safetensors";
+    const Result<ExportSummary> exported =
+        export_consolidated_safetensors(disk, saved.checkpoint_directory + "/global_step3", saved.manifest, DType::kFp32, output);
+    ASSERT_TRUE(exported.ok()) << exported.status().to_string();
+    EXPECT_EQ(exported->tensor_count, exclude ? 2 : 4);
+    const Result<SafetensorsIndex> index = read_safetensors_index(disk, output);
+    ASSERT_TRUE(index.ok()) << index.status().to_string();
+    EXPECT_EQ(index->metadata.count("excluded_parameters"), exclude ? 1u : 0u);
+    if (exclude) EXPECT_EQ(index->metadata.at("excluded_parameters"), "layers.0.bias,layers.1.weight");
+    for (const ParameterInfo& parameter : saved.manifest.parameters) {
+      const SafetensorsEntry* entry = index->find(parameter.name);
+      if (exclude && !parameter.requires_grad) {
+        EXPECT_EQ(entry, nullptr) << parameter.name;
+        continue;
+      }
+      ASSERT_NE(entry, nullptr) << parameter.name;
+      const Result<std::vector<std::byte>> bytes = read_safetensors_tensor(disk, output, *index, parameter.name);
+      ASSERT_TRUE(bytes.ok()) << bytes.status().to_string();
+      const CapturedTensor& expected = captured(saved.state, "master", parameter.name);
+      ASSERT_EQ(bytes->size(), expected.bytes.size()) << parameter.name;
+      EXPECT_EQ(std::memcmp(bytes->data(), expected.bytes.data(), bytes->size()), 0) << parameter.name;
     }
   }
 }

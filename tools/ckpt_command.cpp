@@ -234,6 +234,16 @@ void compare_scalars(const CheckpointManifest& a, const CheckpointManifest& b, D
   compare.unsigned_integer("rng.shuffle_stream.stream_id", a.shuffle_stream.stream_id, b.shuffle_stream.stream_id);
   compare.unsigned_integer("rng.shuffle_stream.counter", a.shuffle_stream.counter, b.shuffle_stream.counter);
   compare.integer("data_position", a.data_position, b.data_position);
+  // What each holds per parameter (trainable: four states; frozen: its value; excluded: none).
+  for (size_t p = 0; p < a.parameters.size() && p < b.parameters.size(); ++p) {
+    auto held = [&](const CheckpointManifest& manifest) {
+      std::string names;
+      for (CheckpointState state : manifest.stored_states(p)) names += (names.empty() ? "" : ",") + std::string(checkpoint_state_name(state));
+      return names.empty() ? std::string("nothing (excluded)") : names;
+    };
+    const std::string key = "layout.parameters." + a.parameters[p].name + ".stored";
+    compare.text(key.c_str(), held(a), held(b));
+  }
 }
 
 // Settings that are not training state but change what a resume from either would do next:
@@ -339,12 +349,24 @@ Status compare_tensors(Disk& disk, const OpenedCheckpoint& a, const OpenedCheckp
     outcome.notes.push_back(std::string("the param tensors are not compared: they are ") +
                             precision_name(a.manifest.precision) + " vs " + precision_name(b.manifest.precision));
   }
-  const int64_t states_compared = static_cast<int64_t>(std::size(kCheckpointStates)) - (same_model_dtype ? 0 : 1);
-  outcome.tensors_to_compare = static_cast<int64_t>(a.manifest.parameters.size()) * states_compared;
+  // The states both hold (a frozen parameter holds its value alone; the difference in what is
+  // held is a scalar difference of its own).
+  auto compared_states = [&](size_t p) {
+    std::vector<CheckpointState> states;
+    const std::span<const CheckpointState> in_b = b.manifest.stored_states(p);
+    for (CheckpointState state : a.manifest.stored_states(p)) {
+      if (state == CheckpointState::kParam && !same_model_dtype) continue;
+      if (std::find(in_b.begin(), in_b.end(), state) != in_b.end()) states.push_back(state);
+    }
+    return states;
+  };
+  outcome.tensors_to_compare = 0;
+  for (size_t p = 0; p < a.manifest.parameters.size(); ++p) {
+    outcome.tensors_to_compare += static_cast<int64_t>(compared_states(p).size());
+  }
   for (size_t p = 0; p < a.manifest.parameters.size(); ++p) {
     const ParameterInfo& parameter = a.manifest.parameters[p];
-    for (CheckpointState state : kCheckpointStates) {
-      if (state == CheckpointState::kParam && !same_model_dtype) continue;
+    for (CheckpointState state : compared_states(p)) {
       ZEROSIM_RETURN_IF_ERROR(
           compare_tensor(reader_a, reader_b, static_cast<int64_t>(p), parameter, state, outcome.tensor_difference));
       ++outcome.tensors_compared;
@@ -569,6 +591,12 @@ int run_checkpoint_export_command(const CheckpointExportFlags& flags) {
               opened->tag_directory.c_str(), opened->manifest.global_steps, opened->manifest.world_size,
               flags.output_path.c_str(), exported->tensor_count, exported->element_count, flags.dtype.c_str(),
               exported->file_size_bytes);
+  if (!exported->excluded_parameters.empty()) {
+    std::string names;
+    for (const std::string& name : exported->excluded_parameters) names += (names.empty() ? "" : ", ") + name;
+    std::fprintf(stderr, "note: %s left out: frozen parameters the checkpoint excluded (exclude_frozen_parameters); "
+                 "the file's metadata names them in excluded_parameters\n", names.c_str());
+  }
   return 0;
 }
 

@@ -368,6 +368,7 @@ int train(const TrainFlags& given_flags, const MpiLaunch* mpi) {
   options.config = std::move(config).value();
   options.model = *model;
   options.seed = flags.seed;
+  options.frozen_parameters = flags.frozen_parameters;
   options.world_size = static_cast<int>(flags.config.settings.world_size);
   options.data.sample_count = flags.dataset_size;
   options.data.feature_count = model->layer_widths.front();
@@ -378,9 +379,10 @@ int train(const TrainFlags& given_flags, const MpiLaunch* mpi) {
   } else {
     // Default: a digest of everything that determines the run, so a rerun of the same command
     // finds the same directory and another run does not.
-    const std::string identity = options.config.resolved.dump() + "|" + flags.model_text + "|" +
+    std::string identity = options.config.resolved.dump() + "|" + flags.model_text + "|" +
                                  std::to_string(flags.seed) + "|" + std::to_string(options.world_size) + "|" +
                                  std::to_string(flags.dataset_size);
+    for (const std::string& name : flags.frozen_parameters) identity += "|frozen:" + name;
     char buffer[32];
     std::snprintf(buffer, sizeof buffer, "run-%016llx",
                   static_cast<unsigned long long>(XXH3_64bits(identity.data(), identity.size())));
@@ -398,6 +400,7 @@ int train(const TrainFlags& given_flags, const MpiLaunch* mpi) {
   CheckpointPlan checkpoints;
   checkpoints.save_directory = flags.save_directory;
   checkpoints.save_every_steps = flags.save_every_steps;
+  checkpoints.save_options.exclude_frozen_parameters = flags.exclude_frozen_parameters;
   checkpoints.resume_directory = flags.resume_directory;
   checkpoints.resume_load.optimizer_states = flags.load_optimizer_states;
   checkpoints.resume_load.lr_scheduler_states = flags.load_lr_scheduler_states;

@@ -56,6 +56,11 @@ struct TrainFlags {
   // directory) it also saves that step before exiting.
   bool save_on_signal = false;
   std::string resume_directory;
+  // --freeze NAME (repeatable): parameters frozen by name (requires_grad=False).
+  std::vector<std::string> frozen_parameters;
+  // --exclude-frozen-parameters: saves leave the frozen parameters' values out (DeepSpeed's
+  // save_checkpoint(exclude_frozen_parameters=True)).
+  bool exclude_frozen_parameters = false;
   // DeepSpeed's load_checkpoint options for --resume (CheckpointLoadOptions).
   bool load_optimizer_states = true;
   bool load_lr_scheduler_states = true;

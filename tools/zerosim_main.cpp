@@ -52,6 +52,13 @@ int main(int argc, char** argv) {
                   "On SIGTERM or SIGINT, save the step that finishes into --save-dir before exiting (without it, "
                   "the run stops after that step unsaved); a second signal exits at once")
       ->needs(train->get_option("--save-dir"));
+  train->add_option("--freeze", train_flags.frozen_parameters,
+                    "Freeze this parameter (repeatable; e.g. layers.0.weight): no gradient, no optimizer state, "
+                    "never updated, as requires_grad=False; a checkpoint holds its value alone");
+  train->add_flag("--exclude-frozen-parameters", train_flags.exclude_frozen_parameters,
+                  "Saves leave the frozen parameters' values out, as DeepSpeed's "
+                  "save_checkpoint(exclude_frozen_parameters=True); a resume takes them from the model it builds")
+      ->needs(train->get_option("--save-dir"));
   train->add_option("--defect", train_flags.defect_names,
                     "Switch a named defect on in this run (repeatable; zerosim defects lists them): a planted bug for "
                     "zerosim exec to find in a real process");

@@ -39,8 +39,15 @@ Result<ExportSummary> export_consolidated_safetensors(Disk& disk, const std::str
   ZEROSIM_ASSIGN_OR_RETURN(std::string seal, manifest_seal(disk, tag_directory));
 
   std::vector<SafetensorsTensorSpec> specs;
-  for (const ParameterInfo& parameter : manifest.parameters) specs.push_back({parameter.name, dtype, parameter.shape});
-  const std::map<std::string, std::string> metadata = {
+  ExportSummary summary;
+  for (const ParameterInfo& parameter : manifest.parameters) {
+    if (manifest.excludes(parameter.name)) {
+      summary.excluded_parameters.push_back(parameter.name);
+    } else {
+      specs.push_back({parameter.name, dtype, parameter.shape});
+    }
+  }
+  std::map<std::string, std::string> metadata = {
       {"format", "pt"},
       {"zerosim_checkpoint", tag_directory},
       {"zerosim_tag", manifest.tag},
@@ -50,25 +57,39 @@ Result<ExportSummary> export_consolidated_safetensors(Disk& disk, const std::str
       {"manifest_xxh3_128", seal},
       {"dtype", safetensors_dtype_name(dtype)},
       {"zerosim_version", manifest.zerosim_version}};
+  if (!summary.excluded_parameters.empty()) {
+    std::string names;
+    for (const std::string& name : summary.excluded_parameters) names += (names.empty() ? "" : ",") + name;
+    metadata["excluded_parameters"] = names;
+  }
   ZEROSIM_ASSIGN_OR_RETURN(std::vector<std::byte> header, encode_safetensors_header(output_path, specs, metadata));
 
   const std::string temporary_path = output_path + ".partial";
   ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<File> file, disk.open(temporary_path, {OpenMode::kCreateTruncate}));
-  ExportSummary summary;
   auto write_everything = [&]() -> Status {
     ZEROSIM_RETURN_IF_ERROR(file->write_all(0, header));
     uint64_t offset = header.size();
     CheckpointShardReader reader(disk, tag_directory, manifest);
     const size_t out_bytes = dtype_size_bytes(dtype);
     std::vector<float> masters;
-    std::vector<std::byte> converted;
+    std::vector<std::byte> converted, values;
     for (size_t p = 0; p < manifest.parameters.size(); ++p) {
       const ParameterInfo& parameter = manifest.parameters[p];
+      const size_t stored_states = manifest.stored_states(p).size();
+      if (stored_states == 0) continue;  // excluded: listed in the metadata
       for (int64_t begin = 0; begin < parameter.element_count; begin += kExportChunkElements) {
         const int64_t count = std::min(kExportChunkElements, parameter.element_count - begin);
         masters.resize(static_cast<size_t>(count));
-        ZEROSIM_RETURN_IF_ERROR(reader.read(static_cast<int64_t>(p), CheckpointState::kMaster, begin, count,
-                                            std::as_writable_bytes(std::span<float>(masters))));
+        if (stored_states == 1) {
+          // Frozen: its 16-bit value, which its master would be widened (it is never updated).
+          const DType precision = manifest.precision;
+          values.resize(static_cast<size_t>(count) * dtype_size_bytes(precision));
+          ZEROSIM_RETURN_IF_ERROR(reader.read(static_cast<int64_t>(p), CheckpointState::kParam, begin, count, values));
+          cast_to_fp32(precision, values.data(), masters.data(), masters.size());
+        } else {
+          ZEROSIM_RETURN_IF_ERROR(reader.read(static_cast<int64_t>(p), CheckpointState::kMaster, begin, count,
+                                              std::as_writable_bytes(std::span<float>(masters))));
+        }
         converted.resize(static_cast<size_t>(count) * out_bytes);
         cast_from_fp32(dtype, masters.data(), converted.data(), masters.size());
         ZEROSIM_RETURN_IF_ERROR(file->write_all(offset, converted));

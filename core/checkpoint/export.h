@@ -17,11 +17,14 @@
 // The metadata block: "format": "pt" (what Hugging Face's loaders look for), and where it came
 // from: "zerosim_checkpoint" (the tag directory), "zerosim_tag", "global_steps",
 // "source_world_size", "source_precision", "manifest_xxh3_128" (the manifest's seal), "dtype",
-// "zerosim_version".
+// "zerosim_version", and "excluded_parameters" (comma-separated) when there are any. A frozen
+// parameter (its value alone in the checkpoint) is exported from that value, which is exactly
+// what its master would be.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/checkpoint/manifest.h"
 #include "core/env/disk.h"
@@ -32,6 +35,9 @@ struct ExportSummary {
   int64_t tensor_count = 0;
   int64_t element_count = 0;
   uint64_t file_size_bytes = 0;
+  // Frozen parameters the checkpoint does not hold (exclude_frozen_parameters): left out of the
+  // file, as zero_to_fp32.py leaves them out, and named in its metadata ("excluded_parameters").
+  std::vector<std::string> excluded_parameters;
 };
 
 Result<ExportSummary> export_consolidated_safetensors(Disk& disk, const std::string& tag_directory,

@@ -86,11 +86,25 @@ Status validate_manifest_file_name(const std::string& name, const std::string& m
   return Status();
 }
 
+std::span<const CheckpointState> stored_checkpoint_states(bool requires_grad, bool excluded) {
+  if (requires_grad) return kCheckpointStates;
+  if (excluded) return {};
+  return std::span<const CheckpointState>(kCheckpointStates, 1);  // kParam
+}
+
+bool CheckpointManifest::excludes(const std::string& parameter) const {
+  return std::find(excluded_parameters.begin(), excluded_parameters.end(), parameter) != excluded_parameters.end();
+}
+
 json manifest_to_json(const CheckpointManifest& manifest) {
   json parameters = json::array();
   for (const ParameterInfo& parameter : manifest.parameters) {
-    parameters.push_back({{"name", parameter.name}, {"shape", parameter.shape}, {"element_count", parameter.element_count},
-                          {"layer_index", parameter.layer_index}});
+    json entry = {{"name", parameter.name}, {"shape", parameter.shape}, {"element_count", parameter.element_count},
+                  {"layer_index", parameter.layer_index}};
+    // Written only for a frozen parameter, so a checkpoint without one reads as before.
+    if (!parameter.requires_grad) entry["requires_grad"] = false;
+    if (manifest.excludes(parameter.name)) entry["excluded"] = true;
+    parameters.push_back(std::move(entry));
   }
   json shards = json::array();
   for (const ShardRecord& shard : manifest.shards) {
@@ -296,6 +310,23 @@ Result<CheckpointManifest> manifest_from_json(const json& document, const std::s
     ZEROSIM_ASSIGN_OR_RETURN(parameter.shape, reader.integers((*parameters)[i], parent, "shape"));
     ZEROSIM_ASSIGN_OR_RETURN(parameter.element_count, reader.integer((*parameters)[i], parent, "element_count", 1));
     ZEROSIM_ASSIGN_OR_RETURN(parameter.layer_index, reader.integer((*parameters)[i], parent, "layer_index", 0));
+    // Optional keys, present only for a frozen parameter: requires_grad false, and excluded true
+    // when its value was left out. Any other value is a damaged manifest.
+    for (const auto& [key, value] : (*parameters)[i].items()) {
+      if (key == "requires_grad") {
+        if (value != json(false)) return reader.error(parent + ".requires_grad", "expected false (written only for a frozen parameter), found " + value.dump());
+        parameter.requires_grad = false;
+      } else if (key == "excluded") {
+        if (value != json(true)) return reader.error(parent + ".excluded", "expected true (written only for an excluded parameter), found " + value.dump());
+        manifest.excluded_parameters.push_back(parameter.name);
+      } else if (key != "name" && key != "shape" && key != "element_count" && key != "layer_index") {
+        return reader.error(parent + "." + key, "unknown key (no writer of format version " +
+                                                    std::to_string(kCheckpointFormatVersion) + " writes it)");
+      }
+    }
+    if (manifest.excludes(parameter.name) && parameter.requires_grad) {
+      return reader.error(parent + ".excluded", "only a frozen parameter (requires_grad false) can be excluded");
+    }
     const ParameterInfo& expected = expected_parameters[i];
     if (parameter.name != expected.name || parameter.shape != expected.shape ||
         parameter.element_count != expected.element_count || parameter.layer_index != expected.layer_index) {
@@ -599,7 +630,33 @@ Result<ResumeCompatibility> check_resume_compatibility(const CheckpointManifest&
                            describe(data) + "); the data position starts at 0, so the change is allowed");
   }
 
-  if (manifest.seed != target.seed) {
+  std::string frozen_now, excluded;
+  for (size_t p = 0; p < manifest.parameters.size(); ++p) {
+    const ParameterInfo& saved = manifest.parameters[p];
+    const bool trainable_now = target.parameters == nullptr || (*target.parameters)[p].requires_grad;
+    if (!saved.requires_grad && trainable_now && target.loads_optimizer_state) {
+      return invalid_argument("cannot resume from " + manifest_path + ": parameter " + saved.name +
+                              " is frozen in the checkpoint (it holds no optimizer state for it) but trainable in "
+                              "this run; freeze it again, or load with load_optimizer_states=false "
+                              "(--load-optimizer-states false) for a fresh optimizer");
+    }
+    if (saved.requires_grad && !trainable_now) frozen_now += (frozen_now.empty() ? "" : ", ") + saved.name;
+    if (manifest.excludes(saved.name)) excluded += (excluded.empty() ? "" : ", ") + saved.name;
+  }
+  if (!frozen_now.empty()) {
+    result.notes.push_back("note: " + frozen_now + " frozen in this run but trainable when saved: the values are "
+                           "loaded, the optimizer state for them is dropped");
+  }
+  if (!excluded.empty()) {
+    result.notes.push_back(
+        manifest.seed == target.seed
+            ? "note: the checkpoint excluded frozen parameters (exclude_frozen_parameters): " + excluded +
+                  " keep this run's own values (initialised from seed " + std::to_string(target.seed) + ")"
+            : "warning: the checkpoint excluded frozen parameters (exclude_frozen_parameters): " + excluded +
+                  " keep this run's own values, initialised from seed " + std::to_string(target.seed) +
+                  ", not the checkpoint's seed " + std::to_string(manifest.seed) +
+                  ": they differ from the values the saving run had");
+  } else if (manifest.seed != target.seed) {
     result.notes.push_back("note: seed differs (checkpoint " + std::to_string(manifest.seed) + ", this run " +
                            std::to_string(target.seed) + "); it only initialises parameters, which come from the "
                            "checkpoint: no effect");

@@ -54,6 +54,11 @@ inline constexpr int kMaxManifestJsonDepth = 64;
 enum class CheckpointState { kParam, kMaster, kExpAvg, kExpAvgSq };
 inline constexpr CheckpointState kCheckpointStates[] = {CheckpointState::kParam, CheckpointState::kMaster,
                                                         CheckpointState::kExpAvg, CheckpointState::kExpAvgSq};
+// The states a checkpoint holds for one parameter, in shard order: all four for a trainable
+// parameter; the 16-bit value alone for a frozen one (requires_grad=False: it has no optimizer
+// state, as DeepSpeed keeps frozen parameters in no optimizer partition); none for a frozen one
+// that save_checkpoint(exclude_frozen_parameters=True) left out.
+std::span<const CheckpointState> stored_checkpoint_states(bool requires_grad, bool excluded);
 const char* checkpoint_state_name(CheckpointState state);  // "param", "master", "exp_avg", "exp_avg_sq"
 // "<parameter>/<state>".
 std::string checkpoint_tensor_name(const std::string& parameter, CheckpointState state);
@@ -85,7 +90,14 @@ struct CheckpointManifest {
   // Layout of the run that saved.
   int world_size = 1;
   int64_t sub_group_size = 0;
-  std::vector<ParameterInfo> parameters;
+  std::vector<ParameterInfo> parameters;  // requires_grad false: frozen
+  // Frozen parameters whose values this checkpoint does not hold (exclude_frozen_parameters):
+  // a load takes them from the model it builds. Written per parameter as "excluded": true.
+  std::vector<std::string> excluded_parameters;
+  bool excludes(const std::string& parameter) const;
+  std::span<const CheckpointState> stored_states(size_t parameter) const {
+    return stored_checkpoint_states(parameters[parameter].requires_grad, excludes(parameters[parameter].name));
+  }
   // Counters, scheduler, loss scaler, RNG streams and data position.
   int64_t global_steps = 0;
   int64_t skipped_steps = 0;
@@ -178,6 +190,10 @@ struct ResumeTarget {
   const ModelSpec* model = nullptr;
   const DatasetSpec* data = nullptr;
   uint64_t seed = 0;
+  // The run's parameters (requires_grad says which are frozen); null: the model's, none frozen.
+  // A parameter frozen in the checkpoint has no optimizer state there: it cannot become
+  // trainable under a load that keeps the optimizer's state.
+  const std::vector<ParameterInfo>* parameters = nullptr;
   // A load that keeps none of the optimizer's state (a fresh optimizer) may change its type,
   // and one that restarts the data position at 0 (module only) may change the dataset: notes.
   bool loads_optimizer_state = true;

@@ -35,10 +35,11 @@ Result<CheckpointShardReader::OpenShard*> CheckpointShardReader::open_shard(int 
   ZEROSIM_ASSIGN_OR_RETURN(SafetensorsIndex index, read_safetensors_index(disk_, path));
   // Exactly the tensors this rank owns, as the layout says.
   size_t expected_count = 0;
-  for (const ParameterInfo& parameter : manifest_.parameters) {
+  for (size_t p = 0; p < manifest_.parameters.size(); ++p) {
+    const ParameterInfo& parameter = manifest_.parameters[p];
     const Fragment fragment = owned_fragment(parameter.element_count, rank, manifest_.world_size);
     if (fragment.count == 0) continue;
-    for (CheckpointState state : kCheckpointStates) {
+    for (CheckpointState state : manifest_.stored_states(p)) {
       const std::string name = checkpoint_tensor_name(parameter.name, state);
       ++expected_count;
       const SafetensorsEntry* entry = index.find(name);
@@ -136,6 +137,9 @@ Status CheckpointShardReader::read(int64_t parameter, CheckpointState state, int
   ZEROSIM_CHECK(begin >= 0 && count >= 0 && begin + count <= info.element_count, "range outside the parameter");
   const size_t element_bytes = dtype_size_bytes(state_dtype(state));
   ZEROSIM_CHECK(destination.size() == static_cast<size_t>(count) * element_bytes, "destination size");
+  const std::span<const CheckpointState> stored = manifest_.stored_states(static_cast<size_t>(parameter));
+  ZEROSIM_CHECK(std::find(stored.begin(), stored.end(), state) != stored.end(),
+                "read of a state the checkpoint does not hold for the parameter");
   const std::string name = checkpoint_tensor_name(info.name, state);
   const int64_t partition_size = (info.element_count + manifest_.world_size - 1) / manifest_.world_size;
   int64_t position = begin;

@@ -70,8 +70,30 @@ uint64_t estimate_rank_memory_bytes(const TrainingOptions& options) {
   return estimate >= 1.8e19L ? UINT64_MAX : static_cast<uint64_t>(estimate);
 }
 
-Status validate_training_options(const TrainingOptions& options) {
+Result<std::vector<ParameterInfo>> training_parameters(const TrainingOptions& options) {
   ZEROSIM_RETURN_IF_ERROR(validate_model_spec(options.model));
+  std::vector<ParameterInfo> parameters = mlp_parameters(options.model);
+  for (size_t i = 0; i < options.frozen_parameters.size(); ++i) {
+    const std::string& name = options.frozen_parameters[i];
+    const auto found = std::find_if(parameters.begin(), parameters.end(),
+                                    [&](const ParameterInfo& parameter) { return parameter.name == name; });
+    if (found == parameters.end()) {
+      std::string names;
+      for (const ParameterInfo& parameter : parameters) names += (names.empty() ? "" : ", ") + parameter.name;
+      return invalid_argument("frozen parameter '" + name + "': the model " + model_spec_to_string(options.model) +
+                              " has no parameter of that name (it has " + names + ")");
+    }
+    if (!found->requires_grad) return invalid_argument("frozen parameter '" + name + "' is named twice");
+    found->requires_grad = false;
+  }
+  if (std::none_of(parameters.begin(), parameters.end(), [](const ParameterInfo& p) { return p.requires_grad; })) {
+    return invalid_argument("every parameter of the model is frozen: nothing is left to train");
+  }
+  return parameters;
+}
+
+Status validate_training_options(const TrainingOptions& options) {
+  ZEROSIM_RETURN_IF_ERROR(training_parameters(options).status());
   const ResolvedConfig& config = options.config;
   if (options.world_size < 1 || options.world_size > 4096) {
     return invalid_argument("world size must be in 1..4096, got " + std::to_string(options.world_size));
@@ -158,7 +180,7 @@ Status RankEngine::prepare_storage() {
       compute_ = make_cpu_compute_backend(options_.model, simd_path_);
     }
   }
-  parameters_ = mlp_parameters(options_.model);
+  ZEROSIM_ASSIGN_OR_RETURN(parameters_, training_parameters(options_));
   layout_ = make_partition_layout(parameters_, comm_.world_size(), config.zero.sub_group_size);
 
   const size_t flat = static_cast<size_t>(layout_.flat_element_count);
@@ -253,18 +275,41 @@ Status RankEngine::initialize() {
   return Status();
 }
 
+void RankEngine::initial_values_of_parameter(int64_t parameter, std::vector<float>& values) const {
+  const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(parameter)];
+  const int64_t begin = partition.owned_begin(comm_.rank());
+  values.resize(static_cast<size_t>(partition.owned_count(comm_.rank())));
+  for (size_t k = 0; k < values.size(); ++k) {
+    values[k] = round_through(model_dtype_, mlp_initial_value(options_.model, options_.seed, parameter,
+                                                              begin + static_cast<int64_t>(k)));
+  }
+}
+
 void RankEngine::initial_master_of_group(const SubGroup& group, std::vector<float>& group_master) const {
-  const int rank = comm_.rank();
   group_master.assign(static_cast<size_t>(group.element_count), 0.0f);
+  std::vector<float> values;
   for (int64_t p = group.first_parameter; p < group.end_parameter; ++p) {
+    initial_values_of_parameter(p, values);
     const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
-    const int64_t begin = partition.owned_begin(rank);
-    for (int64_t k = 0; k < partition.owned_count(rank); ++k) {
-      const float initial = mlp_initial_value(options_.model, options_.seed, p, begin + k);
-      group_master[static_cast<size_t>(partition.flat_offset - group.flat_offset + k)] =
-          round_through(model_dtype_, initial);
+    std::copy(values.begin(), values.end(), group_master.begin() + (partition.flat_offset - group.flat_offset));
+  }
+}
+
+std::vector<std::pair<size_t, size_t>> RankEngine::trainable_runs(const SubGroup& group) const {
+  std::vector<std::pair<size_t, size_t>> runs;
+  const bool step_frozen = defect_active(env_.defects, Defect::kFrozenParametersStepped);
+  for (int64_t p = group.first_parameter; p < group.end_parameter; ++p) {
+    if (!parameters_[static_cast<size_t>(p)].requires_grad && !step_frozen) continue;
+    const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
+    const size_t offset = static_cast<size_t>(partition.flat_offset - group.flat_offset);
+    const size_t count = static_cast<size_t>(partition.partition_size);
+    if (!runs.empty() && runs.back().first + runs.back().second == offset) {
+      runs.back().second += count;
+    } else {
+      runs.emplace_back(offset, count);
     }
   }
+  return runs;
 }
 
 double RankEngine::next_step_learning_rate() const {
@@ -404,7 +449,9 @@ Status RankEngine::reduce_scatter_layer(int64_t layer_index, int64_t micro_step_
       const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
       const std::vector<float>& full = full_gradients[static_cast<size_t>(p - layer.first_parameter)];
       padded_slice.resize(static_cast<size_t>(partition.partition_size));
-      const int64_t owned = partition.owned_count(owner);
+      // A frozen parameter's gradient is not kept (requires_grad=False): its partition of the
+      // accumulator stays zero, so it adds nothing to the norm or the overflow check.
+      const int64_t owned = parameters_[static_cast<size_t>(p)].requires_grad ? partition.owned_count(owner) : 0;
       std::copy_n(full.begin() + partition.owned_begin(owner), owned, padded_slice.begin());
       std::fill(padded_slice.begin() + owned, padded_slice.end(), 0.0f);
       if (options_.config.numerics == NumericsMode::kDeepSpeed) {
@@ -624,7 +671,12 @@ Status RankEngine::optimizer_step(StepRecord& record) {
       }
       gradient = gradient_group_scratch_.data();
     }
-    ZEROSIM_RETURN_IF_ERROR(compute_->adam_update(scalars, grad_multiplier, master, gradient, exp_avg, exp_avg_sq, count));
+    // AdamW over the runs of trainable partitions: a frozen parameter has no optimizer state to
+    // step (weight decay included). AdamW is elementwise, so the split cannot change a bit.
+    for (const auto& [run_offset, run_count] : trainable_runs(group)) {
+      ZEROSIM_RETURN_IF_ERROR(compute_->adam_update(scalars, grad_multiplier, master + run_offset, gradient + run_offset,
+                                                    exp_avg + run_offset, exp_avg_sq + run_offset, run_count));
+    }
     ZEROSIM_RETURN_IF_ERROR(store_parameters(group, master, counters_.optimizer_steps));
     if (swapper_) {
       ZEROSIM_RETURN_IF_ERROR(swapper_->release(static_cast<int>(g), counters_.optimizer_steps));
@@ -1079,7 +1131,8 @@ Status run_one_rank(const TrainingOptions& options, int64_t step_count, int rank
     return Status(failed.code(), failed.message() + "; " + note);
   };
   auto save_at = [&](int64_t step) -> Status {
-    const Status saved = engine.save_checkpoint(checkpoints.save_directory, checkpoint_tag_for_step(step));
+    const Status saved =
+        engine.save_checkpoint(checkpoints.save_directory, checkpoint_tag_for_step(step), checkpoints.save_options);
     if (!saved.ok()) return with_committed_note(saved);
     // An async save returns once its snapshot is taken, after waiting for the one before.
     committed_step = async_saves ? last_saved_step : step;

@@ -57,6 +57,11 @@ struct TrainingOptions {
   ModelSpec model;
   DatasetSpec data;  // feature_count and class_count must match the model's ends
   uint64_t seed = 1234;
+  // Parameters frozen by name (requires_grad=False): no gradient, no optimizer state, never
+  // updated (weight decay included), as DeepSpeed's ZeRO-3 leaves them out of every optimizer
+  // partition. Each name must be one of the model's, at most once, and one parameter at least
+  // must stay trainable.
+  std::vector<std::string> frozen_parameters;
   int world_size = 1;
   // Force one SIMD path for the optimizer (tests); empty = the widest available.
   std::optional<SimdPath> simd_path;
@@ -85,6 +90,11 @@ uint64_t estimate_rank_memory_bytes(const TrainingOptions& options);
 // The optimizer's knobs from the config, with the learning rate of this step (cast to float
 // once, here, as DeepSpeed hands it to its kernel).
 AdamHyperparameters adam_hyperparameters_from(const ResolvedConfig& config, double learning_rate);
+
+// The model's parameters with TrainingOptions::frozen_parameters applied (requires_grad), or
+// kInvalidArgument naming a frozen name the model lacks, a name given twice, or a freeze that
+// leaves nothing to train.
+Result<std::vector<ParameterInfo>> training_parameters(const TrainingOptions& options);
 
 // Checks that the pieces fit: world size, batch arithmetic, model against data, optimizer
 // hyperparameters and every learning rate of the schedule.
@@ -170,6 +180,14 @@ struct CheckpointLoadOptions {
   bool operator==(const CheckpointLoadOptions&) const = default;
 };
 
+// DeepSpeed's save_checkpoint options that change what a checkpoint holds.
+struct CheckpointSaveOptions {
+  // The values of frozen parameters are left out (DeepSpeed's exclude_frozen_parameters): a load
+  // takes them from the model it builds, as DeepSpeed's load_module_strict=False does. They are
+  // listed in the manifest ("excluded"), so a load knows what it does not find.
+  bool exclude_frozen_parameters = false;
+};
+
 class RankEngine {
  public:
   // `checkpoint_comm` is a second communicator over the same ranks, used only by the
@@ -208,7 +226,8 @@ class RankEngine {
   // "ckpt.manifest_written", "ckpt.latest_published" (rank 0), "ckpt.save_end" (every rank,
   // synchronous saves). Loading hits "ckpt.load_begin", "ckpt.load_sub_group_restored" (each
   // sub-group written where this run keeps it) and "ckpt.load_end".
-  Status save_checkpoint(const std::string& checkpoint_directory, const std::string& tag);
+  Status save_checkpoint(const std::string& checkpoint_directory, const std::string& tag,
+                         const CheckpointSaveOptions& save = {});
   // Waits for an async save in flight and returns its result (OK when none). Collective
   // when a save is in flight.
   Status wait_for_save();
@@ -246,7 +265,7 @@ class RankEngine {
   struct ShardPlan;
   class ShardSink;
   // Streams this rank's shard (header, then every fragment, sub-group by sub-group) to `sink`.
-  Status write_shard(const std::string& path, ShardSink& sink);
+  Status write_shard(const std::string& path, ShardSink& sink, const CheckpointSaveOptions& save);
   // Gathers the shard records to rank 0, which writes the manifest and publishes `latest`;
   // every rank returns rank 0's verdict. Runs on `comm` (the training or the checkpoint one).
   // `manifest_without_shards` is read on rank 0 only (the other ranks pass null).
@@ -255,7 +274,8 @@ class RankEngine {
                            uint64_t shard_size_bytes, const std::string& shard_checksum);
   // The manifest of this save as rank 0 writes it, but for the shard records (rank 0 only:
   // the other ranks' copy would never be read). Null on the other ranks.
-  std::shared_ptr<const nlohmann::json> manifest_without_shards(const std::string& tag) const;
+  std::shared_ptr<const nlohmann::json> manifest_without_shards(const std::string& tag,
+                                                                const CheckpointSaveOptions& save) const;
   // This rank's partition of one parameter's state, wherever it lives: partition_size
   // elements each (padding included); valid during the visit only.
   struct PartitionStateView {
@@ -274,9 +294,14 @@ class RankEngine {
                                                                    std::string* engine_note);
   // The initial fp32 master of this rank's part of a sub-group (16-bit values widened), from the seed.
   void initial_master_of_group(const SubGroup& group, std::vector<float>& group_master) const;
+  // The initial values (in the model dtype, widened) of the elements of `parameter` this rank owns.
+  void initial_values_of_parameter(int64_t parameter, std::vector<float>& values) const;
   // The lr the next optimizer step uses: the scheduler's, unless a load set the optimizer's own
   // (CheckpointLoadOptions), which holds until the scheduler's next step.
   double next_step_learning_rate() const;
+  // The (offset, count) runs of a sub-group's elements, relative to its start, that AdamW steps:
+  // the partitions of its trainable parameters (padding included), adjacent ones merged.
+  std::vector<std::pair<size_t, size_t>> trainable_runs(const SubGroup& group) const;
   // Casts a sub-group's master to the model dtype and stores it: in param_partition_, or in the
   // parameter swap files as the state of `step`.
   Status store_parameters(const SubGroup& group, const float* master, int64_t step);
@@ -373,6 +398,7 @@ struct CheckpointPlan {
   int64_t reset_as_loaded_after_step = -1;
   CheckpointLoadOptions reset_as_loaded_options;
   std::string save_directory;  // empty: no saves
+  CheckpointSaveOptions save_options;  // for every save of the run
   int64_t save_every_steps = 0;  // 0: only at the end of the run (when save_directory is set)
   // Saves after these steps too (0: the starting state of a fresh run, before its first step).
   std::vector<int64_t> save_at_steps;

@@ -86,7 +86,8 @@ Status share_verdict_all(Comm& comm, const Status& local_status, const std::stri
 
 }  // namespace
 
-std::shared_ptr<const nlohmann::json> RankEngine::manifest_without_shards(const std::string& tag) const {
+std::shared_ptr<const nlohmann::json> RankEngine::manifest_without_shards(const std::string& tag,
+                                                                          const CheckpointSaveOptions& save) const {
   if (comm_.rank() != 0) return nullptr;
   CheckpointManifest manifest;
   manifest.zerosim_version = ZEROSIM_VERSION;
@@ -104,6 +105,11 @@ std::shared_ptr<const nlohmann::json> RankEngine::manifest_without_shards(const 
   manifest.world_size = comm_.world_size();
   manifest.sub_group_size = layout_.sub_group_size;
   manifest.parameters = parameters_;
+  if (save.exclude_frozen_parameters) {
+    for (const ParameterInfo& parameter : parameters_) {
+      if (!parameter.requires_grad) manifest.excluded_parameters.push_back(parameter.name);
+    }
+  }
   manifest.global_steps = counters_.global_steps;
   manifest.skipped_steps = counters_.skipped_steps;
   manifest.global_samples = counters_.global_samples;
@@ -116,10 +122,13 @@ std::shared_ptr<const nlohmann::json> RankEngine::manifest_without_shards(const 
   return std::make_shared<const nlohmann::json>(manifest_to_json(manifest));
 }
 
-Status RankEngine::write_shard(const std::string& path, ShardSink& sink) {
+Status RankEngine::write_shard(const std::string& path, ShardSink& sink, const CheckpointSaveOptions& save) {
   const int rank = comm_.rank();
   const int world_size = comm_.world_size();
   const size_t element_bytes = dtype_size_bytes(model_dtype_);
+  auto stored_states = [&](int64_t p, const CheckpointSaveOptions& options) {
+    return stored_checkpoint_states(parameters_[static_cast<size_t>(p)].requires_grad, options.exclude_frozen_parameters);
+  };
   std::vector<SafetensorsTensorSpec> specs;
   std::map<std::string, std::string> metadata = {{"format", "zerosim-shard"},
                                                  {"format_version", std::to_string(kCheckpointFormatVersion)},
@@ -133,7 +142,7 @@ Status RankEngine::write_shard(const std::string& path, ShardSink& sink) {
       const ParameterInfo& parameter = parameters_[static_cast<size_t>(p)];
       const int64_t count = partition.owned_count(rank);
       if (count == 0) continue;
-      for (CheckpointState state : kCheckpointStates) {
+      for (CheckpointState state : stored_states(p, save)) {
         const std::string name = checkpoint_tensor_name(parameter.name, state);
         specs.push_back({name, state == CheckpointState::kParam ? model_dtype_ : DType::kFp32, {count}});
         metadata[name] = nlohmann::json{{"parameter", parameter.name},
@@ -152,8 +161,10 @@ Status RankEngine::write_shard(const std::string& path, ShardSink& sink) {
   std::vector<float> defect_scratch, widened_scratch;
   ZEROSIM_RETURN_IF_ERROR(for_each_partition_state([&](int64_t p, const PartitionStateView& state) -> Status {
     const size_t count = static_cast<size_t>(layout_.parameters[static_cast<size_t>(p)].owned_count(rank));
-    if (count == 0) return Status();
+    const size_t stored = stored_states(p, save).size();
+    if (count == 0 || stored == 0) return Status();
     ZEROSIM_RETURN_IF_ERROR(sink.append(std::span<const std::byte>(state.params, count * element_bytes)));
+    if (stored == 1) return Status();  // frozen: its value alone
     const float* tensors[3] = {state.master, state.exp_avg, state.exp_avg_sq};
     if (moments_not_saved || swapped_not_saved) {  // defects: zero moments (and the initial master)
       defect_scratch.assign(count, 0.0f);
@@ -223,7 +234,8 @@ Status RankEngine::wait_for_save() {
   return pending_save_.get();
 }
 
-Status RankEngine::save_checkpoint(const std::string& checkpoint_directory, const std::string& tag) {
+Status RankEngine::save_checkpoint(const std::string& checkpoint_directory, const std::string& tag,
+                                   const CheckpointSaveOptions& save) {
   if (step_in_progress_) {
     return failed_precondition("cannot save checkpoint " + tag + " in the middle of step " +
                                std::to_string(counters_.global_steps + 1) +
@@ -265,14 +277,14 @@ Status RankEngine::save_checkpoint(const std::string& checkpoint_directory, cons
   ZEROSIM_RETURN_IF_ERROR(share_verdict(comm_, prepared, "prepare " + tag_directory));
 
   const std::string shard_path = tag_directory + "/" + shard_file_name(comm_.rank(), comm_.world_size());
-  const std::shared_ptr<const nlohmann::json> manifest_json = manifest_without_shards(tag);
+  const std::shared_ptr<const nlohmann::json> manifest_json = manifest_without_shards(tag, save);
   if (!async) {
     uint64_t size_bytes = 0;
     std::string checksum;
     Status written = [&]() -> Status {
       ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<File> file, disk.open(shard_path, {OpenMode::kCreateTruncate}));
       ShardSink sink(file.get());
-      ZEROSIM_RETURN_IF_ERROR(write_shard(shard_path, sink));
+      ZEROSIM_RETURN_IF_ERROR(write_shard(shard_path, sink, save));
       if (!defect_active(env_.defects, Defect::kLatestBeforeShardsDurable)) ZEROSIM_RETURN_IF_ERROR(file->sync());
       size_bytes = sink.size_bytes();
       checksum = sink.checksum();
@@ -289,10 +301,10 @@ Status RankEngine::save_checkpoint(const std::string& checkpoint_directory, cons
   if (defect_active(env_.defects, Defect::kAsyncSnapshotNotCopied)) {
     // Defect: nothing is copied now; the shard is serialized from the live state when the
     // save is waited for, steps later, under this step's manifest.
-    pending_save_ = std::async(std::launch::deferred, [this, shard_path, checkpoint_directory, tag, manifest_json]() -> Status {
+    pending_save_ = std::async(std::launch::deferred, [this, shard_path, checkpoint_directory, tag, manifest_json, save]() -> Status {
       ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<File> file, env_.disk->open(shard_path, {OpenMode::kCreateTruncate}));
       ShardSink live(file.get());
-      ZEROSIM_RETURN_IF_ERROR(write_shard(shard_path, live));
+      ZEROSIM_RETURN_IF_ERROR(write_shard(shard_path, live, save));
       ZEROSIM_RETURN_IF_ERROR(file->sync());
       ZEROSIM_RETURN_IF_ERROR(file->close());
       return commit_checkpoint(*checkpoint_comm_, checkpoint_directory, tag, manifest_json, live.size_bytes(),
@@ -304,7 +316,7 @@ Status RankEngine::save_checkpoint(const std::string& checkpoint_directory, cons
   // fsync and the commit run in the background on the checkpoint communicator.
   auto snapshot = std::make_shared<std::vector<std::byte>>();
   ShardSink sink(snapshot.get());
-  ZEROSIM_RETURN_IF_ERROR(share_verdict_all(comm_, write_shard(shard_path, sink), "snapshot its shard of " + tag_directory));
+  ZEROSIM_RETURN_IF_ERROR(share_verdict_all(comm_, write_shard(shard_path, sink, save), "snapshot its shard of " + tag_directory));
   const uint64_t size_bytes = sink.size_bytes();
   const std::string checksum = sink.checksum();
   const std::launch policy = env_.async_saves_deferred ? std::launch::deferred : std::launch::async;
@@ -355,7 +367,7 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
     ZEROSIM_ASSIGN_OR_RETURN(
         compatibility,
         check_resume_compatibility(manifest,
-                                   {&options_.config, &options_.model, &options_.data, options_.seed,
+                                   {&options_.config, &options_.model, &options_.data, options_.seed, &parameters_,
                                     /*loads_optimizer_state=*/!fresh_optimizer, /*loads_data_position=*/!load.module_only},
                                    checkpoint_directory + "/" + resolved_tag + "/" + kManifestFileName));
     return Status();
@@ -410,26 +422,40 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
         swapped_params.assign(static_cast<size_t>(partition.partition_size) * element_bytes, std::byte{0});
         params = swapped_params.data();
       }
-      // The shard's order: param, master, exp_avg, exp_avg_sq.
+      // What the checkpoint holds for it (in the shard's order: param, master, exp_avg,
+      // exp_avg_sq; a frozen parameter's value alone, an excluded one's nothing), and whether
+      // this run takes its optimizer state (not for a fresh optimizer, nor when frozen now).
+      const std::span<const CheckpointState> stored = manifest.stored_states(static_cast<size_t>(p));
+      const bool frozen = !parameters_[static_cast<size_t>(p)].requires_grad;
+      const bool takes_optimizer_state = !fresh_optimizer && !frozen;
       const std::pair<CheckpointState, std::span<std::byte>> fragments[] = {
           {CheckpointState::kParam, std::span<std::byte>(params, static_cast<size_t>(count) * element_bytes)},
           {CheckpointState::kMaster, std::as_writable_bytes(std::span<float>(master + in_group, static_cast<size_t>(count)))},
           {CheckpointState::kExpAvg, std::as_writable_bytes(std::span<float>(exp_avg + in_group, static_cast<size_t>(count)))},
           {CheckpointState::kExpAvgSq,
            std::as_writable_bytes(std::span<float>(exp_avg_sq + in_group, static_cast<size_t>(count)))}};
-      for (const auto& [state, destination] : fragments) {
-        if (count == 0) break;
+      for (size_t f = 0; f < stored.size() && count > 0; ++f) {
+        const auto& [state, destination] = fragments[f];
+        ZEROSIM_CHECK(state == stored[f], "stored states follow the shard order");
         std::span<std::byte> target = destination;
-        if (state == CheckpointState::kParam && defect_active(defects, Defect::kParamsNotRefreshedAfterLoad)) {
+        const bool unused = state != CheckpointState::kParam && !takes_optimizer_state;
+        if (unused && !own_shard) continue;
+        if (unused || (state == CheckpointState::kParam && defect_active(defects, Defect::kParamsNotRefreshedAfterLoad))) {
           stale_params.resize(destination.size());  // read (the sequential pass needs it) and dropped
           target = stale_params;
         }
         ZEROSIM_RETURN_IF_ERROR(own_shard ? reader.read_next(p, state, target) : reader.read(p, state, begin, count, target));
       }
-      if (fresh_optimizer || defect_active(defects, Defect::kMasterRebuiltFromParams)) {
+      if (stored.empty() && !defect_active(defects, Defect::kExcludedFrozenLeftZero)) {
+        // Excluded on save: the parameter keeps the value of the model this run builds.
+        initial_values_of_parameter(p, initial_master);
+        cast_from_fp32(model_dtype_, initial_master.data(), params, initial_master.size());
+      }
+      const bool frozen_master_left = frozen && defect_active(defects, Defect::kFrozenMasterNotRebuilt);
+      if ((!takes_optimizer_state || defect_active(defects, Defect::kMasterRebuiltFromParams)) && !frozen_master_left) {
         cast_to_fp32(model_dtype_, params, master + in_group, static_cast<size_t>(count));
       }
-      if (fresh_optimizer) {
+      if (!takes_optimizer_state) {
         std::fill_n(exp_avg + in_group, count, 0.0f);
         std::fill_n(exp_avg_sq + in_group, count, 0.0f);
       }

@@ -43,6 +43,15 @@ const std::vector<DefectInfo>& all_defects() {
       {Defect::kModuleOnlyLoadsNoWeights, "module_only_loads_no_weights",
        "load_module_only loads no trainable weight: the stage-3 module file holds empty placeholders, the "
        "parameters keep their initial values (DeepSpeed edaa722 engine.py:4465, stage3 release before save)"},
+      {Defect::kFrozenParametersStepped, "frozen_parameters_stepped",
+       "frozen parameters (requires_grad=False) are stepped with the rest: their gradient is zero, but AdamW's "
+       "weight decay moves them (an optimizer built over every parameter instead of the trainable ones)"},
+      {Defect::kFrozenMasterNotRebuilt, "frozen_master_not_rebuilt",
+       "on load a frozen parameter's fp32 master is not rebuilt from its saved 16-bit value (the checkpoint holds "
+       "no optimizer state for it), so the cast back after the next step writes zeros into the parameter"},
+      {Defect::kExcludedFrozenLeftZero, "excluded_frozen_left_zero",
+       "a frozen parameter that save_checkpoint(exclude_frozen_parameters=True) left out loads as the loader's "
+       "zeroed buffer instead of keeping the model's own value (DeepSpeed's load_module_strict=False)"},
   };
   return kDefects;
 }

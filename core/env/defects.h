@@ -34,6 +34,9 @@ enum class Defect : uint32_t {
   kLoadOptimizerStatesIgnored,  // load_optimizer_states=False still restores the moments and step count
   kLoadLrSchedulerStatesIgnored,  // load_lr_scheduler_states=False still restores the schedule
   kModuleOnlyLoadsNoWeights,    // load_module_only at stage 3 loads no trainable weight (DeepSpeed HEAD)
+  kFrozenParametersStepped,     // frozen parameters handed to AdamW: weight decay moves them
+  kFrozenMasterNotRebuilt,      // a frozen parameter's fp32 master not rebuilt from its value on load
+  kExcludedFrozenLeftZero,      // an excluded frozen parameter loads as zeros, not the model's value
 };
 
 struct DefectInfo {

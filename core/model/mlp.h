@@ -34,6 +34,9 @@ struct ParameterInfo {
   std::vector<int64_t> shape;
   int64_t element_count = 0;
   int64_t layer_index = 0;
+  // false: frozen (PyTorch's requires_grad=False). A frozen parameter gets no gradient and no
+  // optimizer update, and a checkpoint holds its value alone (no optimizer state exists for it).
+  bool requires_grad = true;
 };
 
 std::vector<ParameterInfo> mlp_parameters(const ModelSpec& spec);
