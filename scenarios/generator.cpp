@@ -30,6 +30,17 @@ std::string model_text(const ScenarioShape& shape) {
   return text + "," + std::to_string(shape.class_count);
 }
 
+// layers.<i>.weight and layers.<i>.bias of every layer, in parameter order.
+int parameter_count(const ScenarioShape& shape) { return 2 * static_cast<int>(shape.hidden_widths.size() + 1); }
+
+std::vector<std::string> frozen_names(const ScenarioShape& shape) {
+  std::vector<std::string> names;
+  for (int p = 0; p < parameter_count(shape); ++p) {
+    if ((shape.frozen_mask >> p) & 1u) names.push_back("layers." + std::to_string(p / 2) + (p % 2 == 0 ? ".weight" : ".bias"));
+  }
+  return names;
+}
+
 }  // namespace
 
 namespace {
@@ -178,6 +189,12 @@ ScenarioShape normalize_shape(ScenarioShape shape) {
       (shape.numerics == "deepspeed" && shape.resume_world_size != 0 && shape.resume_world_size != shape.world_size)) {
     shape.resume_load = "all";
   }
+  // Frozen parameters: some of the model's, never all; excluded values come from the model's
+  // initialisation, which a restart with another seed would change (a divergence, not a refusal).
+  const uint64_t all_parameters = (uint64_t{1} << parameter_count(shape)) - 1;
+  shape.frozen_mask &= all_parameters;
+  if (shape.frozen_mask == all_parameters) shape.frozen_mask &= shape.frozen_mask - 1;  // the lowest stays trainable
+  if (shape.frozen_mask == 0 || shape.resume_change == "seed") shape.exclude_frozen = false;
   if (!shape.damaged) {
     shape.damage = AtRestDamage{};
   } else {
@@ -268,6 +285,8 @@ ScenarioShape generate_shape(uint64_t seed) {
   shape.resume_change =
       pick(0, 9) == 0 ? one_of(std::array<const char*, 4>{"seed", "dataset_size", "model", "optimizer"}) : "none";
   shape.resume_load = pick(0, 7) == 0 ? one_of(std::array<const char*, 3>{"no_optimizer", "no_scheduler", "module_only"}) : "all";
+  shape.frozen_mask = pick(0, 7) == 0 ? static_cast<uint64_t>(pick(1, 255)) : 0;
+  shape.exclude_frozen = pick(0, 1) == 1;
   return normalize_shape(shape);
 }
 
@@ -387,6 +406,8 @@ json scenario_document(const ScenarioShape& input, const std::string& name) {
   if (shape.resume_load == "no_optimizer") document["resume_load_optimizer_states"] = false;
   if (shape.resume_load == "no_scheduler") document["resume_load_lr_scheduler_states"] = false;
   if (shape.resume_load == "module_only") document["resume_load_module_only"] = true;
+  if (shape.frozen_mask != 0) document["frozen_parameters"] = frozen_names(shape);
+  if (shape.exclude_frozen) document["save_exclude_frozen_parameters"] = true;
   if (shape.resume_change != "none") {
     if (shape.resume_change == "seed") document["resume_changes"] = {{"seed", shape.seed + 1}};
     if (shape.resume_change == "dataset_size") document["resume_changes"] = {{"dataset_size", 61}};
@@ -486,6 +507,11 @@ std::string describe_shape(const ScenarioShape& shape) {
   if (shape.damaged) text += ", at rest: " + shape.damage.describe();
   if (shape.resume_change != "none") text += ", restart with another " + shape.resume_change + " (refused)";
   if (shape.resume_load != "all") text += ", restart loading " + shape.resume_load;
+  if (shape.frozen_mask != 0) {
+    std::string names;
+    for (const std::string& name : frozen_names(shape)) names += (names.empty() ? "" : " ") + name;
+    text += ", frozen " + names + (shape.exclude_frozen ? " (excluded on save)" : "");
+  }
   return text;
 }
 
@@ -506,6 +532,8 @@ std::vector<ScenarioShape> shrink_candidates(const ScenarioShape& shape) {
   add([](ScenarioShape& s) { s.damaged = false; });
   add([](ScenarioShape& s) { s.resume_change = "none"; });
   add([](ScenarioShape& s) { s.resume_load = "all"; });
+  add([](ScenarioShape& s) { s.frozen_mask = 0; });
+  add([](ScenarioShape& s) { s.exclude_frozen = false; });
   add([](ScenarioShape& s) { s.storage_fault = StorageFault::kLostWriteShard; });
   add([](ScenarioShape& s) { s.keep_last = 0; });
   add([](ScenarioShape& s) { s.scheduler = "WarmupLR"; });

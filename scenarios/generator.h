@@ -116,6 +116,10 @@ struct ScenarioShape {
   // DeepSpeed's load options for the restart (CheckpointLoadOptions): all, no_optimizer
   // (load_optimizer_states=false), no_scheduler (load_lr_scheduler_states=false), module_only.
   std::string resume_load = "all";
+  // Frozen parameters (requires_grad=False): bit p freezes the model's parameter p (never all of
+  // them); exclude_frozen: every save leaves their values out (exclude_frozen_parameters).
+  uint64_t frozen_mask = 0;
+  bool exclude_frozen = false;
 
   bool operator==(const ScenarioShape&) const = default;
 };

@@ -284,6 +284,26 @@ RC_GTEST_PROP(EngineProperty, FrozenParametersNeverMoveAndTheRunStaysWorldSizeIn
   RC_ASSERT(some_trainable_moved);
 }
 
+// A frozen parameter's gradient is not kept, so it adds nothing to the global norm (DeepSpeed
+// norms the optimizer's partitions only): at step 1 (same weights, same batch) the norm with the
+// last layer frozen is below the norm of the run where everything trains, at every W.
+TEST(Engine, FrozenGradientsAddNothingToTheNorm) {
+  const ModelSpec model{{6, 8, 3}};
+  for (const int world_size : {1, 3}) {
+    SCOPED_TRACE("W=" + std::to_string(world_size));
+    TrainingOptions everything = make_options(model, Precision::kFp32, 2, 1, world_size, 64, 11);
+    everything.config.gradient_clipping = 0.0;
+    TrainingOptions frozen = everything;
+    frozen.frozen_parameters = {"layers.1.weight", "layers.1.bias"};
+    const TrainingRun all_run = train_or_fail(everything, 1);
+    const TrainingRun frozen_run = train_or_fail(frozen, 1);
+    ASSERT_EQ(all_run.steps.size(), 1u);
+    ASSERT_EQ(frozen_run.steps.size(), 1u);
+    EXPECT_GT(frozen_run.steps[0].grad_norm, 0.0);
+    EXPECT_LT(frozen_run.steps[0].grad_norm, all_run.steps[0].grad_norm);
+  }
+}
+
 TEST(Engine, FrozenParameterNamesAreChecked) {
   TrainingOptions options = make_options(ModelSpec{{4, 3, 2}}, Precision::kFp32, 1, 1, 1, 64, 1);
   options.frozen_parameters = {"layers.0.weight", "layers.9.bias"};

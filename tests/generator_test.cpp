@@ -134,6 +134,9 @@ TEST(Generator, EveryDimensionIsDrawnInAThousandsOfCasesCampaign) {
     }
     if (shape.resume_change != "none") ++seen["restart changes " + shape.resume_change];
     ++seen["restart loads " + shape.resume_load];
+    if (shape.frozen_mask != 0) ++seen[shape.exclude_frozen ? "frozen, excluded on save" : "frozen, saved"];
+    if (shape.frozen_mask != 0 && shape.resume_load != "all") ++seen["frozen, restart with a load option"];
+    if (shape.frozen_mask != 0 && shape.resume_world_size > 0) ++seen["frozen, elastic"];
   }
   std::vector<std::string> wanted;
   for (int fault = 0; fault < kGeneratedFaultCount; ++fault) wanted.push_back("fault " + std::to_string(fault));
@@ -149,7 +152,8 @@ TEST(Generator, EveryDimensionIsDrawnInAThousandsOfCasesCampaign) {
         "damage remove latest", "damage stale_copy shard", "damage stale_copy manifest", "damage other_rank shard",
         "damage of the newest tag", "damage of the previous tag", "restart changes seed", "restart changes dataset_size",
         "restart changes model", "restart changes optimizer", "restart loads all", "restart loads no_optimizer",
-        "restart loads no_scheduler", "restart loads module_only"}) {
+        "restart loads no_scheduler", "restart loads module_only", "frozen, saved", "frozen, excluded on save",
+        "frozen, restart with a load option", "frozen, elastic"}) {
     wanted.push_back(name);
   }
   for (const std::string& name : wanted) {
