@@ -292,6 +292,13 @@ Result<Scenario> scenario_from_json(const json& document, const std::string& sou
       }
     }
   }
+  // The expected run of a restart that changes the frozen set is not modelled (the reference
+  // keeps the first phase's set): such a scenario can only expect the refusal.
+  if (scenario.resume_settings && scenario.resume_settings->frozen_parameters != scenario.run.options.frozen_parameters &&
+      scenario.expect_error.empty()) {
+    return invalid_argument(source_name + ": resume_changes.frozen_parameters: a restart with another frozen set can "
+                            "only expect a refusal (\"expect\": {\"error\": ...}); the run it would continue is not modelled");
+  }
   if (document.contains("resume_tag")) {
     const json& tag = document["resume_tag"];
     if (!tag.is_string()) return invalid_argument(source_name + ": resume_tag: expected a tag name or \"latest\"");
@@ -859,6 +866,7 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
       SimWorld world(clean_disk, options.world_size, FaultPlan{}, no_crash);
       CheckpointPlan saving_at_end;
       saving_at_end.save_directory = run.checkpoint_directory;
+      saving_at_end.save_options = run.save_options;
       TrainingOptions saving_options = options;
       saving_options.capture_state_at_step = -1;
       ZEROSIM_RETURN_IF_ERROR(run_training(saving_options, save_step, world.seams(), saving_at_end).status());

@@ -682,9 +682,11 @@ TEST_F(CheckpointLoader, ATruncatedShardIsNamedWithBothSizes) {
 }
 
 TEST_F(CheckpointLoader, AnUnknownFormatVersionIsRefused) {
-  edit_manifest([](nlohmann::json& manifest) { manifest["format_version"] = 2; });
+  edit_manifest([](nlohmann::json& manifest) { manifest["format_version"] = 3; });
   expect_error(resume(options_, nullptr, "global_step2"), StatusCode::kUnimplemented,
-               {"manifest.json", "format_version", "reads version 1, found 2"});
+               {"manifest.json", "format_version", "reads versions 1 to 2, found 3"});
+  edit_manifest([](nlohmann::json& manifest) { manifest["format_version"] = 0; });
+  expect_error(resume(options_, nullptr, "global_step2"), StatusCode::kUnimplemented, {"found 0"});
 }
 
 TEST_F(CheckpointLoader, ATornManifestIsNeverLoadedAndLatestFallsBack) {
@@ -877,13 +879,26 @@ TEST(CheckpointFrozenParameters, ChangesOfTheFrozenSetAndTheManifestKeys) {
 
   // The manifest's keys: requires_grad only false, excluded only true and only when frozen.
   const std::string tag_directory = excluded + "/global_step2";
+  {
+    RealEnv real_env;
+    const Result<CheckpointManifest> read = read_manifest(*real_env.env().disk, tag_directory);
+    ASSERT_TRUE(read.ok()) << read.status().to_string();
+    EXPECT_EQ(read->format_version, 2) << "a checkpoint with a frozen parameter is written as version 2";
+    TrainingOptions none_frozen = options;
+    none_frozen.frozen_parameters.clear();
+    ASSERT_TRUE(train(none_frozen, 1, save_to(directory.path() + "/none")).ok());
+    const Result<CheckpointManifest> plain = read_manifest(*real_env.env().disk, directory.path() + "/none/global_step1");
+    ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+    EXPECT_EQ(plain->format_version, 1) << "without a frozen parameter the checkpoint stays version 1";
+  }
   const std::vector<char> original = file_bytes(tag_directory + "/manifest.json");
   for (const auto& [edit, expected] :
        std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>>{
            {[](nlohmann::json& m) { m["layout"]["parameters"][0]["requires_grad"] = true; }, "requires_grad: expected false"},
            {[](nlohmann::json& m) { m["layout"]["parameters"][1]["excluded"] = true; }, "only a frozen parameter"},
            {[](nlohmann::json& m) { m["layout"]["parameters"][0]["excluded"] = "yes"; }, "excluded: expected true"},
-           {[](nlohmann::json& m) { m["layout"]["parameters"][2]["frozen"] = true; }, "frozen: unknown key"}}) {
+           {[](nlohmann::json& m) { m["layout"]["parameters"][2]["frozen"] = true; }, "frozen: unknown key"},
+           {[](nlohmann::json& m) { m["format_version"] = 1; }, "a frozen parameter in a format_version 1 manifest"}}) {
     nlohmann::json manifest = nlohmann::json::parse(original.begin(), original.end());
     edit(manifest);
     seal_manifest(manifest);

@@ -357,6 +357,40 @@ TEST(Cli, ResumeLoadOptionsReachTheLoadAndSaySo) {
   EXPECT_EQ(run_cli("train --resume " + checkpoints + " --steps 6 --load-module-only --load-optimizer-states false").exit_code, 2);
 }
 
+// --freeze and --exclude-frozen-parameters: a resume takes the checkpoint's frozen set when
+// --freeze is not given and continues bit-identically (excluded values from the seed); bad uses
+// are refused naming the flag.
+TEST(Cli, FrozenParametersSaveResumeAndTheirRefusals) {
+  zerosim::TestDirectory directory;
+  const std::string freeze = " --freeze layers.0.weight --freeze layers.2.bias";
+  const CommandResult uninterrupted = run_cli("train --steps 6 --json --world-size 2" + freeze);
+  ASSERT_EQ(uninterrupted.exit_code, 0) << uninterrupted.output;
+  for (const bool exclude : {false, true}) {
+    SCOPED_TRACE(exclude ? "excluded" : "saved");
+    const std::string checkpoints = directory.path() + (exclude ? "/excluded" : "/saved");
+    const CommandResult saved = run_cli("train --steps 3 --world-size 2 --save-dir " + checkpoints + freeze +
+                                        (exclude ? " --exclude-frozen-parameters" : ""));
+    ASSERT_EQ(saved.exit_code, 0) << saved.output;
+    const CommandResult resumed = run_cli("train --resume " + checkpoints + " --steps 6 --json --world-size 4");
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    EXPECT_EQ(json_of(resumed)["state_digest"], json_of(uninterrupted)["state_digest"]) << resumed.output;
+    EXPECT_EQ(resumed.output.find("excluded frozen parameters") != std::string::npos, exclude) << resumed.output;
+    const CommandResult unfrozen = run_cli("train --resume " + checkpoints + " --steps 6 --freeze layers.1.bias");
+    EXPECT_EQ(unfrozen.exit_code, 2) << unfrozen.output;
+    EXPECT_NE(unfrozen.output.find("parameter layers.0.weight is frozen in the checkpoint"), std::string::npos)
+        << unfrozen.output;
+  }
+  const CommandResult unknown = run_cli("train --steps 1 --freeze layers.7.weight");
+  EXPECT_EQ(unknown.exit_code, 2) << unknown.output;
+  EXPECT_NE(unknown.output.find("frozen parameter 'layers.7.weight'"), std::string::npos) << unknown.output;
+  const CommandResult nothing_frozen =
+      run_cli("train --steps 1 --save-dir " + directory.path() + "/none --exclude-frozen-parameters");
+  EXPECT_EQ(nothing_frozen.exit_code, 2) << nothing_frozen.output;
+  EXPECT_NE(nothing_frozen.output.find("--exclude-frozen-parameters: no parameter is frozen"), std::string::npos);
+  EXPECT_EQ(run_cli("train --steps 1 --exclude-frozen-parameters" + freeze).exit_code, 2);  // needs --save-dir
+  EXPECT_EQ(run_cli("train --steps 1 --freeze ''").exit_code, 2);
+}
+
 // Before: "the config gives 4 but --gradient-accumulation-steps is 2", a flag the user never gave.
 TEST(Cli, AResumeThatDerivesTheAccumulationSaysFromWhatWhenTheConfigDisagrees) {
   zerosim::TestDirectory directory;

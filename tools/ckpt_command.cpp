@@ -234,14 +234,15 @@ void compare_scalars(const CheckpointManifest& a, const CheckpointManifest& b, D
   compare.unsigned_integer("rng.shuffle_stream.stream_id", a.shuffle_stream.stream_id, b.shuffle_stream.stream_id);
   compare.unsigned_integer("rng.shuffle_stream.counter", a.shuffle_stream.counter, b.shuffle_stream.counter);
   compare.integer("data_position", a.data_position, b.data_position);
-  // What each holds per parameter (trainable: four states; frozen: its value; excluded: none).
+  // What each holds per parameter (trainable: four states; frozen: its value; excluded: none):
+  // state, not layout (a frozen parameter has no optimizer state to continue from).
   for (size_t p = 0; p < a.parameters.size() && p < b.parameters.size(); ++p) {
     auto held = [&](const CheckpointManifest& manifest) {
       std::string names;
       for (CheckpointState state : manifest.stored_states(p)) names += (names.empty() ? "" : ",") + std::string(checkpoint_state_name(state));
       return names.empty() ? std::string("nothing (excluded)") : names;
     };
-    const std::string key = "layout.parameters." + a.parameters[p].name + ".stored";
+    const std::string key = "parameters." + a.parameters[p].name + ".stored";
     compare.text(key.c_str(), held(a), held(b));
   }
 }
@@ -501,10 +502,13 @@ int run_checkpoint_inspect_command(const CheckpointInspectFlags& flags) {
   size_t name_width = std::strlen("parameter");
   for (const ParameterInfo& parameter : manifest.parameters) name_width = std::max(name_width, parameter.name.size());
   std::printf("\nparameters (%zu):\n", manifest.parameters.size());
-  std::printf("  %-*s  %-16s  %12s\n", static_cast<int>(name_width), "parameter", "shape", "elements");
+  std::printf("  %-*s  %-16s  %12s  %s\n", static_cast<int>(name_width), "parameter", "shape", "elements", "stored");
   for (const ParameterInfo& parameter : manifest.parameters) {
-    std::printf("  %-*s  %-16s  %12" PRId64 "\n", static_cast<int>(name_width), parameter.name.c_str(),
-                shape_text(parameter.shape).c_str(), parameter.element_count);
+    const char* stored = parameter.requires_grad                ? "value and optimizer state"
+                         : manifest.excludes(parameter.name)    ? "nothing (frozen, excluded on save)"
+                                                                : "value (frozen)";
+    std::printf("  %-*s  %-16s  %12" PRId64 "  %s\n", static_cast<int>(name_width), parameter.name.c_str(),
+                shape_text(parameter.shape).c_str(), parameter.element_count, stored);
   }
   size_t file_width = std::strlen("file");
   for (const ShardRecord& shard : manifest.shards) file_width = std::max(file_width, shard.file.size());

@@ -188,6 +188,12 @@ Status adopt_checkpoint_settings(TrainFlags& flags) {
     flags.model_text = model_spec_to_string(manifest.model);
   }
   if (flags.seed_option == nullptr || flags.seed_option->count() == 0) flags.seed = manifest.seed;
+  // The frozen set too, unless --freeze gives this run's own.
+  if (flags.frozen_parameters.empty()) {
+    for (const ParameterInfo& parameter : manifest.parameters) {
+      if (!parameter.requires_grad) flags.frozen_parameters.push_back(parameter.name);
+    }
+  }
   if (flags.dataset_size_option == nullptr || flags.dataset_size_option->count() == 0) {
     flags.dataset_size = manifest.data.sample_count;
   }
@@ -328,6 +334,16 @@ int train(const TrainFlags& given_flags, const MpiLaunch* mpi) {
       std::fprintf(stderr, "zerosim: --resume %s: %s\n", flags.resume_directory.c_str(), adopted.to_string().c_str());
       return exit_code_for(adopted);
     }
+  }
+  if (flags.exclude_frozen_parameters && flags.frozen_parameters.empty()) {
+    std::fprintf(stderr, "zerosim: --exclude-frozen-parameters: no parameter is frozen (give --freeze NAME, or resume "
+                 "from a checkpoint that froze some)\n");
+    return 2;
+  }
+  if (!flags.export_directory.empty() && !flags.frozen_parameters.empty()) {
+    std::fprintf(stderr, "zerosim: --export-run with --freeze: the reference scripts (scripts/torch_reference/) train "
+                 "every parameter, so the export would not describe this run\n");
+    return 2;
   }
   Result<ResolvedConfig> config = load_config(flags.config);
   if (!config.ok()) {

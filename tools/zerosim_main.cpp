@@ -54,7 +54,8 @@ int main(int argc, char** argv) {
       ->needs(train->get_option("--save-dir"));
   train->add_option("--freeze", train_flags.frozen_parameters,
                     "Freeze this parameter (repeatable; e.g. layers.0.weight): no gradient, no optimizer state, "
-                    "never updated, as requires_grad=False; a checkpoint holds its value alone");
+                    "never updated, as requires_grad=False; a checkpoint holds its value alone. With --resume, the "
+                    "checkpoint's frozen set unless --freeze is given");
   train->add_flag("--exclude-frozen-parameters", train_flags.exclude_frozen_parameters,
                   "Saves leave the frozen parameters' values out, as DeepSpeed's "
                   "save_checkpoint(exclude_frozen_parameters=True); a resume takes them from the model it builds")

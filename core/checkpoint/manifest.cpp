@@ -92,6 +92,12 @@ std::span<const CheckpointState> stored_checkpoint_states(bool requires_grad, bo
   return std::span<const CheckpointState>(kCheckpointStates, 1);  // kParam
 }
 
+int64_t checkpoint_format_version_for(const std::vector<ParameterInfo>& parameters) {
+  const bool any_frozen =
+      std::any_of(parameters.begin(), parameters.end(), [](const ParameterInfo& parameter) { return !parameter.requires_grad; });
+  return any_frozen ? kCheckpointFormatVersion : kCheckpointFormatVersionWithoutFrozenParameters;
+}
+
 bool CheckpointManifest::excludes(const std::string& parameter) const {
   return std::find(excluded_parameters.begin(), excluded_parameters.end(), parameter) != excluded_parameters.end();
 }
@@ -249,8 +255,10 @@ Result<CheckpointManifest> manifest_from_json(const json& document, const std::s
     return reader.error("format", std::string("expected '") + kCheckpointFormatName + "', found '" + format + "'");
   }
   ZEROSIM_ASSIGN_OR_RETURN(manifest.format_version, reader.integer(document, "", "format_version", 0));
-  if (manifest.format_version != kCheckpointFormatVersion) {
-    return unimplemented(path + ": format_version: this zerosim reads version " +
+  if (manifest.format_version < kCheckpointFormatVersionWithoutFrozenParameters ||
+      manifest.format_version > kCheckpointFormatVersion) {
+    return unimplemented(path + ": format_version: this zerosim reads versions " +
+                         std::to_string(kCheckpointFormatVersionWithoutFrozenParameters) + " to " +
                          std::to_string(kCheckpointFormatVersion) + ", found " +
                          std::to_string(manifest.format_version));
   }
@@ -323,6 +331,12 @@ Result<CheckpointManifest> manifest_from_json(const json& document, const std::s
         return reader.error(parent + "." + key, "unknown key (no writer of format version " +
                                                     std::to_string(kCheckpointFormatVersion) + " writes it)");
       }
+    }
+    if (!parameter.requires_grad && manifest.format_version < kCheckpointFormatVersion) {
+      return reader.error(parent + ".requires_grad", "a frozen parameter in a format_version " +
+                                                         std::to_string(manifest.format_version) +
+                                                         " manifest (frozen parameters came with version " +
+                                                         std::to_string(kCheckpointFormatVersion) + ")");
     }
     if (manifest.excludes(parameter.name) && parameter.requires_grad) {
       return reader.error(parent + ".excluded", "only a frozen parameter (requires_grad false) can be excluded");
@@ -630,7 +644,7 @@ Result<ResumeCompatibility> check_resume_compatibility(const CheckpointManifest&
                            describe(data) + "); the data position starts at 0, so the change is allowed");
   }
 
-  std::string frozen_now, excluded;
+  std::string frozen_now, unfrozen, excluded;
   for (size_t p = 0; p < manifest.parameters.size(); ++p) {
     const ParameterInfo& saved = manifest.parameters[p];
     const bool trainable_now = target.parameters == nullptr || (*target.parameters)[p].requires_grad;
@@ -641,11 +655,16 @@ Result<ResumeCompatibility> check_resume_compatibility(const CheckpointManifest&
                               "(--load-optimizer-states false) for a fresh optimizer");
     }
     if (saved.requires_grad && !trainable_now) frozen_now += (frozen_now.empty() ? "" : ", ") + saved.name;
+    if (!saved.requires_grad && trainable_now) unfrozen += (unfrozen.empty() ? "" : ", ") + saved.name;
     if (manifest.excludes(saved.name)) excluded += (excluded.empty() ? "" : ", ") + saved.name;
   }
   if (!frozen_now.empty()) {
     result.notes.push_back("note: " + frozen_now + " frozen in this run but trainable when saved: the values are "
                            "loaded, the optimizer state for them is dropped");
+  }
+  if (!unfrozen.empty()) {
+    result.notes.push_back("note: " + unfrozen + " frozen when saved, trainable in this run: they train from their "
+                           "saved values with the fresh optimizer");
   }
   if (!excluded.empty()) {
     result.notes.push_back(

@@ -45,7 +45,15 @@
 namespace zerosim {
 
 inline constexpr const char* kCheckpointFormatName = "zerosim-checkpoint";
-inline constexpr int64_t kCheckpointFormatVersion = 1;
+// The newest format this build reads and writes. Version 2 adds frozen parameters (the
+// per-parameter "requires_grad" and "excluded" keys, and shards without a frozen parameter's
+// optimizer state); a checkpoint without one is written as version 1, byte for byte what it was
+// before, so older builds keep reading it, and an older build refuses a version 2 checkpoint by
+// its version instead of calling its missing tensors damage.
+inline constexpr int64_t kCheckpointFormatVersion = 2;
+inline constexpr int64_t kCheckpointFormatVersionWithoutFrozenParameters = 1;
+// The version a checkpoint of these parameters is written as.
+int64_t checkpoint_format_version_for(const std::vector<ParameterInfo>& parameters);
 inline constexpr const char* kManifestFileName = "manifest.json";
 // Deeper JSON is refused before parsing: the parser and the copies after it recurse.
 inline constexpr int kMaxManifestJsonDepth = 64;
