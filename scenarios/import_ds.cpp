@@ -1,8 +1,10 @@
 #include "scenarios/import_ds.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "core/config/ds_config.h"
+#include "scenarios/deepspeed_model.h"
 #include "scenarios/scenario_file.h"
 #include "scenarios/scenario_runner.h"
 
@@ -55,7 +57,20 @@ std::string precision_from(const json& config) {
 
 }  // namespace
 
-Result<ordered_json> import_deepspeed_config(const ImportOptions& options) {
+Result<ordered_json> import_deepspeed_config(const ImportOptions& options, ImportNotes* notes) {
+  auto one_of = [](const std::string& flag, const std::string& value, std::initializer_list<const char*> allowed) -> Status {
+    std::string list;
+    for (const char* item : allowed) {
+      if (value == item) return Status();
+      list += (list.empty() ? "" : ", ") + std::string(item);
+    }
+    return invalid_argument(flag + " '" + value + "': expected one of " + list);
+  };
+  ZEROSIM_RETURN_IF_ERROR(one_of("--as", options.as, {"", "deepspeed"}));
+  ZEROSIM_RETURN_IF_ERROR(one_of("--training-loop", options.training_loop, {"hf", "plain"}));
+  ZEROSIM_RETURN_IF_ERROR(one_of("--ended-by", options.ended_by, {"power-loss", "kill"}));
+  ZEROSIM_RETURN_IF_ERROR(one_of("--no-checkpoint", options.no_checkpoint, {"fresh-start", "refusal"}));
+  if (options.resume_tag.empty()) return invalid_argument("--resume-tag: empty (give a tag, or leave it out for latest)");
   ZEROSIM_ASSIGN_OR_RETURN(std::string text, read_text_file(options.config_path, "DeepSpeed config"));
   // Parsed twice: once to check it (duplicate keys, nesting), once keeping its key order.
   ZEROSIM_ASSIGN_OR_RETURN(json config, parse_json_text(text, options.config_path));
@@ -86,7 +101,16 @@ Result<ordered_json> import_deepspeed_config(const ImportOptions& options) {
     scenario["fault_plan"] = {{"crash", crash}};
   }
   if (options.delete_swap_directory) scenario["operator_actions"] = ordered_json::array({"delete_swap_directory"});
-  scenario["expect"] = {{"bit_identical", true}};
+  if (options.ended_by == "kill") scenario["power_loss"] = false;
+  if (options.resume_tag != "latest") scenario["resume_tag"] = options.resume_tag;
+  if (!options.load_optimizer_states) scenario["resume_load_optimizer_states"] = false;
+  if (!options.load_lr_scheduler_states) scenario["resume_load_lr_scheduler_states"] = false;
+  if (options.load_module_only) scenario["resume_load_module_only"] = true;
+  if (!options.resume_config_path.empty()) {
+    scenario["resume_config"] = std::filesystem::absolute(options.resume_config_path).lexically_normal().string();
+  }
+  scenario["expect"] = {{"bit_identical", true},
+                        {"no_checkpoint", options.no_checkpoint == "refusal" ? "refusal" : "fresh_start"}};
   scenario["config"] = verbatim;
 
   if (options.saved_step < options.save_every || options.saved_step % options.save_every != 0) {
@@ -100,6 +124,32 @@ Result<ordered_json> import_deepspeed_config(const ImportOptions& options) {
   // The scenario must load: the config resolves with these settings, the batch divides.
   Result<Scenario> loaded = scenario_from_json(json::parse(scenario.dump()), options.config_path);
   if (!loaded.ok()) return loaded.status();
+  if (options.as == "deepspeed") {
+    const TrainingLoop loop = options.training_loop == "plain" ? TrainingLoop::kPlain : TrainingLoop::kHfTrainer;
+    const std::vector<DeepSpeedModelEntry> entries = deepspeed_model_for(*loaded, loop);
+    ordered_json defects = ordered_json::array();
+    std::string ids;
+    for (const DeepSpeedModelEntry& entry : entries) {
+      ids += (ids.empty() ? "" : ", ") + entry.id;
+      for (Defect defect : entry.defects) {
+        if (std::find(defects.begin(), defects.end(), defect_name(defect)) == defects.end()) defects.push_back(defect_name(defect));
+      }
+      if (notes != nullptr) {
+        notes->lines.push_back("deepspeed " + std::string(kDeepSpeedModelCommit) + " model: " + entry.id + " (" +
+                               entry.condition + "): " + entry.effect + " [" + entry.source + "]");
+      }
+    }
+    const bool nvme = loaded->run.options.config.zero.offload_optimizer.device == OffloadDevice::kNvme;
+    if (nvme && (!options.load_optimizer_states || options.load_module_only) && notes != nullptr) {
+      notes->lines.push_back("deepspeed model: not modelled: a fresh-optimizer or module-only load with the optimizer on "
+                             "NVMe (read from the code, DeepSpeed raises or overwrites the weights there; not run)");
+    }
+    scenario["name"] = scenario["name"].get<std::string>() + ", as DeepSpeed " + kDeepSpeedModelCommit + " resumes it";
+    scenario["description"] = scenario["description"].get<std::string>() + " Run as DeepSpeed " + kDeepSpeedModelCommit +
+                              " resumes it (zerosim's model of DeepSpeed, read from its code: " + ids +
+                              "); without --as deepspeed the same scenario shows what a correct engine does.";
+    scenario["defects"] = defects;
+  }
   // An absolute path: the scenario file may be written anywhere, and a relative "config" is
   // read beside it.
   if (options.config_by_path) scenario["config"] = std::filesystem::absolute(options.config_path).lexically_normal().string();

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -30,9 +31,32 @@ struct ImportOptions {
   std::string crash;
   bool delete_swap_directory = false;
   bool config_by_path = false;   // "config": "<path>" instead of the config inline
+  // How the first run ended: "power-loss" (unsynced data lost) or "kill" (the job died, the
+  // machine stayed up).
+  std::string ended_by = "power-loss";
+  // A crash before any save returned: "fresh-start" (the restart trains from step 0) or
+  // "refusal" (it must refuse: no checkpoint).
+  std::string no_checkpoint = "fresh-start";
+  // The restart: the tag it asks for ("latest"), DeepSpeed's load options, its own config.
+  std::string resume_tag = "latest";
+  bool load_optimizer_states = true;
+  bool load_lr_scheduler_states = true;
+  bool load_module_only = false;
+  std::string resume_config_path;
+  // "deepspeed": switch on the defects of every entry of DeepSpeed's resume model that applies
+  // (scenarios/deepspeed_model.h), so the scenario fails as the user's run did. "": zerosim's
+  // engine, which must pass.
+  std::string as;
+  std::string training_loop = "hf";  // "hf" (the Hugging Face Trainer) or "plain"
+};
+
+// What the import says besides the scenario: the DeepSpeed model's entries that apply, and
+// what the model does not cover.
+struct ImportNotes {
+  std::vector<std::string> lines;
 };
 
 // The scenario document (checked: it loads as a scenario, or the error names what is wrong).
-Result<nlohmann::ordered_json> import_deepspeed_config(const ImportOptions& options);
+Result<nlohmann::ordered_json> import_deepspeed_config(const ImportOptions& options, ImportNotes* notes = nullptr);
 
 }  // namespace zerosim

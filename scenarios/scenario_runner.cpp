@@ -283,12 +283,17 @@ Result<Scenario> scenario_from_json(const json& document, const std::string& sou
             return invalid_argument(at + "." + field.key() + ": unknown key; " + unknown_key_hint(field.key(), {"tags", "latest"}));
           }
         }
+      } else if (it.key() == "no_checkpoint") {
+        if (*it != "fresh_start" && *it != "refusal") {
+          return invalid_argument(where + ".no_checkpoint: expected \"fresh_start\" or \"refusal\", found " + it->dump());
+        }
+        scenario.expect_no_checkpoint = it->get<std::string>();
       } else if (it.key() == "error") {
         if (!it->is_string() || it->get<std::string>().empty()) return invalid_argument(where + ".error: expected a message part");
         scenario.expect_error = it->get<std::string>();
         scenario.expect_bit_identical = false;
       } else {
-        return invalid_argument(where + "." + it.key() + ": unknown key; " + unknown_key_hint(it.key(), {"bit_identical", "error", "resumed_at_step", "checkpoint"}));
+        return invalid_argument(where + "." + it.key() + ": unknown key; " + unknown_key_hint(it.key(), {"bit_identical", "error", "resumed_at_step", "checkpoint", "no_checkpoint"}));
       }
     }
   }
@@ -312,7 +317,8 @@ Result<Scenario> scenario_from_json(const json& document, const std::string& sou
        {std::pair{"resume_load_optimizer_states", &scenario.resume_load.optimizer_states},
         std::pair{"resume_load_lr_scheduler_states", &scenario.resume_load.lr_scheduler_states},
         std::pair{"resume_load_module_only", &scenario.resume_load.module_only},
-        std::pair{"save_at_start", &scenario.save_at_start}}) {
+        std::pair{"save_at_start", &scenario.save_at_start},
+        std::pair{"power_loss", &scenario.power_loss}}) {
     if (!document.contains(key)) continue;
     if (!document[key].is_boolean()) {
       return invalid_argument(source_name + ": " + key + ": expected true or false, found " + document[key].dump());
@@ -697,8 +703,12 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
       return verdict_before_comparison();
     }
   }
-  disk.crash_with_seed(run.seed);  // the power goes out
-  verdict.crash += ", then a power loss";
+  if (scenario.power_loss) {
+    disk.crash_with_seed(run.seed);  // the power goes out
+    verdict.crash += ", then a power loss";
+  } else {
+    verdict.crash += ", the process gone (the machine stays up: written data survives)";
+  }
 
   for (OperatorAction action : scenario.operator_actions) {
     ZEROSIM_RETURN_IF_ERROR(apply_operator_action(action, options, run.checkpoint_directory, disk));
@@ -784,7 +794,25 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
   }
   // The disk as the (judged) restart finds it, kept for a second resume that captures the full state.
   const std::unique_ptr<SimDisk> restart_disk = disk.clone();
-  const Result<TrainingRun> resumed = resume(disk, resume_options);
+  Result<TrainingRun> resumed = resume(disk, resume_options);
+  // A crash before any save returned leaves no checkpoint: with "no_checkpoint" the scenario
+  // defines the outcome (a fresh start, as a training script that finds nothing to resume does,
+  // or the refusal). Not when a save had returned: then losing it is lost work.
+  const bool nothing_committed = verdict.committed_step < 0 && scenario.restart_killed_after_step < 0;
+  if (!resumed.ok() && !scenario.expect_no_checkpoint.empty() && nothing_committed &&
+      resumed.status().code() == StatusCode::kNotFound &&
+      resumed.status().message().find("no complete checkpoint") != std::string::npos) {
+    if (scenario.expect_no_checkpoint == "refusal") {
+      verdict.outcome = "refused as expected (no save returned before the crash): " + resumed.status().to_string();
+      verdict.passed = true;
+      return verdict_before_comparison();
+    }
+    SimWorld fresh_world(disk, resume_options.world_size, FaultPlan{}, no_crash, &defects);
+    CheckpointPlan fresh = restart_plan(scenario.resume_tag);
+    fresh.resume_directory.clear();  // nothing to resume from: a fresh start
+    resumed = run_training(resume_options, run.total_steps, fresh_world.seams(), fresh);
+    if (resumed.ok()) resumed->notes.insert(resumed->notes.begin(), "no complete checkpoint (no save returned before the crash): started fresh");
+  }
   if (!resumed.ok()) {
     verdict.outcome = "refused: " + resumed.status().to_string();
     verdict.passed = !scenario.expect_error.empty() &&

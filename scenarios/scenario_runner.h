@@ -29,6 +29,10 @@
 //   "save_at_start": true: the first phase also saves its starting state (global_step0), before
 //       any step, as DeepSpeed's save_checkpoint does when called before training
 //   "resume_tag": "global_step2" (default "latest"): the tag the restart asks for
+//   "power_loss": false: the first phase ends with the process gone and the machine up (a job
+//       killed and restarted): no power loss, written data survives
+//   "expect": {"no_checkpoint": "fresh_start" | "refusal"} as well: the defined outcome when the
+//       crash came before any save returned and the restart finds no complete checkpoint
 //   "resume_load_optimizer_states": false, "resume_load_lr_scheduler_states": false,
 //   "resume_load_module_only": true: DeepSpeed's load_checkpoint options for the restart
 //       (CheckpointLoadOptions); the expected run is then the reference up to the loaded step,
@@ -93,6 +97,13 @@ struct Scenario {
   int64_t expect_resumed_at_step = -1;  // when >= 0: the step the resume must start from
   std::string resume_tag = "latest";    // the tag the restart asks for
   bool save_at_start = false;           // the first phase saves global_step0 before any step
+  // false: the first phase ends with the process gone but the machine up (a job killed and
+  // restarted: written data survives, synced or not); true: a power loss (unsynced data is lost).
+  bool power_loss = true;
+  // When no save returned before the crash and the restart finds no complete checkpoint:
+  // "fresh_start" (the restart trains from step 0, compared with the reference as a resume is),
+  // "refusal" (the refusal passes); "" : that is a failure.
+  std::string expect_no_checkpoint;
   int64_t restart_killed_after_step = -1;  // >= 0: a first restart runs to here, then a power loss
   // What the restart finds on the disk: the complete tags in step order, and `latest`'s tag
   // ("" when there is none). Checked when set.

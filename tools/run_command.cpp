@@ -203,11 +203,13 @@ int run_scenarios_command(const RunFlags& flags) {
 }
 
 int run_import_command(const ImportOptions& options, const std::string& output_path) {
-  Result<nlohmann::ordered_json> scenario = import_deepspeed_config(options);
+  ImportNotes notes;
+  Result<nlohmann::ordered_json> scenario = import_deepspeed_config(options, &notes);
   if (!scenario.ok()) {
     std::fprintf(stderr, "zerosim: import-ds: %s\n", scenario.status().to_string().c_str());
     return exit_code_for(scenario.status());
   }
+  for (const std::string& line : notes.lines) std::fprintf(stderr, "zerosim: import-ds: %s\n", line.c_str());
   const std::string text = json_text(*scenario) + "\n";
   if (output_path.empty()) {
     std::printf("%s", text.c_str());

@@ -10,6 +10,7 @@
 #include "tools/exec_command.h"
 #include "tools/explore_command.h"
 #include "tools/run_command.h"
+#include "scenarios/deepspeed_model.h"
 #include "scenarios/import_ds.h"
 #include "core/env/defects.h"
 #include "tools/train_command.h"
@@ -200,7 +201,34 @@ int main(int argc, char** argv) {
   import_ds->add_option("--name", import_options.name, "The scenario's name");
   import_ds->add_flag("--config-by-path", import_options.config_by_path,
                       "Refer to the config by its path instead of copying it in (relative paths are read beside the scenario)");
+  import_ds->add_option("--as", import_options.as,
+                        "deepspeed: switch on the defects of every entry of zerosim's model of DeepSpeed edaa722's "
+                        "resume that applies (`zerosim deepspeed-model` lists them), so the scenario fails as the "
+                        "user's run did")
+      ->check(CLI::IsMember({"deepspeed"}));
+  import_ds->add_option("--training-loop", import_options.training_loop,
+                        "hf (the Hugging Face Trainer restores the data position and RNG) or plain (a loop over a "
+                        "DataLoader, which DeepSpeed does not restore); for --as deepspeed")
+      ->check(CLI::IsMember({"hf", "plain"}));
+  import_ds->add_option("--ended-by", import_options.ended_by,
+                        "How the first run ended: power-loss (unsynced data lost; default) or kill (the job died, the "
+                        "machine stayed up)")
+      ->check(CLI::IsMember({"power-loss", "kill"}));
+  import_ds->add_option("--no-checkpoint", import_options.no_checkpoint,
+                        "When the crash came before any save returned: fresh-start (default: the restart trains from "
+                        "step 0) or refusal (it must refuse)")
+      ->check(CLI::IsMember({"fresh-start", "refusal"}));
+  import_ds->add_option("--resume-tag", import_options.resume_tag, "The tag the restart asks for (default latest)");
+  import_ds->add_option("--load-optimizer-states", import_options.load_optimizer_states,
+                        "The restart's load_optimizer_states (true|false)");
+  import_ds->add_option("--load-lr-scheduler-states", import_options.load_lr_scheduler_states,
+                        "The restart's load_lr_scheduler_states (true|false)");
+  import_ds->add_flag("--load-module-only", import_options.load_module_only, "The restart loads the module only");
+  import_ds->add_option("--resume-config", import_options.resume_config_path,
+                        "The DeepSpeed config of the restart, when the user changed it between the runs");
   import_ds->add_option("-o,--output", import_output, "Write the scenario here (default: standard output)");
+  CLI::App* deepspeed_model = app.add_subcommand(
+      "deepspeed-model", "List zerosim's model of what DeepSpeed edaa722 loses on resume, with its source lines");
 
   CLI::App* defects = app.add_subcommand("defects", "List the named defects the simulator can switch on in the core");
 
@@ -268,6 +296,16 @@ int main(int argc, char** argv) {
   }
   if (fuzz->parsed()) return zerosim::run_fuzz_command(fuzz_flags);
   if (import_ds->parsed()) return zerosim::run_import_command(import_options, import_output);
+  if (deepspeed_model->parsed()) {
+    for (const zerosim::DeepSpeedModelEntry& entry : zerosim::deepspeed_model_entries()) {
+      std::string defect_names;
+      for (zerosim::Defect defect : entry.defects) defect_names += (defect_names.empty() ? "" : ", ") + std::string(zerosim::defect_name(defect));
+      std::printf("%s\n  when:    %s\n  effect:  %s\n  defects: %s\n  source:  DeepSpeed %s %s\n\n", entry.id.c_str(),
+                  entry.condition.c_str(), entry.effect.c_str(), defect_names.c_str(), zerosim::kDeepSpeedModelCommit,
+                  entry.source.c_str());
+    }
+    return 0;
+  }
   if (defects->parsed()) {
     for (const zerosim::DefectInfo& info : zerosim::all_defects()) std::printf("%-30s %s\n", info.name, info.description);
     return 0;

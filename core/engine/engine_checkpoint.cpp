@@ -365,6 +365,12 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
   const Status judged = [&]() -> Status {
     ZEROSIM_ASSIGN_OR_RETURN(resolved_tag,
                              resolve_checkpoint_tag(disk, checkpoint_directory, requested_tag, &warning, &manifest));
+    if (manifest.world_size != comm_.world_size() && defect_active(defects, Defect::kOtherWorldSizeRefused)) {
+      return invalid_argument("The checkpoint being loaded used a DP world size of " + std::to_string(manifest.world_size) +
+                              " but the current world size is " + std::to_string(comm_.world_size()) +
+                              ". Automatic adjustment of ZeRO's optimizer state partitioning with a new world size is "
+                              "not currently supported. (DeepSpeed edaa722's refusal, engine.py:4627-4633)");
+    }
     ZEROSIM_ASSIGN_OR_RETURN(
         compatibility,
         check_resume_compatibility(manifest,
@@ -462,7 +468,12 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
       }
       if (param_swapper_) ZEROSIM_RETURN_IF_ERROR(param_swapper_->write(static_cast<int>(p), step, swapped_params));
     }
-    if (weights_left_at_init) {
+    // DeepSpeed's swap threshold (stage3.py:1214-1218): a sub-group whose per-rank fp32 bytes are
+    // under max(1 MiB, aio.block_size) is never swapped, and its saved state is never read.
+    const bool unswapped_reset =
+        swapper_ && defect_active(defects, Defect::kUnswappedSubGroupResetOnLoad) &&
+        group.element_count * 4 < std::max<int64_t>(int64_t{1} << 20, options_.config.aio.block_size);
+    if (weights_left_at_init || unswapped_reset) {
       initial_master_of_group(group, initial_master);
       std::copy(initial_master.begin(), initial_master.end(), master);
       ZEROSIM_RETURN_IF_ERROR(store_parameters(group, master, step));
@@ -512,7 +523,9 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
   // state (the manifest records the lr the next step uses), else a fresh engine's.
   optimizer_learning_rate_.reset();
   if (!load.module_only) {
-    const double optimizer_learning_rate = load.optimizer_states ? manifest.scheduler_learning_rate : fresh_learning_rate;
+    const double optimizer_learning_rate =
+        load.optimizer_states && !defect_active(defects, Defect::kOptimizerLrNotRestored) ? manifest.scheduler_learning_rate
+                                                                                           : fresh_learning_rate;
     if (optimizer_learning_rate != scheduler_->current_lr()) optimizer_learning_rate_ = optimizer_learning_rate;
   }
   if (!fresh_optimizer && !defect_active(defects, Defect::kLossScalerResetOnLoad)) {

@@ -52,6 +52,17 @@ const std::vector<DefectInfo>& all_defects() {
       {Defect::kExcludedFrozenLeftZero, "excluded_frozen_left_zero",
        "a frozen parameter that save_checkpoint(exclude_frozen_parameters=True) left out loads as the loader's "
        "zeroed buffer instead of keeping the model's own value (DeepSpeed's load_module_strict=False)"},
+      {Defect::kOptimizerLrNotRestored, "optimizer_lr_not_restored",
+       "the first update after the load uses a fresh optimizer's lr (the scheduler's construction value) instead "
+       "of the checkpoint's: the optimizer's param_groups are never loaded (DeepSpeed edaa722 with the optimizer on "
+       "NVMe skips _load_zero_checkpoint, engine.py:4332)"},
+      {Defect::kUnswappedSubGroupResetOnLoad, "unswapped_sub_group_reset_on_load",
+       "with the optimizer on NVMe, a sub-group below DeepSpeed's swap threshold (per-rank elements x 4 bytes < "
+       "max(1 MiB, aio.block_size)) lives in memory, is never read back from the checkpoint, and resumes with the "
+       "new process's initial weights (DeepSpeed edaa722 stage3.py:1214-1218, engine.py:4332)"},
+      {Defect::kOtherWorldSizeRefused, "other_world_size_refused",
+       "a checkpoint saved at another world size is refused: no resharding of the ZeRO-3 partitions (DeepSpeed "
+       "edaa722 engine.py:4627-4633 without a universal checkpoint)"},
   };
   return kDefects;
 }

@@ -37,6 +37,10 @@ enum class Defect : uint32_t {
   kFrozenParametersStepped,     // frozen parameters handed to AdamW: weight decay moves them
   kFrozenMasterNotRebuilt,      // a frozen parameter's fp32 master not rebuilt from its value on load
   kExcludedFrozenLeftZero,      // an excluded frozen parameter loads as zeros, not the model's value
+  // DeepSpeed edaa722's own behaviour (scenarios/deepspeed_model.h):
+  kOptimizerLrNotRestored,      // the first update after a load uses a fresh optimizer's lr
+  kUnswappedSubGroupResetOnLoad,  // NVMe: a sub-group under the swap threshold reverts to the initial weights
+  kOtherWorldSizeRefused,       // a checkpoint of another world size is refused (no reshard)
 };
 
 struct DefectInfo {

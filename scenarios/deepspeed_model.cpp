@@ -1,0 +1,109 @@
+#include "scenarios/deepspeed_model.h"
+
+#include <algorithm>
+
+#include "core/zero/partition.h"
+
+namespace zerosim {
+namespace {
+
+// DeepSpeed's swap threshold (stage3.py:1214-1218, swap_tensor/utils.py:14): a sub-group is
+// swapped when its per-rank element count (padding included) times 4 bytes is at least
+// max(1 MiB, aio.block_size).
+bool has_unswapped_sub_group(const TrainingOptions& options, int world_size, const ResolvedConfig& config) {
+  const int64_t threshold_bytes = std::max<int64_t>(int64_t{1} << 20, config.aio.block_size);
+  const PartitionLayout layout = make_partition_layout(mlp_parameters(options.model), world_size, config.zero.sub_group_size);
+  return std::any_of(layout.sub_groups.begin(), layout.sub_groups.end(),
+                     [&](const SubGroup& group) { return group.element_count * 4 < threshold_bytes; });
+}
+
+}  // namespace
+
+const std::vector<DeepSpeedModelEntry>& deepspeed_model_entries() {
+  static const std::vector<DeepSpeedModelEntry> kEntries = {
+      {"nvme-optimizer-not-loaded", "offload_optimizer.device is nvme (any offload_param)",
+       "load_checkpoint never reads the zero checkpoint (the optim_states files): the swap files copied back "
+       "restore the fp32 master of the swapped sub-groups, and the counters and the scheduler come from the "
+       "model-states file; Adam's moments restart at zero (the fresh CPUAdam creates them at the first step and "
+       "overwrites the copied moment files), its step count at 0, and the first update uses the optimizer's lr "
+       "as the scheduler built it (param_groups are not loaded)",
+       {Defect::kOptimizerStateNotSaved, Defect::kStepCounterNotRestored, Defect::kOptimizerLrNotRestored},
+       "engine.py:4332-4358; stage3.py:2420-2426, 2448-2456, 2585-2595, 3565-3570; "
+       "swap_tensor/optimizer_utils.py:478-494; ops/adam/cpu_adam.py:141-157; lr_schedules.py:728-730, 754-755"},
+      {"nvme-fp16-loss-scaler", "offload_optimizer.device is nvme and fp16 is enabled",
+       "the dynamic loss scaler lives in the optimizer's state dict, which is never read: it restarts at "
+       "2^initial_scale_power with its counters at zero",
+       {Defect::kLossScalerResetOnLoad}, "engine.py:4332; stage3.py:3276 (only reached through _load_zero_checkpoint)"},
+      {"nvme-unswapped-sub-groups",
+       "offload_optimizer.device is nvme and a sub-group holds fewer than max(1 MiB, aio.block_size) / 4 elements "
+       "per rank (sub_group_size, the model's size and the world size decide)",
+       "such a sub-group is kept in memory, never swapped; its state in the optim_states file is never read, and "
+       "reset_swap_buffers copies the new process's fp32 weights over its 16-bit parameters: master and "
+       "parameters revert to the model the new process built",
+       {Defect::kUnswappedSubGroupResetOnLoad},
+       "stage3.py:807, 908, 1214-1218, 2585-2595; swap_tensor/optimizer_utils.py:172, 180, 211-215; "
+       "swap_tensor/utils.py:14; engine.py:4332"},
+      {"other-world-size",
+       "the resume runs on another number of ranks without a universal checkpoint (except "
+       "load_optimizer_states=False on fewer ranks)",
+       "refused: 'The checkpoint being loaded used a DP world size of W but the current world size is W2. "
+       "Automatic adjustment of ZeRO's optimizer state partitioning with a new world size is not currently "
+       "supported.' On more ranks the new ranks fail earlier, finding no model-states file of theirs (an "
+       "AssertionError; inferred from the loader's file list)",
+       {Defect::kOtherWorldSizeRefused},
+       "engine.py:4212-4227, 4259-4269, 4627-4633; checkpoint/state_dict_factory.py:166-168"},
+      {"fresh-optimizer-reads-latest", "load_optimizer_states=False and the restart asks for a tag other than latest",
+       "the weights are consolidated from the tag `latest` names (get_fp32_state_dict_from_zero_checkpoint is "
+       "called without the tag), not from the tag asked for",
+       {Defect::kRequestedTagIgnored}, "engine.py:4465-4467; utils/zero_to_fp32.py:608-614"},
+      {"module-only-no-weights", "load_module_only=True (load_optimizer_states left True)",
+       "the stage-3 module file holds empty placeholders (parameters are released before the save), so no "
+       "weight is loaded; the parameters keep the new process's values",
+       {Defect::kModuleOnlyLoadsNoWeights}, "engine.py:4334-4343, 4465, 4500-4506, 4522-4526"},
+      {"no-fsync", "always; it shows when the power goes out after a save",
+       "neither the shards (torch.save to their final names; the torch checkpoint engine's commit does nothing) "
+       "nor `latest` (open and write, no rename) are fsynced, and rank 0 publishes `latest` without a barrier "
+       "after the other ranks' writes: a power loss can leave `latest` naming a tag whose shards never reached "
+       "the disk",
+       {Defect::kLatestBeforeShardsDurable},
+       "engine.py:4836-4844, 5266-5267, 5424; runtime/checkpoint_engine/torch_checkpoint_engine.py:30-43"},
+      {"plain-loop-data-position", "a plain training loop over a DataLoader (not the Hugging Face Trainer)",
+       "DeepSpeed saves no data-sampler position and no RNG state outside curriculum learning: the loop starts "
+       "again at the first sample, in the first epoch's order",
+       {Defect::kSamplerPositionLost, Defect::kShuffleEpochNotRestored}, "engine.py:4592, 4908-4915"},
+  };
+  return kEntries;
+}
+
+std::vector<DeepSpeedModelEntry> deepspeed_model_for(const Scenario& scenario, TrainingLoop loop) {
+  const TrainingOptions& options = scenario.run.options;
+  // The loading process decides (its config, its world size).
+  const ResolvedConfig& config = scenario.resume_config ? *scenario.resume_config : options.config;
+  const int world_size = options.world_size;
+  const int resume_world_size = scenario.run.resume_world_size > 0 ? scenario.run.resume_world_size : world_size;
+  const bool nvme_optimizer = config.zero.offload_optimizer.device == OffloadDevice::kNvme;
+  const CheckpointLoadOptions& load = scenario.resume_load;
+  std::vector<DeepSpeedModelEntry> applied;
+  for (const DeepSpeedModelEntry& entry : deepspeed_model_entries()) {
+    bool applies = false;
+    if (entry.id == "nvme-optimizer-not-loaded") applies = nvme_optimizer;
+    if (entry.id == "nvme-fp16-loss-scaler") applies = nvme_optimizer && config.precision == Precision::kFp16;
+    if (entry.id == "nvme-unswapped-sub-groups") {
+      applies = nvme_optimizer && has_unswapped_sub_group(options, resume_world_size, config);
+    }
+    if (entry.id == "other-world-size") {
+      applies = resume_world_size != world_size &&
+                !(!load.optimizer_states && !load.module_only && resume_world_size < world_size);
+    }
+    if (entry.id == "fresh-optimizer-reads-latest") {
+      applies = !load.optimizer_states && !load.module_only && scenario.resume_tag != "latest";
+    }
+    if (entry.id == "module-only-no-weights") applies = load.module_only;
+    if (entry.id == "no-fsync") applies = true;
+    if (entry.id == "plain-loop-data-position") applies = loop == TrainingLoop::kPlain;
+    if (applies) applied.push_back(entry);
+  }
+  return applied;
+}
+
+}  // namespace zerosim

@@ -1,0 +1,49 @@
+// A model of what DeepSpeed's ZeRO-3 loses or mishandles when a run saved with
+// engine.save_checkpoint is resumed in a new process with engine.load_checkpoint, at DeepSpeed
+// commit edaa722, expressed with zerosim's named defects (core/env/defects.h).
+//
+// It comes from reading DeepSpeed's source at that commit (engine.py, runtime/zero/stage3.py,
+// swap_tensor/, the checkpoint engine), not from running DeepSpeed: every entry names the lines
+// it rests on, and says where a step of it is inferred rather than read. `zerosim import-ds
+// --as deepspeed` switches the defects of every entry that applies to a scenario on, so that the
+// scenario fails the way the user's run did and names the first state that departs; the same
+// scenario without them shows what a correct engine does.
+//
+// What the model does not cover (inferred only, so left out): a fresh-optimizer or module-only
+// load with the optimizer on NVMe (DeepSpeed raises or overwrites the weights on paths read but
+// not run), and a resume on fewer ranks with the optimizer on NVMe (an unchecked resize).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/env/defects.h"
+#include "scenarios/scenario_runner.h"
+
+namespace zerosim {
+
+// The training loop around the engine: the Hugging Face Trainer restores the data position and
+// the RNG itself (it saves rng_state_<rank>.pth and skips the batches of the resumed epoch);
+// a plain loop over a DataLoader restores neither (DeepSpeed saves no sampler state outside
+// curriculum learning, engine.py:4592, 4908-4915).
+enum class TrainingLoop { kHfTrainer, kPlain };
+
+struct DeepSpeedModelEntry {
+  std::string id;          // "nvme-optimizer-not-loaded"
+  std::string condition;   // when it applies, in a user's words
+  std::string effect;      // what DeepSpeed restores wrong or loses
+  std::vector<Defect> defects;
+  std::string source;      // file:line ranges at edaa722
+};
+
+// The DeepSpeed commit the model was read from.
+inline constexpr const char* kDeepSpeedModelCommit = "edaa722";
+
+// Every entry of the model, in a fixed order (README, `zerosim import-ds --list-deepspeed-model`).
+const std::vector<DeepSpeedModelEntry>& deepspeed_model_entries();
+
+// The entries that apply to this scenario's story (its config, world sizes, load options, the
+// tag the restart asks for) under `loop`, in the order above.
+std::vector<DeepSpeedModelEntry> deepspeed_model_for(const Scenario& scenario, TrainingLoop loop);
+
+}  // namespace zerosim
