@@ -111,6 +111,11 @@ Result<ordered_json> import_deepspeed_config(const ImportOptions& options, Impor
   }
   scenario["expect"] = {{"bit_identical", true},
                         {"no_checkpoint", options.no_checkpoint == "refusal" ? "refusal" : "fresh_start"}};
+  // A restart that asks for global_stepN must start from step N (the user asked for it).
+  if (options.resume_tag.rfind("global_step", 0) == 0 && options.resume_tag.size() > 11 &&
+      options.resume_tag.find_first_not_of("0123456789", 11) == std::string::npos && options.resume_tag.size() < 20) {
+    scenario["expect"]["resumed_at_step"] = std::stoll(options.resume_tag.substr(11));
+  }
   scenario["config"] = verbatim;
 
   if (options.saved_step < options.save_every || options.saved_step % options.save_every != 0) {
@@ -125,6 +130,10 @@ Result<ordered_json> import_deepspeed_config(const ImportOptions& options, Impor
   Result<Scenario> loaded = scenario_from_json(json::parse(scenario.dump()), options.config_path);
   if (!loaded.ok()) return loaded.status();
   if (options.as == "deepspeed") {
+    if (loaded->run.options.config.zero.stage != 3) {
+      return invalid_argument("--as deepspeed: the model describes DeepSpeed's ZeRO stage 3 resume; " + options.config_path +
+                              " sets zero_optimization.stage " + std::to_string(loaded->run.options.config.zero.stage));
+    }
     const TrainingLoop loop = options.training_loop == "plain" ? TrainingLoop::kPlain : TrainingLoop::kHfTrainer;
     const std::vector<DeepSpeedModelEntry> entries = deepspeed_model_for(*loaded, loop);
     ordered_json defects = ordered_json::array();

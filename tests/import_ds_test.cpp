@@ -2,6 +2,7 @@
 // and passes; bad options are refused naming the option.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -98,6 +99,122 @@ TEST(ImportDs, ConfigByPathIsReadBesideTheScenario) {
   std::ofstream(directory.path() + "/scenario.json") << document->dump(2);
   const Result<Scenario> scenario = read_scenario_file(directory.path() + "/scenario.json");
   ASSERT_TRUE(scenario.ok()) << scenario.status().to_string();
+}
+
+Result<ScenarioVerdict> import_and_run(const ImportOptions& options, ImportNotes* notes = nullptr) {
+  ZEROSIM_ASSIGN_OR_RETURN(nlohmann::ordered_json document, import_deepspeed_config(options, notes));
+  ZEROSIM_ASSIGN_OR_RETURN(Scenario scenario, scenario_from_json(nlohmann::json::parse(document.dump()), "imported.json"));
+  return run_scenario(scenario, DefectSet{});
+}
+
+// The seed report: the job restarted (no power loss) and resumed with the HF Trainer. As DeepSpeed
+// resumes it, the scenario fails naming what the model says is lost: with zerosim's small
+// stand-in model the one sub-group is under the swap threshold, so the parameters revert.
+// Without --as deepspeed the same story passes.
+TEST(ImportDs, TheSeedReportAsDeepSpeedResumesItFailsNamingTheLostStateAndPassesOnZerosim) {
+  ImportOptions options;
+  options.config_path = seed_config_path();
+  options.ended_by = "kill";
+  const Result<ScenarioVerdict> correct = import_and_run(options);
+  ASSERT_TRUE(correct.ok()) << correct.status().to_string();
+  EXPECT_TRUE(correct->passed) << correct->outcome << correct->diagnosis;
+  options.as = "deepspeed";
+  ImportNotes notes;
+  const Result<ScenarioVerdict> small = import_and_run(options, &notes);
+  ASSERT_TRUE(small.ok()) << small.status().to_string();
+  EXPECT_FALSE(small->passed);
+  EXPECT_NE(small->diagnosis.find("after load (step 4): params"), std::string::npos) << small->diagnosis;
+  ASSERT_FALSE(notes.lines.empty());
+  EXPECT_NE(notes.lines.front().find("nvme-optimizer-not-loaded"), std::string::npos) << notes.lines.front();
+  EXPECT_NE(notes.lines.front().find("engine.py:4332"), std::string::npos) << notes.lines.front();
+  // (A model whose sub-group the seed config swaps needs 2.6 M elements per rank, its aio.block_size
+  // being 10 MiB: too slow for every CI run under the sanitizers. The swapped path is
+  // DeepSpeedModel.NvmeLosesTheMomentsStepLrAndFp16ScaleOfASwappedSubGroup's, and the README's
+  // worked example runs it with --model 2048,1300,10.)
+}
+
+// Every config of the corpus that imports: the plain scenario passes; as DeepSpeed resumes it, the
+// scenario fails where the model says state is lost (the optimizer on NVMe) and passes where it
+// says nothing is (same world size, the job killed); on another world size every stage-3 config is
+// refused with DeepSpeed's message. A stage 1/2 config is refused by --as deepspeed (the model is
+// stage 3's).
+TEST(ImportDs, EveryImportableCorpusConfigFailsAsDeepSpeedWhereTheModelSaysStateIsLost) {
+  int imported = 0, stage3 = 0;
+  for (const auto& file : std::filesystem::directory_iterator(std::string(ZEROSIM_TEST_DATA_DIR) + "/ds_configs")) {
+    if (file.path().extension() != ".json") continue;
+    SCOPED_TRACE(file.path().filename().string());
+    ImportOptions options;
+    options.config_path = file.path().string();
+    options.ended_by = "kill";
+    if (!import_deepspeed_config(options).ok()) {
+      options.world_size = 1;  // a config whose batch fixes one rank
+      if (!import_deepspeed_config(options).ok()) continue;  // not importable (its error names why)
+    }
+    ++imported;
+    const Result<ScenarioVerdict> correct = import_and_run(options);
+    ASSERT_TRUE(correct.ok()) << correct.status().to_string();
+    EXPECT_TRUE(correct->passed) << correct->outcome << correct->diagnosis;
+    options.as = "deepspeed";
+    const Result<nlohmann::ordered_json> as_deepspeed = import_deepspeed_config(options);
+    const nlohmann::json config = nlohmann::json::parse(std::ifstream(file.path()), nullptr, false);
+    const bool stage_3 = config.contains("zero_optimization") && config["zero_optimization"].contains("stage") &&
+                         config["zero_optimization"]["stage"] == 3;
+    if (!stage_3) {
+      ASSERT_FALSE(as_deepspeed.ok());
+      EXPECT_NE(as_deepspeed.status().message().find("ZeRO stage 3"), std::string::npos) << as_deepspeed.status().to_string();
+      continue;
+    }
+    ++stage3;
+    ASSERT_TRUE(as_deepspeed.ok()) << as_deepspeed.status().to_string();
+    // The model's NVMe entries switch optimizer_lr_not_restored on; with the job killed, no-fsync cannot show.
+    const nlohmann::ordered_json& defects = (*as_deepspeed)["defects"];
+    const bool nvme_optimizer = std::find(defects.begin(), defects.end(), "optimizer_lr_not_restored") != defects.end();
+    const Result<ScenarioVerdict> verdict = import_and_run(options);
+    ASSERT_TRUE(verdict.ok()) << verdict.status().to_string();
+    EXPECT_EQ(verdict->passed, !nvme_optimizer) << verdict->outcome << verdict->diagnosis;
+    if (nvme_optimizer) EXPECT_NE(verdict->diagnosis.find("after load"), std::string::npos) << verdict->diagnosis;
+    if (options.world_size == 1) continue;  // no fewer ranks to resume on
+    options.resume_world_size = 1;
+    const Result<ScenarioVerdict> elastic = import_and_run(options);
+    ASSERT_TRUE(elastic.ok()) << elastic.status().to_string();
+    EXPECT_FALSE(elastic->passed);
+    EXPECT_NE(elastic->outcome.find("used a DP world size of 2 but the current world size is 1"), std::string::npos)
+        << elastic->outcome;
+  }
+  EXPECT_GE(imported, 15);
+  EXPECT_GE(stage3, 9);
+}
+
+// A crash in the first save leaves nothing to resume from: the scenario defines the outcome (a
+// fresh start by default, or the refusal) and passes on a correct engine; a crash in the second
+// save still resumes from the first.
+TEST(ImportDs, ACrashBeforeAnyCheckpointCommittedHasADefinedOutcome) {
+  ImportOptions options;
+  options.config_path = seed_config_path();
+  options.crash = "ckpt.shard_written@1#1";
+  const Result<ScenarioVerdict> fresh = import_and_run(options);
+  ASSERT_TRUE(fresh.ok()) << fresh.status().to_string();
+  EXPECT_TRUE(fresh->passed) << fresh->outcome << fresh->diagnosis;
+  EXPECT_EQ(fresh->resumed_at, 0);
+  ASSERT_FALSE(fresh->notes.empty());
+  EXPECT_NE(fresh->notes.front().find("started fresh"), std::string::npos) << fresh->notes.front();
+  options.no_checkpoint = "refusal";
+  const Result<ScenarioVerdict> refused = import_and_run(options);
+  ASSERT_TRUE(refused.ok()) << refused.status().to_string();
+  EXPECT_TRUE(refused->passed) << refused->outcome << refused->diagnosis;
+  EXPECT_NE(refused->outcome.find("no complete checkpoint"), std::string::npos) << refused->outcome;
+  options.crash = "ckpt.shard_written@1#2";
+  const Result<ScenarioVerdict> second = import_and_run(options);
+  ASSERT_TRUE(second.ok()) << second.status().to_string();
+  EXPECT_TRUE(second->passed) << second->outcome << second->diagnosis;
+  EXPECT_EQ(second->resumed_at, 2);
+  options.no_checkpoint = "maybe";
+  EXPECT_FALSE(import_deepspeed_config(options).ok());
+  options.no_checkpoint = "fresh-start";
+  options.as = "openai";
+  const Result<nlohmann::ordered_json> bad_as = import_deepspeed_config(options);
+  ASSERT_FALSE(bad_as.ok());
+  EXPECT_NE(bad_as.status().message().find("--as 'openai': expected one of"), std::string::npos);
 }
 
 }  // namespace
