@@ -70,6 +70,7 @@ Result<ordered_json> import_deepspeed_config(const ImportOptions& options, Impor
   ZEROSIM_RETURN_IF_ERROR(one_of("--training-loop", options.training_loop, {"hf", "plain"}));
   ZEROSIM_RETURN_IF_ERROR(one_of("--ended-by", options.ended_by, {"power-loss", "kill"}));
   ZEROSIM_RETURN_IF_ERROR(one_of("--no-checkpoint", options.no_checkpoint, {"fresh-start", "refusal"}));
+  ZEROSIM_RETURN_IF_ERROR(one_of("--delete-tag", options.delete_tag, {"", "newest", "previous"}));
   if (options.resume_tag.empty()) return invalid_argument("--resume-tag: empty (give a tag, or leave it out for latest)");
   ZEROSIM_ASSIGN_OR_RETURN(std::string text, read_text_file(options.config_path, "DeepSpeed config"));
   // Parsed twice: once to check it (duplicate keys, nesting), once keeping its key order.
@@ -100,7 +101,11 @@ Result<ordered_json> import_deepspeed_config(const ImportOptions& options, Impor
     ZEROSIM_ASSIGN_OR_RETURN(ordered_json crash, parse_crash(options.crash));
     scenario["fault_plan"] = {{"crash", crash}};
   }
-  if (options.delete_swap_directory) scenario["operator_actions"] = ordered_json::array({"delete_swap_directory"});
+  ordered_json actions = ordered_json::array();
+  if (options.delete_swap_directory) actions.push_back("delete_swap_directory");
+  // A deleted tag: without its manifest a tag is no checkpoint (the loader falls back past it).
+  if (!options.delete_tag.empty()) actions.push_back({{"damage", "remove"}, {"file", "manifest"}, {"tag", options.delete_tag}});
+  if (!actions.empty()) scenario["operator_actions"] = actions;
   if (options.ended_by == "kill") scenario["power_loss"] = false;
   if (options.resume_tag != "latest") scenario["resume_tag"] = options.resume_tag;
   if (!options.load_optimizer_states) scenario["resume_load_optimizer_states"] = false;

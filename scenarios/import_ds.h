@@ -43,6 +43,9 @@ struct ImportOptions {
   bool load_lr_scheduler_states = true;
   bool load_module_only = false;
   std::string resume_config_path;
+  // "newest" or "previous": the operator deleted that tag before the restart (its manifest is
+  // gone, so it is no checkpoint); "": none.
+  std::string delete_tag;
   // "deepspeed": switch on the defects of every entry of DeepSpeed's resume model that applies
   // (scenarios/deepspeed_model.h), so the scenario fails as the user's run did. "": zerosim's
   // engine, which must pass.

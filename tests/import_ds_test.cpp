@@ -208,6 +208,15 @@ TEST(ImportDs, ACrashBeforeAnyCheckpointCommittedHasADefinedOutcome) {
   ASSERT_TRUE(second.ok()) << second.status().to_string();
   EXPECT_TRUE(second->passed) << second->outcome << second->diagnosis;
   EXPECT_EQ(second->resumed_at, 2);
+  // The operator deleted the newest tag: the restart falls back to the one before, with a warning.
+  options.crash.clear();
+  options.no_checkpoint = "fresh-start";
+  options.delete_tag = "newest";
+  const Result<ScenarioVerdict> deleted = import_and_run(options);
+  ASSERT_TRUE(deleted.ok()) << deleted.status().to_string();
+  EXPECT_TRUE(deleted->passed) << deleted->outcome << deleted->diagnosis;
+  EXPECT_EQ(deleted->resumed_at, 2);
+  options.delete_tag.clear();
   options.no_checkpoint = "maybe";
   EXPECT_FALSE(import_deepspeed_config(options).ok());
   options.no_checkpoint = "fresh-start";

@@ -226,6 +226,9 @@ int main(int argc, char** argv) {
   import_ds->add_flag("--load-module-only", import_options.load_module_only, "The restart loads the module only");
   import_ds->add_option("--resume-config", import_options.resume_config_path,
                         "The DeepSpeed config of the restart, when the user changed it between the runs");
+  import_ds->add_option("--delete-tag", import_options.delete_tag,
+                        "The operator deleted the newest (or the previous) tag before the restart")
+      ->check(CLI::IsMember({"newest", "previous"}));
   import_ds->add_option("-o,--output", import_output, "Write the scenario here (default: standard output)");
   CLI::App* deepspeed_model = app.add_subcommand(
       "deepspeed-model", "List zerosim's model of what DeepSpeed edaa722 loses on resume, with its source lines");
