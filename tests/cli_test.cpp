@@ -643,6 +643,32 @@ TEST(Cli, ImportDsWritesAScenarioThatRuns) {
   EXPECT_NE(bad.output.find("--crash @: expected SITE[@RANK][#OCCURRENCE]"), std::string::npos) << bad.output;
 }
 
+// --as deepspeed: the entries that apply are named on stderr with their source lines, and the
+// scenario fails at the load; `zerosim deepspeed-model` lists the model.
+TEST(Cli, ImportDsAsDeepSpeedNamesTheModelAndTheScenarioFails) {
+  zerosim::TestDirectory directory;
+  const std::string scenario = directory.path() + "/seed_as_deepspeed.json";
+  const CommandResult imported = run_cli("import-ds " + std::string(ZEROSIM_TEST_DATA_DIR) +
+                                         "/seed_ds_config.json --as deepspeed --ended-by kill -o " + scenario);
+  ASSERT_EQ(imported.exit_code, 0) << imported.output;
+  for (const char* entry : {"nvme-optimizer-not-loaded", "nvme-fp16-loss-scaler", "nvme-unswapped-sub-groups", "no-fsync"}) {
+    EXPECT_NE(imported.output.find(std::string("model: ") + entry), std::string::npos) << entry << "\n" << imported.output;
+  }
+  EXPECT_NE(imported.output.find("engine.py:4332"), std::string::npos) << imported.output;
+  const CommandResult ran = run_cli("run " + scenario);
+  EXPECT_EQ(ran.exit_code, 1) << ran.output;
+  EXPECT_NE(ran.output.find("diverged: after load (step 4): params"), std::string::npos) << ran.output;
+  const CommandResult model = run_cli("deepspeed-model");
+  ASSERT_EQ(model.exit_code, 0) << model.output;
+  EXPECT_NE(model.output.find("other-world-size"), std::string::npos) << model.output;
+  EXPECT_NE(model.output.find("source:  DeepSpeed edaa722 engine.py:4212-4227"), std::string::npos) << model.output;
+  EXPECT_EQ(run_cli("import-ds " + std::string(ZEROSIM_TEST_DATA_DIR) + "/seed_ds_config.json --as megatron").exit_code, 2);
+  const CommandResult stage2 = run_cli("import-ds " + std::string(ZEROSIM_TEST_DATA_DIR) +
+                                       "/ds_configs/05_ds_tests_bingbertsquad_bsz24_fp16_zero2.json --as deepspeed");
+  EXPECT_EQ(stage2.exit_code, 2) << stage2.output;
+  EXPECT_NE(stage2.output.find("ZeRO stage 3"), std::string::npos) << stage2.output;
+}
+
 TEST(Cli, TableHasTheColumns) {
   const CommandResult result = run_cli("train --steps 2 --run-id cli-table");
   ASSERT_EQ(result.exit_code, 0) << result.output;
