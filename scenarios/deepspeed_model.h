@@ -9,9 +9,11 @@
 // scenario fails the way the user's run did and names the first state that departs; the same
 // scenario without them shows what a correct engine does.
 //
-// What the model does not cover (inferred only, so left out): a fresh-optimizer or module-only
-// load with the optimizer on NVMe (DeepSpeed raises or overwrites the weights on paths read but
-// not run), and a resume on fewer ranks with the optimizer on NVMe (an unchecked resize).
+// What the model does not cover (inferred only, so left out; `zerosim import-ds --as deepspeed`
+// says so or refuses): a fresh-optimizer or module-only load with the optimizer on NVMe
+// (DeepSpeed raises or overwrites the weights on paths read but not run), a resume at another
+// world size with the optimizer on NVMe (no world-size check; missing files or an unchecked
+// resize), and an optimizer offload device that changes between the runs.
 #pragma once
 
 #include <string>

@@ -86,7 +86,10 @@ Result<ordered_json> import_deepspeed_config(const ImportOptions& options, Impor
       " (verbatim). Train, save every " + std::to_string(options.save_every) + " steps, " +
       (options.crash.empty() ? "kill after step " + std::to_string(options.saved_step)
                              : "crash at " + options.crash) +
-      ", power loss" + (options.delete_swap_directory ? ", swap directory deleted" : "") + ", resume" +
+      (options.ended_by == "kill" ? ", the job killed (no power loss)" : ", power loss") +
+      (options.delete_swap_directory ? ", swap directory deleted" : "") +
+      (options.delete_tag.empty() ? "" : ", the " + options.delete_tag + " tag deleted") + ", resume" +
+      (options.resume_tag != "latest" ? " from " + options.resume_tag : "") +
       (options.resume_world_size > 0 ? " on " + std::to_string(options.resume_world_size) + " ranks" : "") +
       ", and compare every component at every step with the uninterrupted run.";
   scenario["model"] = options.model;
@@ -116,10 +119,18 @@ Result<ordered_json> import_deepspeed_config(const ImportOptions& options, Impor
   }
   scenario["expect"] = {{"bit_identical", true},
                         {"no_checkpoint", options.no_checkpoint == "refusal" ? "refusal" : "fresh_start"}};
-  // A restart that asks for global_stepN must start from step N (the user asked for it).
-  if (options.resume_tag.rfind("global_step", 0) == 0 && options.resume_tag.size() > 11 &&
-      options.resume_tag.find_first_not_of("0123456789", 11) == std::string::npos && options.resume_tag.size() < 20) {
-    scenario["expect"]["resumed_at_step"] = std::stoll(options.resume_tag.substr(11));
+  // A restart that asks for global_stepN must start from step N: a tag the run saves.
+  if (options.resume_tag != "latest") {
+    const std::string& tag = options.resume_tag;
+    const bool numbered = tag.rfind("global_step", 0) == 0 && tag.size() > 11 && tag.size() < 20 &&
+                          tag.find_first_not_of("0123456789", 11) == std::string::npos;
+    const int64_t step = numbered ? std::stoll(tag.substr(11)) : -1;
+    if (step < options.save_every || step % options.save_every != 0 || step > options.saved_step) {
+      return invalid_argument("--resume-tag " + tag + ": the run saves global_step" + std::to_string(options.save_every) +
+                              " every " + std::to_string(options.save_every) + " steps up to global_step" +
+                              std::to_string(options.saved_step) + "; name one of those (or latest)");
+    }
+    scenario["expect"]["resumed_at_step"] = step;
   }
   scenario["config"] = verbatim;
 
@@ -153,10 +164,23 @@ Result<ordered_json> import_deepspeed_config(const ImportOptions& options, Impor
                                entry.condition + "): " + entry.effect + " [" + entry.source + "]");
       }
     }
-    const bool nvme = loaded->run.options.config.zero.offload_optimizer.device == OffloadDevice::kNvme;
+    const OffloadDevice saved_on = loaded->run.options.config.zero.offload_optimizer.device;
+    const OffloadDevice loaded_on =
+        loaded->resume_config ? loaded->resume_config->zero.offload_optimizer.device : saved_on;
+    if (saved_on != loaded_on) {
+      return invalid_argument("--as deepspeed: the optimizer's offload device changes between the runs (" +
+                              std::string(offload_device_name(saved_on)) + " -> " + offload_device_name(loaded_on) +
+                              "): not in the model (DeepSpeed's NVMe load copies swap files a non-NVMe save never wrote)");
+    }
+    const bool nvme = loaded_on == OffloadDevice::kNvme;
+    const int resume_world_size = options.resume_world_size > 0 ? options.resume_world_size : options.world_size;
     if (nvme && (!options.load_optimizer_states || options.load_module_only) && notes != nullptr) {
       notes->lines.push_back("deepspeed model: not modelled: a fresh-optimizer or module-only load with the optimizer on "
                              "NVMe (read from the code, DeepSpeed raises or overwrites the weights there; not run)");
+    }
+    if (nvme && resume_world_size != options.world_size && notes != nullptr) {
+      notes->lines.push_back("deepspeed model: not modelled: another world size with the optimizer on NVMe (no world-size "
+                             "check there; the new ranks find no files of theirs, or the swap files are resized unchecked)");
     }
     scenario["name"] = scenario["name"].get<std::string>() + ", as DeepSpeed " + kDeepSpeedModelCommit + " resumes it";
     scenario["description"] = scenario["description"].get<std::string>() + " Run as DeepSpeed " + kDeepSpeedModelCommit +

@@ -16,6 +16,19 @@ namespace zerosim {
 
 namespace {
 
+// Whether any tag directory under `checkpoint_directory` holds a manifest: an independent look
+// at the disk, so that a loader that wrongly finds nothing complete cannot pass as a fresh start.
+Result<bool> any_manifest_under(Disk& disk, const std::string& checkpoint_directory) {
+  ZEROSIM_ASSIGN_OR_RETURN(bool exists, disk.exists(checkpoint_directory));
+  if (!exists) return false;
+  ZEROSIM_ASSIGN_OR_RETURN(std::vector<std::string> names, disk.list_directory(checkpoint_directory));
+  for (const std::string& name : names) {
+    ZEROSIM_ASSIGN_OR_RETURN(bool has_manifest, disk.exists(checkpoint_directory + "/" + name + "/" + kManifestFileName));
+    if (has_manifest) return true;
+  }
+  return false;
+}
+
 using nlohmann::json;
 
 Status require_string_list(const json& value, const std::string& where) {
@@ -338,6 +351,15 @@ Result<Scenario> scenario_from_json(const json& document, const std::string& sou
       return invalid_argument(where + ": a chain of resumes with load options has no model yet; drop one of them");
     }
     scenario.restart_killed_after_step = step.get<int64_t>();
+  }
+  if (!scenario.power_loss &&
+      std::any_of(scenario.fault_plan.disk_faults.begin(), scenario.fault_plan.disk_faults.end(),
+                  [](const FaultRule& rule) { return rule.kind == FaultKind::kPowerLoss; })) {
+    return invalid_argument(source_name + ": power_loss: false, but the fault plan has a power_loss disk fault");
+  }
+  if (!scenario.expect_no_checkpoint.empty() && scenario.restart_killed_after_step >= 0) {
+    return invalid_argument(source_name + ": expect.no_checkpoint with restart_killed_after_step: a chain of resumes "
+                            "starts from a checkpoint; drop one of them");
   }
   if (scenario.resume_load.module_only && scenario.resume_load.describe() != "load_module_only=true") {
     return invalid_argument(source_name + ": resume_load_module_only: give it alone (DeepSpeed's module-only load "
@@ -794,24 +816,46 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
   }
   // The disk as the (judged) restart finds it, kept for a second resume that captures the full state.
   const std::unique_ptr<SimDisk> restart_disk = disk.clone();
-  Result<TrainingRun> resumed = resume(disk, resume_options);
+  const Result<TrainingRun> resumed = resume(disk, resume_options);
   // A crash before any save returned leaves no checkpoint: with "no_checkpoint" the scenario
   // defines the outcome (a fresh start, as a training script that finds nothing to resume does,
-  // or the refusal). Not when a save had returned: then losing it is lost work.
-  const bool nothing_committed = verdict.committed_step < 0 && scenario.restart_killed_after_step < 0;
-  if (!resumed.ok() && !scenario.expect_no_checkpoint.empty() && nothing_committed &&
+  // or the refusal). Not when a save had returned (losing it is lost work), and not when any
+  // manifest reached the disk: the loader's own "nothing complete" is not taken on trust.
+  if (!resumed.ok() && !scenario.expect_no_checkpoint.empty() && verdict.committed_step < 0 &&
       resumed.status().code() == StatusCode::kNotFound &&
       resumed.status().message().find("no complete checkpoint") != std::string::npos) {
-    if (scenario.expect_no_checkpoint == "refusal") {
-      verdict.outcome = "refused as expected (no save returned before the crash): " + resumed.status().to_string();
-      verdict.passed = true;
+    ZEROSIM_ASSIGN_OR_RETURN(const bool manifest_on_disk, any_manifest_under(*restart_disk, run.checkpoint_directory));
+    if (!manifest_on_disk) {
+      if (scenario.expect_no_checkpoint == "refusal") {
+        verdict.outcome = "refused as expected (no save returned before the crash): " + resumed.status().to_string();
+        verdict.passed = true;
+        return verdict_before_comparison();
+      }
+      // The fresh start, judged against the same fresh run on a clean disk without defects.
+      SimWorld fresh_world(disk, resume_options.world_size, FaultPlan{}, no_crash, &defects);
+      CheckpointPlan fresh = restart_plan(scenario.resume_tag);
+      fresh.resume_directory.clear();
+      const Result<TrainingRun> restarted = run_training(resume_options, run.total_steps, fresh_world.seams(), fresh);
+      SimDisk clean_disk(SimDiskOptions{512, uint64_t{1} << 40, run.seed});
+      SimWorld clean_world(clean_disk, resume_options.world_size, FaultPlan{}, no_crash);
+      ZEROSIM_ASSIGN_OR_RETURN(TrainingRun expected, run_training(resume_options, run.total_steps, clean_world.seams()));
+      if (!restarted.ok()) {
+        verdict.outcome = "no complete checkpoint (no save returned before the crash); the fresh start failed: " +
+                          restarted.status().to_string();
+        verdict.diagnosis = verdict.outcome;
+        return verdict_before_comparison();
+      }
+      verdict.notes = restarted->notes;
+      verdict.resumed_at = 0;
+      for (const StepRecord& step : restarted->steps) verdict.resumed_losses.push_back(step.loss);
+      const std::string differing = first_differing_component(expected.digests, restarted->digests);
+      verdict.passed = differing.empty();
+      verdict.outcome = "no complete checkpoint (no save returned before the crash): started fresh, " +
+                        (differing.empty() ? "bit-identical to the same fresh run at step " + std::to_string(run.total_steps)
+                                           : "diverged from the same fresh run: " + differing);
+      verdict.diagnosis = differing.empty() ? "" : "the fresh start diverged from the same fresh run: " + differing;
       return verdict_before_comparison();
     }
-    SimWorld fresh_world(disk, resume_options.world_size, FaultPlan{}, no_crash, &defects);
-    CheckpointPlan fresh = restart_plan(scenario.resume_tag);
-    fresh.resume_directory.clear();  // nothing to resume from: a fresh start
-    resumed = run_training(resume_options, run.total_steps, fresh_world.seams(), fresh);
-    if (resumed.ok()) resumed->notes.insert(resumed->notes.begin(), "no complete checkpoint (no save returned before the crash): started fresh");
   }
   if (!resumed.ok()) {
     verdict.outcome = "refused: " + resumed.status().to_string();
