@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <system_error>
 
+#include "core/build_info.h"
 #include "reports/report_file.h"
 
 namespace zerosim {
@@ -209,6 +210,7 @@ json report_json(const SuiteReport& report) {
   }
   const int failed = report.failed();
   return {{"title", report.title},
+          {"zerosim_version", zerosim_build_version()},
           {"defects", report.defects},
           {"scenarios", scenarios},
           {"passed", static_cast<int>(report.scenarios.size()) - failed},
@@ -221,6 +223,7 @@ std::string report_html(const SuiteReport& report) {
   std::string html = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" +
                      xml_escape(report.title) + "</title><style>" + kStyle + "</style></head><body>\n";
   html += "<h1>" + xml_escape(report.title) + "</h1>\n";
+  html += "<p>zerosim " + xml_escape(zerosim_build_version()) + "</p>\n";
   html += "<div class=\"summary\"><span class=\"" + std::string(failed == 0 ? "pass" : "fail") + "\">" +
           std::to_string(passed) + " passed, " + std::to_string(failed) + " failed</span> of " +
           std::to_string(report.scenarios.size()) + " scenario(s)";

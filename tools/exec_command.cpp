@@ -1,4 +1,5 @@
 #include "tools/exec_command.h"
+#include "tools/install_paths.h"
 
 #include <unistd.h>
 
@@ -22,9 +23,7 @@ namespace fs = std::filesystem;
 std::string find_recorder(const std::string& program_path) {
   if (const char* chosen = std::getenv("ZEROSIM_RECORDER"); chosen != nullptr && chosen[0] != '\0') return chosen;
   std::error_code error;
-  fs::path self = fs::read_symlink("/proc/self/exe", error);
-  if (error) self = fs::absolute(program_path, error);
-  const fs::path directory = self.parent_path();
+  const fs::path directory = program_directory(program_path);
   for (const fs::path& candidate : {directory / "libzerosim_record.so", directory / ".." / "lib" / "zerosim" / "libzerosim_record.so"}) {
     if (fs::exists(candidate, error)) return fs::weakly_canonical(candidate, error).string();
   }

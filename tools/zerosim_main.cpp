@@ -4,8 +4,10 @@
 #include <cstdio>
 #include <optional>
 
+#include "core/build_info.h"
 #include "core/cuda/cuda_probe.h"
 #include "tools/bench_io_command.h"
+#include "tools/install_paths.h"
 #include "tools/ckpt_command.h"
 #include "tools/exec_command.h"
 #include "tools/explore_command.h"
@@ -38,7 +40,8 @@ void refuse_empty_values(CLI::App& command, const CLI::Option* except) {
 int main(int argc, char** argv) {
   CLI::App app{"zerosim: a ZeRO-3 training-state engine with NVMe offload, and its deterministic simulator"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("zerosim ") + ZEROSIM_VERSION);
+  app.set_version_flag("--version", std::string("zerosim ") + zerosim::zerosim_build_version() + " (git commit " +
+                                        zerosim::zerosim_git_commit() + ")");
 
   zerosim::TrainFlags train_flags;
   CLI::App* train = app.add_subcommand("train", "Run the ZeRO-3 core for K steps and print the per-step table");
@@ -145,10 +148,11 @@ int main(int argc, char** argv) {
   run->add_option("scenarios", run_flags.scenario_paths, "Scenario JSON files")->required();
   add_report_flags(*run, run_flags.report);
   zerosim::RunFlags suite_flags;
-  suite_flags.suite_directory = "scenarios/library";
   suite_flags.command_name = "suite";
-  CLI::App* suite = app.add_subcommand("suite", "Run every scenario of a directory (default scenarios/library)");
-  suite->add_option("directory", suite_flags.suite_directory, "Directory of scenario JSON files");
+  CLI::App* suite = app.add_subcommand(
+      "suite", "Run every scenario of a directory (default: the scenario library shipped with this zerosim)");
+  CLI::Option* suite_directory_option =
+      suite->add_option("directory", suite_flags.suite_directory, "Directory of scenario JSON files");
   add_report_flags(*suite, suite_flags.report);
   zerosim::RunFlags replay_flags;
   replay_flags.command_name = "replay";
@@ -292,7 +296,18 @@ int main(int argc, char** argv) {
   if (bench_io->parsed()) return zerosim::run_bench_io_command(io_flags);
   if (explore->parsed()) return zerosim::run_explore_command(explore_flags);
   if (run->parsed()) return zerosim::run_scenarios_command(run_flags);
-  if (suite->parsed()) return zerosim::run_scenarios_command(suite_flags);
+  if (suite->parsed()) {
+    // The library that came with this binary, found from its own location (tools/install_paths.h).
+    if (suite_directory_option->count() == 0) {
+      zerosim::Result<std::string> shipped = zerosim::shipped_scenario_library(argv[0]);
+      if (!shipped.ok()) {
+        std::fprintf(stderr, "zerosim: suite: %s\n", shipped.status().message().c_str());
+        return 2;
+      }
+      suite_flags.suite_directory = *shipped;
+    }
+    return zerosim::run_scenarios_command(suite_flags);
+  }
   if (replay->parsed()) {
     replay_flags.scenario_paths = {replay_path};
     return zerosim::run_scenarios_command(replay_flags);

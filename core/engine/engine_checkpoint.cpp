@@ -2,6 +2,7 @@
 // format and the commit protocol are described in core/checkpoint/manifest.h.
 #include <cstring>
 
+#include "core/build_info.h"
 #include "core/checkpoint/commit.h"
 #include "core/checkpoint/manifest.h"
 #include "core/checkpoint/safetensors.h"
@@ -90,7 +91,7 @@ std::shared_ptr<const nlohmann::json> RankEngine::manifest_without_shards(const 
                                                                           const CheckpointSaveOptions& save) const {
   if (comm_.rank() != 0) return nullptr;
   CheckpointManifest manifest;
-  manifest.zerosim_version = ZEROSIM_VERSION;
+  manifest.zerosim_version = zerosim_build_version();
   manifest.format_version = checkpoint_format_version_for(parameters_);
   manifest.tag = tag;
   manifest.config = options_.config.resolved.is_object() ? options_.config.resolved : nlohmann::json::object();
