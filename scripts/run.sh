@@ -12,4 +12,4 @@ if [ "${1:-}" = "train" ]; then
   exec "$root/build/tools/zerosim" train "$@"
 fi
 cd "$root"
-exec "$root/build/tools/zerosim" suite scenarios/library --report-dir "$root/build/report" "$@"
+exec "$root/build/tools/zerosim" suite "$root/scenarios/library" --report-dir "$root/build/report" "$@"
