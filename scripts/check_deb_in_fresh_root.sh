@@ -21,4 +21,4 @@ in_root() { chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root 
 in_root apt-get update -qq
 in_root apt-get install -y -qq "/tmp/$(basename "$deb")"
 in_root dpkg -s zerosim | grep -E '^(Version|Depends):'
-in_root sh -c 'mkdir -p /tmp/elsewhere && cd /tmp/elsewhere && zerosim --version && zerosim suite --report-dir report | tail -1'
+in_root sh -c 'mkdir -p /tmp/elsewhere && cd /tmp/elsewhere && zerosim --version && zerosim suite --report-dir report | grep "scenario(s):" && ls /usr/lib/zerosim/libzerosim_record.so'
