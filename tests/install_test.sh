@@ -39,5 +39,13 @@ scenario="$library/class_c_lr_schedule_across_warmup.json"
 grep -q "^1 scenario(s): 1 passed, 0 failed" run.log || fail "zerosim run: $(tail -1 run.log)"
 # Moved elsewhere, the installed tree still works (nothing in it points back at the build).
 mv "$prefix" "$work/moved"
-"$work/moved/bin/zerosim" suite --report-dir moved-report > moved.log 2>&1 || { tail -3 moved.log >&2; fail "the moved install failed"; }
-echo "install_test: $version; $count scenarios passed from $prefix, and after moving it"
+"$work/moved/bin/zerosim" run "$work/moved/share/zerosim/scenarios/library/$(basename "$scenario")" > moved.log 2>&1 \
+  || { tail -3 moved.log >&2; fail "the moved install failed"; }
+# A binary with no library beside it says so and names where it looked (never the working directory).
+mkdir -p "$work/lonely/bin" "$work/lonely/cwd/scenarios/library"
+cp "$work/moved/bin/zerosim" "$work/lonely/bin/"
+cd "$work/lonely/cwd"
+if "$work/lonely/bin/zerosim" suite > lonely.log 2>&1; then fail "a zerosim without a library ran a suite"; fi
+grep -q "no scenario library beside this zerosim (looked in $work/lonely/share/zerosim/scenarios/library" lonely.log \
+  || fail "the lonely zerosim said: $(cat lonely.log)"
+echo "install_test: $version; $count scenarios passed from $prefix, and one after moving it"
