@@ -320,15 +320,17 @@ TEST(Cli, SaveThenResumeGivesTheUninterruptedStateDigest) {
 // plumbing to the engine (the semantics are CheckpointProperty.ALoadWithOptionsFollowsItsModel).
 TEST(Cli, ResumeLoadOptionsReachTheLoadAndSaySo) {
   zerosim::TestDirectory directory;
+  // Its own swap directory (--run-id): the default one is shared by every default-config run of
+  // the same settings, and CTest runs other CLI tests at the same time.
   const std::string checkpoints = directory.path() + "/ckpt";
-  ASSERT_EQ(run_cli("train --steps 4 --save-dir " + checkpoints).exit_code, 0);
-  const CommandResult plain = run_cli("train --resume " + checkpoints + " --steps 6 --json");
+  ASSERT_EQ(run_cli("train --steps 4 --run-id cli-load-options --save-dir " + checkpoints).exit_code, 0);
+  const CommandResult plain = run_cli("train --run-id cli-load-options --resume " + checkpoints + " --steps 6 --json");
   ASSERT_EQ(plain.exit_code, 0) << plain.output;
   const nlohmann::json plain_steps = json_of(plain)["steps"];
   ASSERT_EQ(plain_steps.size(), 2u);
   EXPECT_GT(plain_steps[0]["lr"].get<double>(), 0.0);
 
-  const CommandResult fresh_optimizer = run_cli("train --resume " + checkpoints + " --steps 6 --json --load-optimizer-states false");
+  const CommandResult fresh_optimizer = run_cli("train --run-id cli-load-options --resume " + checkpoints + " --steps 6 --json --load-optimizer-states false");
   ASSERT_EQ(fresh_optimizer.exit_code, 0) << fresh_optimizer.output;
   EXPECT_NE(fresh_optimizer.output.find("with load_optimizer_states=false"), std::string::npos) << fresh_optimizer.output;
   const nlohmann::json fresh_steps = json_of(fresh_optimizer)["steps"];
@@ -337,24 +339,24 @@ TEST(Cli, ResumeLoadOptionsReachTheLoadAndSaySo) {
   EXPECT_EQ(fresh_steps[0]["lr"].get<double>(), 0.0);  // a fresh WarmupLR optimizer's lr
   EXPECT_NE(json_of(fresh_optimizer)["state_digest"], json_of(plain)["state_digest"]);
 
-  const CommandResult fresh_schedule = run_cli("train --resume " + checkpoints + " --steps 6 --json --load-lr-scheduler-states false");
+  const CommandResult fresh_schedule = run_cli("train --run-id cli-load-options --resume " + checkpoints + " --steps 6 --json --load-lr-scheduler-states false");
   ASSERT_EQ(fresh_schedule.exit_code, 0) << fresh_schedule.output;
   EXPECT_NE(fresh_schedule.output.find("with load_lr_scheduler_states=false"), std::string::npos) << fresh_schedule.output;
   EXPECT_NE(json_of(fresh_schedule)["state_digest"], json_of(plain)["state_digest"]);
 
-  const CommandResult module_only = run_cli("train --resume " + checkpoints + " --steps 3 --json --load-module-only");
+  const CommandResult module_only = run_cli("train --run-id cli-load-options --resume " + checkpoints + " --steps 3 --json --load-module-only");
   ASSERT_EQ(module_only.exit_code, 0) << module_only.output;
   EXPECT_NE(module_only.output.find("with load_module_only=true"), std::string::npos) << module_only.output;
   const nlohmann::json module_steps = json_of(module_only)["steps"];
   ASSERT_EQ(module_steps.size(), 3u);
   EXPECT_EQ(module_steps[0]["step"], 1);
-  const CommandResult from_scratch = run_cli("train --steps 3 --json");
+  const CommandResult from_scratch = run_cli("train --steps 3 --json --run-id cli-load-options-scratch");
   ASSERT_EQ(from_scratch.exit_code, 0);
   EXPECT_NE(json_of(module_only)["state_digest"], json_of(from_scratch)["state_digest"]);
 
-  EXPECT_EQ(run_cli("train --steps 3 --load-module-only").exit_code, 2);  // needs --resume
-  EXPECT_EQ(run_cli("train --resume " + checkpoints + " --steps 6 --load-optimizer-states maybe").exit_code, 2);
-  EXPECT_EQ(run_cli("train --resume " + checkpoints + " --steps 6 --load-module-only --load-optimizer-states false").exit_code, 2);
+  EXPECT_EQ(run_cli("train --steps 3 --run-id cli-load-options --load-module-only").exit_code, 2);  // needs --resume
+  EXPECT_EQ(run_cli("train --run-id cli-load-options --resume " + checkpoints + " --steps 6 --load-optimizer-states maybe").exit_code, 2);
+  EXPECT_EQ(run_cli("train --run-id cli-load-options --resume " + checkpoints + " --steps 6 --load-module-only --load-optimizer-states false").exit_code, 2);
 }
 
 // --freeze and --exclude-frozen-parameters: a resume takes the checkpoint's frozen set when
