@@ -671,6 +671,26 @@ TEST(Cli, ImportDsAsDeepSpeedNamesTheModelAndTheScenarioFails) {
   EXPECT_NE(stage2.output.find("ZeRO stage 3"), std::string::npos) << stage2.output;
 }
 
+// gpt-check-export writes the weights, the batch and zerosim's gradients for
+// python/check_gpt_in_torch.py (run on the GPU machine, which has torch and transformers).
+TEST(Cli, GptCheckExportWritesWeightsBatchAndGradients) {
+  zerosim::TestDirectory directory;
+  const std::string out = directory.path() + "/gpt";
+  const CommandResult exported = run_cli("gpt-check-export " + out + " --model gpt:layers=1,embd=8,heads=2,vocab=13,block=8 --length 7");
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  for (const char* file : {"/model.safetensors", "/gradients.safetensors", "/batch.json"}) {
+    EXPECT_TRUE(std::filesystem::exists(out + file)) << file;
+  }
+  std::ifstream batch_file(out + "/batch.json");
+  const nlohmann::json batch = nlohmann::json::parse(batch_file);
+  EXPECT_EQ(batch["tokens"].size(), 4u * 8u);
+  EXPECT_GT(batch["loss"].get<double>(), 2.0);  // about ln 13 at initialization
+  EXPECT_EQ(run_cli("gpt-check-export " + out).exit_code, 2);  // not empty
+  const CommandResult too_long = run_cli("gpt-check-export " + directory.path() + "/other --model gpt:layers=1,embd=8,heads=2,vocab=13,block=8 --length 9");
+  EXPECT_EQ(too_long.exit_code, 2) << too_long.output;
+  EXPECT_NE(too_long.output.find("at most the block 8"), std::string::npos) << too_long.output;
+}
+
 TEST(Cli, TableHasTheColumns) {
   const CommandResult result = run_cli("train --steps 2 --run-id cli-table");
   ASSERT_EQ(result.exit_code, 0) << result.output;

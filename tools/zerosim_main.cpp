@@ -7,6 +7,7 @@
 #include "core/build_info.h"
 #include "core/cuda/cuda_probe.h"
 #include "tools/bench_io_command.h"
+#include "tools/gpt_check_command.h"
 #include "tools/install_paths.h"
 #include "tools/ckpt_command.h"
 #include "tools/exec_command.h"
@@ -234,6 +235,15 @@ int main(int argc, char** argv) {
                         "The operator deleted the newest (or the previous) tag before the restart")
       ->check(CLI::IsMember({"newest", "previous"}));
   import_ds->add_option("-o,--output", import_output, "Write the scenario here (default: standard output)");
+  zerosim::GptCheckFlags gpt_check_flags;
+  CLI::App* gpt_check = app.add_subcommand(
+      "gpt-check-export", "Write the transformer's weights, a batch and zerosim's gradients, for python/check_gpt_in_torch.py");
+  gpt_check->add_option("directory", gpt_check_flags.directory, "A new or empty directory")->required();
+  gpt_check->add_option("--model", gpt_check_flags.model, "gpt:layers=L,embd=E,heads=H,vocab=V,block=B");
+  gpt_check->add_option("--seed", gpt_check_flags.seed, "Seed of the weights and the batch");
+  gpt_check->add_option("--sequences", gpt_check_flags.sequences, "Sequences in the batch")->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  gpt_check->add_option("--length", gpt_check_flags.length, "Tokens predicted per sequence (at most block)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   CLI::App* deepspeed_model = app.add_subcommand(
       "deepspeed-model", "List zerosim's model of what DeepSpeed edaa722 loses on resume, with its source lines");
 
@@ -314,6 +324,7 @@ int main(int argc, char** argv) {
   }
   if (fuzz->parsed()) return zerosim::run_fuzz_command(fuzz_flags);
   if (import_ds->parsed()) return zerosim::run_import_command(import_options, import_output);
+  if (gpt_check->parsed()) return zerosim::run_gpt_check_export_command(gpt_check_flags);
   if (deepspeed_model->parsed()) {
     for (const zerosim::DeepSpeedModelEntry& entry : zerosim::deepspeed_model_entries()) {
       std::string defect_names;
