@@ -13,8 +13,14 @@ fs::path program_directory(const std::string& argv0) {
 
 std::vector<fs::path> shipped_scenario_library_candidates(const std::string& argv0) {
   const fs::path directory = program_directory(argv0);
-  return {directory / ".." / "share" / "zerosim" / "scenarios" / "library",  // installed
-          directory / ".." / ".." / "scenarios" / "library"};                // <source>/build/tools/zerosim
+  std::vector<fs::path> candidates = {directory / ".." / "share" / "zerosim" / "scenarios" / "library"};  // installed
+  // A build tree (<build>/tools/zerosim beside <build>/CMakeCache.txt): the library of the source
+  // tree it was configured from, wherever the build directory is.
+  std::error_code error;
+  if (fs::exists(directory / ".." / "CMakeCache.txt", error)) {
+    candidates.push_back(fs::path(ZEROSIM_SOURCE_DIR) / "scenarios" / "library");
+  }
+  return candidates;
 }
 
 Result<std::string> shipped_scenario_library(const std::string& argv0) {
