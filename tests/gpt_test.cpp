@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <numeric>
+
+#include <nlohmann/json.hpp>
 
 #include "core/env/rng.h"
 #include "core/model/gpt.h"
@@ -104,7 +107,9 @@ TEST(Gpt, GradientsAgreeWithCentralFiniteDifferencesForEveryParameter) {
     SCOPED_TRACE(infos[p].name);
     // Every element of the small tensors, a stride through the large ones (wte: rows that are and
     // are not tokens of the batch, both uses of the tied weight).
-    const int64_t stride = std::max<int64_t>(1, infos[p].element_count / 24);
+    // A stride coprime with the row width, so the samples walk through every column.
+    int64_t stride = std::max<int64_t>(1, infos[p].element_count / 24);
+    while (std::gcd(stride, infos[p].shape.back()) != 1) ++stride;
     for (int64_t k = 0; k < infos[p].element_count; k += stride) {
       std::vector<std::vector<double>> plus = problem.parameters, minus = problem.parameters;
       plus[p][static_cast<size_t>(k)] += kStep;
@@ -149,6 +154,34 @@ TEST(Gpt, TheFloatPathIsDeterministicAndCloseToDouble) {
       norm += reference[p][k] * reference[p][k];
     }
     EXPECT_LE(std::sqrt(difference), 1e-4 * std::sqrt(norm) + 1e-9) << p;
+  }
+}
+
+// Pinned to Hugging Face's GPT-2: the loss of GPT2LMHeadModel on the same weights and batch,
+// computed by PyTorch on the GPU machine (tests/data/gpt/hf_gpt2_losses.json says how). zerosim's
+// fp32 loss equals PyTorch's CUDA loss to the bit, and is within one ulp of its CPU loss.
+TEST(Gpt, TheLossIsHuggingFacesGpt2LossOnTheSameWeightsAndBatch) {
+  std::ifstream file(std::string(ZEROSIM_TEST_DATA_DIR) + "/gpt/hf_gpt2_losses.json");
+  const nlohmann::json golden = nlohmann::json::parse(file);
+  ASSERT_EQ(golden["cases"].size(), 2u);
+  for (const nlohmann::json& golden_case : golden["cases"]) {
+    SCOPED_TRACE(golden_case["model"].get<std::string>());
+    const Result<GptSpec> spec = parse_gpt_spec(golden_case["model"]);
+    ASSERT_TRUE(spec.ok());
+    const uint64_t seed = golden_case["seed"];
+    const int64_t sequences = golden_case["sequences"], length = golden_case["length"];
+    const std::vector<std::vector<float>> parameters = gpt_initial_parameters(*spec, seed);
+    std::vector<std::vector<float>> gradients;
+    for (const std::vector<float>& tensor : parameters) gradients.emplace_back(tensor.size(), 0.0f);
+    const std::vector<int32_t> tokens = gpt_check_tokens(*spec, seed, sequences, length);
+    const Result<float> loss = gpt_forward_backward<float>(*spec, parameters, tokens, sequences, length,
+                                                           1.0f / static_cast<float>(sequences * length), gradients);
+    ASSERT_TRUE(loss.ok()) << loss.status().to_string();
+    const float cuda = std::stof(golden_case["torch_cuda_loss"].get<std::string>());
+    const float cpu = std::stof(golden_case["torch_cpu_loss"].get<std::string>());
+    EXPECT_EQ(float_bits(*loss), float_bits(cuda)) << *loss << " vs " << cuda;
+    const int64_t cpu_ulps = std::llabs(static_cast<int64_t>(float_bits(*loss)) - static_cast<int64_t>(float_bits(cpu)));
+    EXPECT_LE(cpu_ulps, 1) << *loss << " vs " << cpu;
   }
 }
 

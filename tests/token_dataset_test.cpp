@@ -132,6 +132,11 @@ TEST(TokenDataset, ANanoGptFileIsReadWindowByWindowAndBadOnesAreRefused) {
       TokenDataset::open(TokenDatasetSpec{30, 8, 0, 1, directory.path() + "/none.bin"}, disk);
   EXPECT_FALSE(missing.ok());
   EXPECT_FALSE(TokenDataset::open(TokenDatasetSpec{70000, 8, 10, 1, ""}, disk).ok());
+  EXPECT_FALSE(TokenDataset::open(TokenDatasetSpec{30, 8, 0, 1, ""}, disk).ok());  // synthetic needs a count
+  write(file_tokens, 0);
+  const Result<std::unique_ptr<TokenDataset>> counted = TokenDataset::open(TokenDatasetSpec{30, 8, 12, 1, path}, disk);
+  ASSERT_FALSE(counted.ok());
+  EXPECT_NE(counted.status().message().find("the file's size decides it"), std::string::npos);
 }
 
 }  // namespace

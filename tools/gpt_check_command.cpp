@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/checkpoint/commit.h"
 #include "core/checkpoint/safetensors.h"
 #include "core/env/env.h"
 #include "core/env/rng.h"
@@ -37,20 +38,10 @@ Status export_gpt_check(const GptCheckFlags& flags) {
   Disk& disk = *real_env.env().disk;
   ZEROSIM_RETURN_IF_ERROR(disk.create_directories(flags.directory));
   const std::vector<ParameterInfo> infos = gpt_parameters(spec);
-  std::vector<std::vector<float>> parameters, gradients;
-  for (size_t p = 0; p < infos.size(); ++p) {
-    std::vector<float> values(static_cast<size_t>(infos[p].element_count));
-    for (int64_t k = 0; k < infos[p].element_count; ++k) {
-      values[static_cast<size_t>(k)] = gpt_initial_value(spec, flags.seed, static_cast<int64_t>(p), k);
-    }
-    parameters.push_back(std::move(values));
-    gradients.emplace_back(static_cast<size_t>(infos[p].element_count), 0.0f);
-  }
-  std::vector<int32_t> tokens;
-  for (int64_t k = 0; k < flags.sequences * (flags.length + 1); ++k) {
-    tokens.push_back(static_cast<int32_t>(mix_random_bits(flags.seed, 0x70c, static_cast<uint64_t>(k)) %
-                                          static_cast<uint64_t>(spec.vocab)));
-  }
+  const std::vector<std::vector<float>> parameters = gpt_initial_parameters(spec, flags.seed);
+  std::vector<std::vector<float>> gradients;
+  for (const ParameterInfo& info : infos) gradients.emplace_back(static_cast<size_t>(info.element_count), 0.0f);
+  const std::vector<int32_t> tokens = gpt_check_tokens(spec, flags.seed, flags.sequences, flags.length);
   const float scale = 1.0f / static_cast<float>(flags.sequences * flags.length);  // the mean loss's gradient
   ZEROSIM_ASSIGN_OR_RETURN(const float loss, gpt_forward_backward<float>(spec, parameters, tokens, flags.sequences,
                                                                           flags.length, scale, gradients));
@@ -62,7 +53,9 @@ Status export_gpt_check(const GptCheckFlags& flags) {
                                 {"vocab", spec.vocab}, {"block", spec.block},
                                 {"sequences", flags.sequences}, {"length", flags.length}, {"tokens", tokens},
                                 {"loss", loss}, {"seed", flags.seed}};
-  std::ofstream(flags.directory + "/batch.json") << batch.dump(2) << "\n";
+  const std::string text = batch.dump(2) + "\n";
+  ZEROSIM_RETURN_IF_ERROR(write_file_atomically(disk, flags.directory, "batch.json",
+                                                std::as_bytes(std::span<const char>(text.data(), text.size()))));
   std::printf("wrote %s: %zu parameters, %lld sequences of %lld tokens, loss %.9g\n", flags.directory.c_str(),
               infos.size(), static_cast<long long>(flags.sequences), static_cast<long long>(flags.length),
               static_cast<double>(loss));

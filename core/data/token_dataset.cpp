@@ -37,6 +37,10 @@ Result<std::unique_ptr<TokenDataset>> TokenDataset::open(const TokenDatasetSpec&
     }
     return dataset;
   }
+  if (spec.sample_count != 0) {
+    return invalid_argument(spec.file + ": a sample count (" + std::to_string(spec.sample_count) +
+                            ") with a token file: the file's size decides it; give 0");
+  }
   ZEROSIM_ASSIGN_OR_RETURN(dataset->file_, disk.open(spec.file, FileOpenOptions{}));
   ZEROSIM_ASSIGN_OR_RETURN(const uint64_t size, dataset->file_->size_bytes());
   if (size % 2 != 0) {

@@ -1,7 +1,8 @@
 // Token sequences for the transformer (core/model/gpt.h). Sample i is a window of `window` + 1
-// tokens: the inputs and, shifted by one, the tokens they predict. The sampler stays
-// ShuffledSampler over sample_count (dataset.h): a position's sample is the same at any world
-// size, and a checkpoint's data position resumes the exact sequence of windows.
+// tokens: the inputs and, shifted by one, the tokens they predict. When the engine trains the
+// transformer, ShuffledSampler over sample_count (dataset.h) will pick the windows as it picks
+// samples today: a position's sample the same at any world size, a checkpoint's data position
+// resuming the exact sequence (not wired into the engine yet).
 //
 // Two sources:
 //   * synthetic (no file): a pure function of (seed, sample): its first token is drawn, and each
@@ -28,7 +29,7 @@ namespace zerosim {
 struct TokenDatasetSpec {
   int64_t vocab = 64;
   int64_t window = 16;         // tokens predicted per sample (at most the model's block)
-  int64_t sample_count = 4096; // synthetic only; a file's follows from its size
+  int64_t sample_count = 0;    // synthetic: positive; with a file 0 (its size decides)
   uint64_t seed = 1234;
   std::string file;            // empty: synthetic
 };

@@ -254,6 +254,28 @@ float gpt_initial_value(const GptSpec& spec, uint64_t seed, int64_t parameter, i
              mix_random_bits(seed, kInitStream + static_cast<uint64_t>(parameter), static_cast<uint64_t>(element)));
 }
 
+std::vector<std::vector<float>> gpt_initial_parameters(const GptSpec& spec, uint64_t seed) {
+  const std::vector<ParameterInfo> infos = gpt_parameters(spec);
+  std::vector<std::vector<float>> parameters;
+  for (size_t p = 0; p < infos.size(); ++p) {
+    std::vector<float> values(static_cast<size_t>(infos[p].element_count));
+    for (int64_t k = 0; k < infos[p].element_count; ++k) {
+      values[static_cast<size_t>(k)] = gpt_initial_value(spec, seed, static_cast<int64_t>(p), k);
+    }
+    parameters.push_back(std::move(values));
+  }
+  return parameters;
+}
+
+std::vector<int32_t> gpt_check_tokens(const GptSpec& spec, uint64_t seed, int64_t sequence_count, int64_t sequence_length) {
+  std::vector<int32_t> tokens;
+  for (int64_t k = 0; k < sequence_count * (sequence_length + 1); ++k) {
+    tokens.push_back(static_cast<int32_t>(mix_random_bits(seed, 0x70c, static_cast<uint64_t>(k)) %
+                                          static_cast<uint64_t>(spec.vocab)));
+  }
+  return tokens;
+}
+
 template <typename Real>
 Result<Real> gpt_forward_backward(const GptSpec& spec, const std::vector<std::vector<Real>>& parameters,
                                   std::span<const int32_t> tokens, int64_t sequence_count, int64_t sequence_length,

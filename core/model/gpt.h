@@ -52,6 +52,12 @@ std::vector<ParameterInfo> gpt_parameters(const GptSpec& spec);
 // uniform with that deviation from the seed; LayerNorm weights 1, biases 0.
 float gpt_initial_value(const GptSpec& spec, uint64_t seed, int64_t parameter, int64_t element);
 
+// Every parameter's initial values (gpt_initial_value), full tensors in gpt_parameters order.
+std::vector<std::vector<float>> gpt_initial_parameters(const GptSpec& spec, uint64_t seed);
+// The batch `zerosim gpt-check-export` writes: sequence_count * (sequence_length + 1) tokens drawn
+// uniformly from the vocabulary, a pure function of the seed.
+std::vector<int32_t> gpt_check_tokens(const GptSpec& spec, uint64_t seed, int64_t sequence_count, int64_t sequence_length);
+
 // One micro-batch: `sequence_count` sequences of `sequence_length` + 1 tokens each (row-major;
 // position t predicts token t + 1), sequence_length <= block. Returns the mean cross-entropy
 // over the sequence_count * sequence_length predictions, and adds to `gradients` (one full
