@@ -7,11 +7,10 @@
 namespace zerosim {
 namespace {
 
-// DeepSpeed's swap threshold (stage3.py:1214-1218, swap_tensor/utils.py:14): a sub-group is
-// swapped when its per-rank element count (padding included) times 4 bytes is at least
-// max(1 MiB, aio.block_size).
+// A sub-group is swapped when its per-rank element count (padding included) times 4 bytes is at
+// least DeepSpeed's min_aio_bytes.
 bool has_unswapped_sub_group(const TrainingOptions& options, int world_size, const ResolvedConfig& config) {
-  const int64_t threshold_bytes = std::max<int64_t>(int64_t{1} << 20, config.aio.block_size);
+  const int64_t threshold_bytes = deepspeed_min_aio_bytes(config.aio);
   const PartitionLayout layout = make_partition_layout(mlp_parameters(options.model), world_size, config.zero.sub_group_size);
   return std::any_of(layout.sub_groups.begin(), layout.sub_groups.end(),
                      [&](const SubGroup& group) { return group.element_count * 4 < threshold_bytes; });

@@ -2271,4 +2271,6 @@ void set_default_hyperparameters(RunSettings& settings) {
   settings.total_steps = 1000;
 }
 
+int64_t deepspeed_min_aio_bytes(const AioConfig& aio) { return std::max<int64_t>(int64_t{1} << 20, aio.block_size); }
+
 }  // namespace zerosim

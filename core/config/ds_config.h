@@ -141,6 +141,11 @@ struct AioConfig {
   bool overlap_events = true;
   bool use_gds = false;
 };
+// DeepSpeed's threshold for swapping an optimizer sub-group to NVMe (its min_aio_bytes, edaa722
+// swap_tensor/utils.py:14, stage3.py:1214-1218): max(1 MiB, aio.block_size). A sub-group whose
+// per-rank fp32 bytes fall below it stays in memory. zerosim swaps every sub-group; the rule is
+// DeepSpeed's behaviour, for the defect and the model that reproduce it.
+int64_t deepspeed_min_aio_bytes(const AioConfig& aio);
 
 struct ZeroConfig {
   int64_t stage = 0;

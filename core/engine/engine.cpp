@@ -182,6 +182,8 @@ Status RankEngine::prepare_storage() {
   }
   ZEROSIM_ASSIGN_OR_RETURN(parameters_, training_parameters(options_));
   layout_ = make_partition_layout(parameters_, comm_.world_size(), config.zero.sub_group_size);
+  trainable_runs_by_group_.clear();
+  for (const SubGroup& group : layout_.sub_groups) trainable_runs_by_group_.push_back(trainable_runs(group));
 
   const size_t flat = static_cast<size_t>(layout_.flat_element_count);
   const OffloadConfig& offload = config.zero.offload_optimizer;
@@ -673,7 +675,7 @@ Status RankEngine::optimizer_step(StepRecord& record) {
     }
     // AdamW over the runs of trainable partitions: a frozen parameter has no optimizer state to
     // step (weight decay included). AdamW is elementwise, so the split cannot change a bit.
-    for (const auto& [run_offset, run_count] : trainable_runs(group)) {
+    for (const auto& [run_offset, run_count] : trainable_runs_by_group_[g]) {
       ZEROSIM_RETURN_IF_ERROR(compute_->adam_update(scalars, grad_multiplier, master + run_offset, gradient + run_offset,
                                                     exp_avg + run_offset, exp_avg_sq + run_offset, run_count));
     }

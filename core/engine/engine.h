@@ -333,6 +333,8 @@ class RankEngine {
   std::vector<float> exp_avg_;
   std::vector<float> exp_avg_sq_;
   std::vector<float> gradient_partition_;  // fp32 accumulation over micro-steps
+  // trainable_runs of each sub-group, computed once with the layout (not per step).
+  std::vector<std::vector<std::pair<size_t, size_t>>> trainable_runs_by_group_;
   TrainingCounters counters_;
   std::unique_ptr<OptimizerSwapper> swapper_;  // offload_optimizer.device == nvme
   std::unique_ptr<PartitionSwapper> param_swapper_;     // offload_param.device == nvme

@@ -128,8 +128,8 @@ Status RankEngine::write_shard(const std::string& path, ShardSink& sink, const C
   const int rank = comm_.rank();
   const int world_size = comm_.world_size();
   const size_t element_bytes = dtype_size_bytes(model_dtype_);
-  auto stored_states = [&](int64_t p, const CheckpointSaveOptions& options) {
-    return stored_checkpoint_states(parameters_[static_cast<size_t>(p)].requires_grad, options.exclude_frozen_parameters);
+  auto stored_states = [&](int64_t p) {
+    return stored_checkpoint_states(parameters_[static_cast<size_t>(p)].requires_grad, save.exclude_frozen_parameters);
   };
   std::vector<SafetensorsTensorSpec> specs;
   std::map<std::string, std::string> metadata = {{"format", "zerosim-shard"},
@@ -144,7 +144,7 @@ Status RankEngine::write_shard(const std::string& path, ShardSink& sink, const C
       const ParameterInfo& parameter = parameters_[static_cast<size_t>(p)];
       const int64_t count = partition.owned_count(rank);
       if (count == 0) continue;
-      for (CheckpointState state : stored_states(p, save)) {
+      for (CheckpointState state : stored_states(p)) {
         const std::string name = checkpoint_tensor_name(parameter.name, state);
         specs.push_back({name, state == CheckpointState::kParam ? model_dtype_ : DType::kFp32, {count}});
         metadata[name] = nlohmann::json{{"parameter", parameter.name},
@@ -163,7 +163,7 @@ Status RankEngine::write_shard(const std::string& path, ShardSink& sink, const C
   std::vector<float> defect_scratch, widened_scratch;
   ZEROSIM_RETURN_IF_ERROR(for_each_partition_state([&](int64_t p, const PartitionStateView& state) -> Status {
     const size_t count = static_cast<size_t>(layout_.parameters[static_cast<size_t>(p)].owned_count(rank));
-    const size_t stored = stored_states(p, save).size();
+    const size_t stored = stored_states(p).size();
     if (count == 0 || stored == 0) return Status();
     ZEROSIM_RETURN_IF_ERROR(sink.append(std::span<const std::byte>(state.params, count * element_bytes)));
     if (stored == 1) return Status();  // frozen: its value alone
@@ -471,9 +471,8 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
     }
     // DeepSpeed's swap threshold (stage3.py:1214-1218): a sub-group whose per-rank fp32 bytes are
     // under max(1 MiB, aio.block_size) is never swapped, and its saved state is never read.
-    const bool unswapped_reset =
-        swapper_ && defect_active(defects, Defect::kUnswappedSubGroupResetOnLoad) &&
-        group.element_count * 4 < std::max<int64_t>(int64_t{1} << 20, options_.config.aio.block_size);
+    const bool unswapped_reset = swapper_ && defect_active(defects, Defect::kUnswappedSubGroupResetOnLoad) &&
+                                 group.element_count * 4 < deepspeed_min_aio_bytes(options_.config.aio);
     if (weights_left_at_init || unswapped_reset) {
       initial_master_of_group(group, initial_master);
       std::copy(initial_master.begin(), initial_master.end(), master);
