@@ -23,13 +23,11 @@ namespace {
 class NoComputeBackend final : public zerosim::ComputeBackend {
  public:
   std::string name() const override { return "none"; }
-  zerosim::Status begin_micro_batch(int64_t, std::span<const float>, std::span<const int32_t>) override { return {}; }
-  zerosim::Status layer_forward(int64_t, std::span<const float>, std::span<const float>) override { return {}; }
+  zerosim::Status begin_micro_batch(const zerosim::MicroBatchInput&) override { return {}; }
+  zerosim::Status forward(int64_t, std::span<const std::vector<float>>) override { return {}; }
   zerosim::Result<float> loss(float) override { return 0.0f; }
-  zerosim::Status layer_backward(int64_t, std::span<const float>, std::span<float> weight_gradient,
-                                 std::span<float> bias_gradient) override {
-    std::fill(weight_gradient.begin(), weight_gradient.end(), 0.0f);
-    std::fill(bias_gradient.begin(), bias_gradient.end(), 0.0f);
+  // The engine zeroes the gradients; nothing is added.
+  zerosim::Status backward(int64_t, std::span<const std::vector<float>>, std::span<std::vector<float>>) override {
     return {};
   }
   zerosim::Status adam_update(const zerosim::AdamStepScalars&, float, float*, const float*, float*, float*,

@@ -167,20 +167,24 @@ TEST(DeviceEngine, FastModeLayersComputeTheCpuLayersToRounding) {
   float losses[2];
   std::vector<std::vector<float>> gradients[2];
   for (int b = 0; b < 2; ++b) {
-    ASSERT_TRUE(backends[b]->begin_micro_batch(samples, input, labels).ok());
+    MicroBatchInput batch;
+    batch.samples = samples;
+    batch.features = input;
+    batch.labels = labels;
+    ASSERT_TRUE(backends[b]->begin_micro_batch(batch).ok());
     for (int64_t layer = 0; layer < 3; ++layer) {
-      ASSERT_TRUE(backends[b]->layer_forward(layer, weights[static_cast<size_t>(2 * layer)],
-                                             weights[static_cast<size_t>(2 * layer + 1)]).ok());
+      ASSERT_TRUE(backends[b]->forward(layer, std::span<const std::vector<float>>(weights).subspan(static_cast<size_t>(2 * layer), 2)).ok());
     }
     Result<float> loss = backends[b]->loss(0.5f);
     ASSERT_TRUE(loss.ok()) << loss.status().to_string();
     losses[b] = *loss;
     for (int64_t layer = 2; layer >= 0; --layer) {
-      std::vector<float> weight_gradient(weights[static_cast<size_t>(2 * layer)].size());
-      std::vector<float> bias_gradient(weights[static_cast<size_t>(2 * layer + 1)].size());
-      ASSERT_TRUE(backends[b]->layer_backward(layer, weights[static_cast<size_t>(2 * layer)], weight_gradient, bias_gradient).ok());
-      gradients[b].push_back(weight_gradient);
-      gradients[b].push_back(bias_gradient);
+      std::vector<std::vector<float>> layer_gradients = {std::vector<float>(weights[static_cast<size_t>(2 * layer)].size()),
+                                                         std::vector<float>(weights[static_cast<size_t>(2 * layer + 1)].size())};
+      ASSERT_TRUE(backends[b]->backward(2 - layer, std::span<const std::vector<float>>(weights).subspan(static_cast<size_t>(2 * layer), 2),
+                                        layer_gradients).ok());
+      gradients[b].push_back(layer_gradients[0]);
+      gradients[b].push_back(layer_gradients[1]);
     }
   }
   EXPECT_NEAR(losses[0], losses[1], 1e-5f * std::abs(losses[0]));

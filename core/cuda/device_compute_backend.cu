@@ -12,6 +12,7 @@
 #include "core/cuda/device_adamw.h"
 #include "core/cuda/device_array.h"
 #include "core/cuda/device_mlp.h"
+#include "core/model/mlp.h"
 
 namespace zerosim {
 
@@ -83,7 +84,10 @@ class CudaComputeBackend final : public ComputeBackend {
     return std::string(gemm_ == CudaGemm::kCublas ? "cuda-fast:" : "cuda:") + std::to_string(device_);
   }
 
-  Status begin_micro_batch(int64_t samples, std::span<const float> input, std::span<const int32_t> labels) override {
+  Status begin_micro_batch(const MicroBatchInput& batch) override {
+    const int64_t samples = batch.samples;
+    const std::span<const float> input = batch.features;
+    const std::span<const int32_t> labels = batch.labels;
     ZEROSIM_CHECK(input.size() == static_cast<size_t>(samples * model_.layer_widths.front()) &&
                       labels.size() == static_cast<size_t>(samples),
                   "micro-batch input or labels do not match the sample count");
@@ -108,7 +112,10 @@ class CudaComputeBackend final : public ComputeBackend {
                 cudaMemcpyAsync(labels_.as<int32_t>(), labels.data(), labels.size_bytes(), cudaMemcpyHostToDevice, stream_));
   }
 
-  Status layer_forward(int64_t layer_index, std::span<const float> weight, std::span<const float> bias) override {
+  Status forward(int64_t stage, std::span<const std::vector<float>> parameters) override {
+    ZEROSIM_CHECK(parameters.size() == 2, "an MLP layer has a weight and a bias");
+    const int64_t layer_index = stage;
+    const std::span<const float> weight = parameters[0], bias = parameters[1];
     ZEROSIM_RETURN_IF_ERROR(cuda("cudaSetDevice", cudaSetDevice(device_)));
     ZEROSIM_RETURN_IF_ERROR(upload_weights(layer_index, weight, bias));
     const size_t l = static_cast<size_t>(layer_index);
@@ -135,8 +142,12 @@ class CudaComputeBackend final : public ComputeBackend {
     return loss;
   }
 
-  Status layer_backward(int64_t layer_index, std::span<const float> weight, std::span<float> weight_gradient,
-                        std::span<float> bias_gradient) override {
+  Status backward(int64_t stage, std::span<const std::vector<float>> parameters,
+                  std::span<std::vector<float>> gradients) override {
+    ZEROSIM_CHECK(parameters.size() == 2 && gradients.size() == 2, "an MLP layer has a weight and a bias");
+    const int64_t layer_index = static_cast<int64_t>(inputs_.size()) - 1 - stage;
+    const std::span<const float> weight = parameters[0];
+    const std::span<float> weight_gradient = gradients[0], bias_gradient = gradients[1];
     ZEROSIM_RETURN_IF_ERROR(cuda("cudaSetDevice", cudaSetDevice(device_)));
     const size_t l = static_cast<size_t>(layer_index);
     ZEROSIM_CHECK(weight_gradient.size() == weight.size() &&
@@ -295,6 +306,10 @@ class CudaComputeBackend final : public ComputeBackend {
 }  // namespace
 
 Result<std::unique_ptr<ComputeBackend>> make_cuda_compute_backend(const ModelSpec& model, int device, CudaGemm gemm) {
+  if (model.is_transformer()) {
+    return unimplemented("--device cuda: the transformer (" + model_spec_to_string(model) +
+                         ") has no CUDA kernels yet; train it with --device cpu");
+  }
   auto backend = std::make_unique<CudaComputeBackend>(model, device, gemm);
   ZEROSIM_RETURN_IF_ERROR(backend->start());
   return Result<std::unique_ptr<ComputeBackend>>(std::unique_ptr<ComputeBackend>(std::move(backend)));

@@ -3,7 +3,7 @@
 // updates with the fused kernel of device_adamw.h, so the device writes the CPU backend's bits.
 //
 // Where the data lives: the micro-batch's activations and the logits' gradient stay in device
-// memory from begin_micro_batch to the last layer_backward; each layer's gathered weights come
+// memory from begin_micro_batch to the last backward stage; each layer's gathered weights come
 // from the engine's host gather and its gradients go back to the engine's host exchange; AdamW
 // copies a sub-group's four arrays in and three back. That is ZeRO-3 with the partitions kept
 // in host memory (as offload_param/offload_optimizer "cpu" and "nvme" keep them): the engine's
@@ -31,8 +31,8 @@ namespace zerosim {
 
 enum class CudaGemm { kDeterministic, kCublas };
 
-// A backend on CUDA device `device`. Fails (kFailedPrecondition) without the CUDA backend or
-// when the device cannot be used.
+// A backend on CUDA device `device`, for the MLP. Fails (kFailedPrecondition) without the CUDA
+// backend or when the device cannot be used, and (kUnimplemented) for the transformer.
 Result<std::unique_ptr<ComputeBackend>> make_cuda_compute_backend(const ModelSpec& model, int device,
                                                                   CudaGemm gemm = CudaGemm::kDeterministic);
 

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/env/rng.h"
@@ -19,11 +20,18 @@
 
 namespace zerosim {
 
+// The data of a run. For the MLP: synthetic classification samples of feature_count features
+// and class_count classes. For the transformer (token_dataset.h) a sample is a window of tokens:
+// feature_count is the tokens it predicts (the sequence length, at most the model's block) and
+// class_count the vocabulary; token_file names a nanoGPT-style uint16 file (empty: the
+// synthetic stream), and then sample_count is the file's window count.
 struct DatasetSpec {
   int64_t sample_count = 4096;
   int64_t feature_count = 13;
   int64_t class_count = 5;
   uint64_t seed = 1234;
+  std::string token_file;
+  bool operator==(const DatasetSpec&) const = default;
 };
 
 class SyntheticDataset {

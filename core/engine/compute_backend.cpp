@@ -2,31 +2,35 @@
 
 #include <vector>
 
+#include "core/model/gpt.h"
+#include "core/model/mlp.h"
+
 namespace zerosim {
 
 namespace {
 
-class CpuComputeBackend final : public ComputeBackend {
+class CpuMlpBackend final : public ComputeBackend {
  public:
-  CpuComputeBackend(const ModelSpec& model, SimdPath simd_path) : model_(model), simd_path_(simd_path) {}
+  CpuMlpBackend(const ModelSpec& model, SimdPath simd_path) : model_(model), simd_path_(simd_path) {}
 
   std::string name() const override { return "cpu"; }
 
-  Status begin_micro_batch(int64_t samples, std::span<const float> input, std::span<const int32_t> labels) override {
+  Status begin_micro_batch(const MicroBatchInput& batch) override {
     const size_t layer_count = static_cast<size_t>(mlp_layer_count(model_));
-    ZEROSIM_CHECK(input.size() == static_cast<size_t>(samples * model_.layer_widths.front()) &&
-                      labels.size() == static_cast<size_t>(samples),
+    ZEROSIM_CHECK(batch.features.size() == static_cast<size_t>(batch.samples * model_.layer_widths.front()) &&
+                      batch.labels.size() == static_cast<size_t>(batch.samples),
                   "micro-batch input or labels do not match the sample count");
-    activations_.sample_count = samples;
+    activations_.sample_count = batch.samples;
     activations_.inputs.resize(layer_count);
     activations_.pre_activations.resize(layer_count);
-    activations_.inputs[0].assign(input.begin(), input.end());
-    labels_.assign(labels.begin(), labels.end());
+    activations_.inputs[0].assign(batch.features.begin(), batch.features.end());
+    labels_.assign(batch.labels.begin(), batch.labels.end());
     return Status();
   }
 
-  Status layer_forward(int64_t layer_index, std::span<const float> weight, std::span<const float> bias) override {
-    mlp_layer_forward(model_, layer_index, weight, bias, activations_);
+  Status forward(int64_t stage, std::span<const std::vector<float>> parameters) override {
+    ZEROSIM_CHECK(parameters.size() == 2, "an MLP layer has a weight and a bias");
+    mlp_layer_forward(model_, stage, parameters[0], parameters[1], activations_);
     return Status();
   }
 
@@ -34,9 +38,11 @@ class CpuComputeBackend final : public ComputeBackend {
     return softmax_cross_entropy(activations_, labels_, gradient_scale, output_gradient_);
   }
 
-  Status layer_backward(int64_t layer_index, std::span<const float> weight, std::span<float> weight_gradient,
-                        std::span<float> bias_gradient) override {
-    mlp_layer_backward(model_, layer_index, weight, activations_, output_gradient_, weight_gradient, bias_gradient,
+  Status backward(int64_t stage, std::span<const std::vector<float>> parameters,
+                  std::span<std::vector<float>> gradients) override {
+    ZEROSIM_CHECK(parameters.size() == 2 && gradients.size() == 2, "an MLP layer has a weight and a bias");
+    const int64_t layer = mlp_layer_count(model_) - 1 - stage;
+    mlp_layer_backward(model_, layer, parameters[0], activations_, output_gradient_, gradients[0], gradients[1],
                        previous_gradient_);
     output_gradient_.swap(previous_gradient_);
     return Status();
@@ -56,10 +62,66 @@ class CpuComputeBackend final : public ComputeBackend {
   std::vector<float> output_gradient_, previous_gradient_;
 };
 
+// The transformer's stages (gpt.h) in model_plan's order.
+class CpuGptBackend final : public ComputeBackend {
+ public:
+  CpuGptBackend(const GptSpec& spec, SimdPath simd_path) : spec_(spec), simd_path_(simd_path) {}
+
+  std::string name() const override { return "cpu"; }
+
+  Status begin_micro_batch(const MicroBatchInput& batch) override {
+    return gpt_begin_micro_batch(spec_, batch.tokens, batch.samples, batch.sequence_length, batch.causal_mask,
+                                 activations_);
+  }
+
+  Status forward(int64_t stage, std::span<const std::vector<float>> parameters) override {
+    if (stage == 0) {
+      gpt_embeddings_forward(spec_, parameters, activations_);
+    } else if (stage <= spec_.layers) {
+      gpt_block_forward(spec_, stage - 1, parameters, activations_);
+    } else if (stage == spec_.layers + 1) {
+      gpt_final_norm_forward(spec_, parameters, activations_);
+    } else {
+      ZEROSIM_CHECK(stage == spec_.layers + 2, "a forward stage of the plan");
+      gpt_head_forward(spec_, parameters, activations_);
+    }
+    return Status();
+  }
+
+  Result<float> loss(float gradient_scale) override { return gpt_loss(spec_, gradient_scale, activations_); }
+
+  Status backward(int64_t stage, std::span<const std::vector<float>> parameters,
+                  std::span<std::vector<float>> gradients) override {
+    if (stage == 0) {
+      gpt_head_backward(spec_, parameters, gradients, activations_);
+    } else if (stage == 1) {
+      gpt_final_norm_backward(spec_, parameters, gradients, activations_);
+    } else if (stage <= spec_.layers + 1) {
+      gpt_block_backward(spec_, spec_.layers - (stage - 1), parameters, gradients, activations_);
+    } else {
+      ZEROSIM_CHECK(stage == spec_.layers + 2, "a backward stage of the plan");
+      gpt_embeddings_backward(spec_, gradients, activations_);
+    }
+    return Status();
+  }
+
+  Status adam_update(const AdamStepScalars& scalars, float grad_multiplier, float* master, const float* gradient,
+                     float* exp_avg, float* exp_avg_sq, size_t count) override {
+    zerosim::adam_update(simd_path_, scalars, grad_multiplier, master, gradient, exp_avg, exp_avg_sq, count);
+    return Status();
+  }
+
+ private:
+  GptSpec spec_;
+  SimdPath simd_path_;
+  GptActivations<float> activations_;
+};
+
 }  // namespace
 
 std::unique_ptr<ComputeBackend> make_cpu_compute_backend(const ModelSpec& model, SimdPath simd_path) {
-  return std::make_unique<CpuComputeBackend>(model, simd_path);
+  if (model.gpt) return std::make_unique<CpuGptBackend>(*model.gpt, simd_path);
+  return std::make_unique<CpuMlpBackend>(model, simd_path);
 }
 
 }  // namespace zerosim

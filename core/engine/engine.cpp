@@ -13,6 +13,7 @@
 
 #include "core/checkpoint/commit.h"
 #include "core/checkpoint/manifest.h"
+#include "core/model/gpt.h"
 #include "core/optim/grad_clip.h"
 #include "core/zero/exact_square_sum.h"
 
@@ -44,15 +45,36 @@ AdamHyperparameters adam_hyperparameters_from(const ResolvedConfig& config, doub
 uint64_t estimate_rank_memory_bytes(const TrainingOptions& options) {
   // Saturating arithmetic in long double: the point is to refuse absurd sizes, not to overflow.
   const long double world = options.world_size;
-  long double total_elements = 0, largest_layer = 0, activation_width = 0;
-  for (size_t l = 0; l + 1 < options.model.layer_widths.size(); ++l) {
-    const long double in = static_cast<long double>(options.model.layer_widths[l]);
-    const long double out = static_cast<long double>(options.model.layer_widths[l + 1]);
-    total_elements += in * out + out;
-    largest_layer = std::max(largest_layer, in * out + out);
-    activation_width += in + 2 * out;
+  long double total_elements = 0, largest_layer = 0;
+  const std::vector<ParameterInfo> parameters = model_parameters(options.model);
+  std::vector<long double> layer_elements;
+  for (const ParameterInfo& parameter : parameters) {
+    if (static_cast<size_t>(parameter.layer_index) >= layer_elements.size()) {
+      layer_elements.resize(static_cast<size_t>(parameter.layer_index) + 1, 0.0L);
+    }
+    layer_elements[static_cast<size_t>(parameter.layer_index)] += static_cast<long double>(parameter.element_count);
+    total_elements += static_cast<long double>(parameter.element_count);
   }
-  const long double partition_elements = total_elements / world + static_cast<long double>(2 * options.model.layer_widths.size());
+  for (long double elements : layer_elements) largest_layer = std::max(largest_layer, elements);
+  // Activations kept from the forward for the backward, per micro-batch, in fp32 elements.
+  long double activation_elements = 0;
+  const long double micro_batch = static_cast<long double>(options.config.micro_batch_size);
+  if (const std::optional<GptSpec>& gpt = options.model.gpt) {
+    const long double rows = micro_batch * static_cast<long double>(options.data.feature_count);
+    const long double e = static_cast<long double>(gpt->embd);
+    const long double t = static_cast<long double>(options.data.feature_count);
+    activation_elements = static_cast<long double>(gpt->layers) *
+                              (rows * 22 * e + micro_batch * static_cast<long double>(gpt->heads) * t * t) +
+                          rows * (static_cast<long double>(gpt->vocab) + 8 * e);
+    // wte's gradient is held from the head's backward to the embeddings'.
+    activation_elements += static_cast<long double>(gpt->vocab) * e;
+  } else {
+    for (size_t l = 0; l + 1 < options.model.layer_widths.size(); ++l) {
+      activation_elements += micro_batch * static_cast<long double>(options.model.layer_widths[l] +
+                                                                    2 * options.model.layer_widths[l + 1] + 2);
+    }
+  }
+  const long double partition_elements = total_elements / world + static_cast<long double>(parameters.size());
   // In memory: master, m, v and the gradient (16 B) unless they are swapped, and the 16-bit
   // parameters (up to 4 B) unless they are; swapping adds staging buffers of sub-group size.
   const bool optimizer_on_nvme = options.config.zero.offload_optimizer.device == OffloadDevice::kNvme;
@@ -64,15 +86,14 @@ uint64_t estimate_rank_memory_bytes(const TrainingOptions& options) {
       (params_on_nvme ? largest_layer * 4 : partition_elements * 4);
   const long double gathered_layer_bytes = (largest_layer + world) * 4 * 3;       // receive + fp32 copies + grads
   const long double exchange_bytes = (largest_layer + world) * 4 * 2;             // gradient send buffer
-  const long double activation_bytes =
-      static_cast<long double>(options.config.micro_batch_size) * (activation_width + 2) * 4 * 2;
+  const long double activation_bytes = activation_elements * 4 * 2;
   const long double estimate = flat_bytes + gathered_layer_bytes + exchange_bytes + activation_bytes + (1 << 20);
   return estimate >= 1.8e19L ? UINT64_MAX : static_cast<uint64_t>(estimate);
 }
 
 Result<std::vector<ParameterInfo>> training_parameters(const TrainingOptions& options) {
   ZEROSIM_RETURN_IF_ERROR(validate_model_spec(options.model));
-  std::vector<ParameterInfo> parameters = mlp_parameters(options.model);
+  std::vector<ParameterInfo> parameters = model_parameters(options.model);
   for (size_t i = 0; i < options.frozen_parameters.size(); ++i) {
     const std::string& name = options.frozen_parameters[i];
     const auto found = std::find_if(parameters.begin(), parameters.end(),
@@ -107,15 +128,30 @@ Status validate_training_options(const TrainingOptions& options) {
                             " * gradient_accumulation_steps " + std::to_string(config.gradient_accumulation_steps) +
                             " * world size " + std::to_string(options.world_size));
   }
-  if (options.data.feature_count != options.model.layer_widths.front()) {
-    return invalid_argument("data: feature count " + std::to_string(options.data.feature_count) +
-                            " does not match the model's input width " +
-                            std::to_string(options.model.layer_widths.front()));
-  }
-  if (options.data.class_count != options.model.layer_widths.back()) {
-    return invalid_argument("data: class count " + std::to_string(options.data.class_count) +
-                            " does not match the model's output width " +
-                            std::to_string(options.model.layer_widths.back()));
+  if (const std::optional<GptSpec>& gpt = options.model.gpt) {
+    if (options.data.feature_count < 1 || options.data.feature_count > gpt->block) {
+      return invalid_argument("data: sequence length " + std::to_string(options.data.feature_count) +
+                              " must be in 1..the model's block " + std::to_string(gpt->block));
+    }
+    if (options.data.class_count != gpt->vocab) {
+      return invalid_argument("data: vocabulary " + std::to_string(options.data.class_count) +
+                              " does not match the model's vocab " + std::to_string(gpt->vocab));
+    }
+  } else {
+    if (!options.data.token_file.empty()) {
+      return invalid_argument("data: a token file (" + options.data.token_file +
+                              ") needs a transformer model (gpt:...); the MLP trains on synthetic samples");
+    }
+    if (options.data.feature_count != options.model.layer_widths.front()) {
+      return invalid_argument("data: feature count " + std::to_string(options.data.feature_count) +
+                              " does not match the model's input width " +
+                              std::to_string(options.model.layer_widths.front()));
+    }
+    if (options.data.class_count != options.model.layer_widths.back()) {
+      return invalid_argument("data: class count " + std::to_string(options.data.class_count) +
+                              " does not match the model's output width " +
+                              std::to_string(options.model.layer_widths.back()));
+    }
   }
   if (options.data.sample_count < 1) return invalid_argument("data: sample count must be positive");
   if (config.zero.sub_group_size < 1) return invalid_argument("zero_optimization.sub_group_size must be positive");
@@ -152,8 +188,9 @@ RankEngine::RankEngine(const TrainingOptions& options, Comm& comm, Env env, Comm
       comm_(comm),
       env_(env),
       checkpoint_comm_(checkpoint_comm),
-      dataset_(options.data),
-      sampler_(options.data) {}
+      sampler_(options.data) {
+  if (!options.model.is_transformer()) dataset_.emplace(options.data);
+}
 
 RankEngine::~RankEngine() {
   // A background save must not outlive the engine whose swapper and comm it may use. A
@@ -181,6 +218,26 @@ Status RankEngine::prepare_storage() {
     }
   }
   ZEROSIM_ASSIGN_OR_RETURN(parameters_, training_parameters(options_));
+  plan_ = model_plan(options_.model);
+  full_gradients_.assign(parameters_.size(), {});
+  full_gradient_live_.assign(parameters_.size(), 0);
+  if (const std::optional<GptSpec>& gpt = options_.model.gpt) {
+    if (!token_data_) {
+      TokenDatasetSpec token_spec;
+      token_spec.vocab = gpt->vocab;
+      token_spec.window = options_.data.feature_count;
+      token_spec.seed = options_.data.seed;
+      token_spec.file = options_.data.token_file;
+      token_spec.sample_count = token_spec.file.empty() ? options_.data.sample_count : 0;
+      ZEROSIM_ASSIGN_OR_RETURN(token_data_, TokenDataset::open(token_spec, *env_.disk));
+      if (token_data_->sample_count() != options_.data.sample_count) {
+        return failed_precondition(options_.data.token_file + ": holds " + std::to_string(token_data_->sample_count()) +
+                                   " windows of " + std::to_string(token_spec.window) + " tokens, but the run expects " +
+                                   std::to_string(options_.data.sample_count) + " (the file changed?)");
+      }
+    }
+    causal_mask_ = gpt_causal_mask(*gpt);
+  }
   layout_ = make_partition_layout(parameters_, comm_.world_size(), config.zero.sub_group_size);
   trainable_runs_by_group_.clear();
   for (const SubGroup& group : layout_.sub_groups) trainable_runs_by_group_.push_back(trainable_runs(group));
@@ -282,8 +339,8 @@ void RankEngine::initial_values_of_parameter(int64_t parameter, std::vector<floa
   const int64_t begin = partition.owned_begin(comm_.rank());
   values.resize(static_cast<size_t>(partition.owned_count(comm_.rank())));
   for (size_t k = 0; k < values.size(); ++k) {
-    values[k] = round_through(model_dtype_, mlp_initial_value(options_.model, options_.seed, parameter,
-                                                              begin + static_cast<int64_t>(k)));
+    values[k] = round_through(model_dtype_, model_initial_value(options_.model, options_.seed, parameter,
+                                                                begin + static_cast<int64_t>(k)));
   }
 }
 
@@ -363,37 +420,40 @@ Status RankEngine::store_parameters(const SubGroup& group, const float* master, 
   return Status();
 }
 
-Status RankEngine::gather_layer(int64_t layer_index, std::vector<std::vector<float>>& full_parameters) {
-  const LayerRange& layer = layout_.layers[static_cast<size_t>(layer_index)];
+Status RankEngine::gather_parameters(ParameterRange range, std::vector<std::vector<float>>& full_parameters) {
+  const ParameterPartition& first = layout_.parameters[static_cast<size_t>(range.first)];
+  const ParameterPartition& last = layout_.parameters[static_cast<size_t>(range.end - 1)];
+  const int64_t range_flat_offset = first.flat_offset;
   const size_t element_bytes = dtype_size_bytes(model_dtype_);
-  const size_t chunk_bytes = static_cast<size_t>(layer.element_count) * element_bytes;
+  const size_t chunk_bytes =
+      static_cast<size_t>(last.flat_offset + last.partition_size - range_flat_offset) * element_bytes;
   std::span<const std::byte> send;
   if (param_swapper_) {
-    // The layer's partitions come from their swap files, right before the gather needs them.
+    // The partitions come from their swap files, right before the gather needs them.
     gather_send_.resize(chunk_bytes);
-    for (int64_t p = layer.first_parameter; p < layer.end_parameter; ++p) {
+    for (int64_t p = range.first; p < range.end; ++p) {
       const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
       ZEROSIM_RETURN_IF_ERROR(param_swapper_->read(
           static_cast<int>(p), counters_.optimizer_steps,
-          std::span<std::byte>(gather_send_.data() + (partition.flat_offset - layer.flat_offset) * element_bytes,
+          std::span<std::byte>(gather_send_.data() + (partition.flat_offset - range_flat_offset) * element_bytes,
                                static_cast<size_t>(partition.partition_size) * element_bytes)));
     }
     send = gather_send_;
   } else {
-    send = std::span<const std::byte>(param_partition_.data() + layer.flat_offset * element_bytes, chunk_bytes);
+    send = std::span<const std::byte>(param_partition_.data() + range_flat_offset * element_bytes, chunk_bytes);
   }
   gather_receive_.resize(chunk_bytes * static_cast<size_t>(comm_.world_size()));
   ZEROSIM_RETURN_IF_ERROR(comm_.all_gather(send, gather_receive_));
-  full_parameters.resize(static_cast<size_t>(layer.end_parameter - layer.first_parameter));
-  for (int64_t p = layer.first_parameter; p < layer.end_parameter; ++p) {
+  full_parameters.resize(static_cast<size_t>(range.size()));
+  for (int64_t p = range.first; p < range.end; ++p) {
     const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
-    std::vector<float>& full = full_parameters[static_cast<size_t>(p - layer.first_parameter)];
+    std::vector<float>& full = full_parameters[static_cast<size_t>(p - range.first)];
     full.resize(static_cast<size_t>(partition.element_count));
     for (int source = 0; source < comm_.world_size(); ++source) {
       const int64_t count = partition.owned_count(source);
       if (count == 0) continue;
       const std::byte* slice = gather_receive_.data() + static_cast<size_t>(source) * chunk_bytes +
-                               static_cast<size_t>(partition.flat_offset - layer.flat_offset) * element_bytes;
+                               static_cast<size_t>(partition.flat_offset - range_flat_offset) * element_bytes;
       cast_to_fp32(model_dtype_, slice, full.data() + partition.owned_begin(source), static_cast<size_t>(count));
     }
   }
@@ -438,7 +498,7 @@ Status RankEngine::exchange_layer_gradient(int64_t micro_step_index, size_t chun
 }
 
 Status RankEngine::reduce_scatter_layer(int64_t layer_index, int64_t micro_step_index,
-                                        const std::vector<std::vector<float>>& full_gradients) {
+                                        std::span<const std::vector<float>> full_gradients) {
   const LayerRange& layer = layout_.layers[static_cast<size_t>(layer_index)];
   const size_t element_bytes = dtype_size_bytes(communication_dtype_);
   const size_t chunk_elements = static_cast<size_t>(layer.element_count);
@@ -505,53 +565,100 @@ Status RankEngine::reduce_scatter_layer(int64_t layer_index, int64_t micro_step_
   return Status();
 }
 
+Result<MicroBatchInput> RankEngine::load_micro_batch(int64_t first_position) {
+  const int64_t micro_batch = options_.config.micro_batch_size;
+  MicroBatchInput batch;
+  batch.samples = micro_batch;
+  if (token_data_) {
+    const int64_t window = options_.data.feature_count;
+    micro_batch_tokens_.resize(static_cast<size_t>(micro_batch * (window + 1)));
+    for (int64_t s = 0; s < micro_batch; ++s) {
+      const int64_t sample = sampler_.sample_at(first_position + s);
+      ZEROSIM_RETURN_IF_ERROR(token_data_->tokens(
+          sample, std::span<int32_t>(micro_batch_tokens_.data() + s * (window + 1), static_cast<size_t>(window + 1))));
+    }
+    batch.tokens = micro_batch_tokens_;
+    batch.sequence_length = window;
+    batch.causal_mask = causal_mask_;
+    return batch;
+  }
+  const int64_t features = options_.data.feature_count;
+  micro_batch_input_.resize(static_cast<size_t>(micro_batch * features));
+  micro_batch_labels_.resize(static_cast<size_t>(micro_batch));
+  for (int64_t s = 0; s < micro_batch; ++s) {
+    const int64_t sample = sampler_.sample_at(first_position + s);
+    dataset_->features(sample, &micro_batch_input_[static_cast<size_t>(s * features)]);
+    micro_batch_labels_[static_cast<size_t>(s)] = dataset_->label(sample);
+  }
+  batch.features = micro_batch_input_;
+  batch.labels = micro_batch_labels_;
+  return batch;
+}
+
 Result<float> RankEngine::micro_step(int64_t micro_step_index) {
   const ResolvedConfig& config = options_.config;
   const int64_t micro_batch = config.micro_batch_size;
   const int64_t global_micro_batch = micro_step_index * comm_.world_size() + comm_.rank();
   const int64_t first_position = counters_.global_samples + global_micro_batch * micro_batch;
-  const int64_t features = options_.data.feature_count;
-  const int64_t layer_count = mlp_layer_count(options_.model);
+  ZEROSIM_ASSIGN_OR_RETURN(const MicroBatchInput batch, load_micro_batch(first_position));
+  ZEROSIM_RETURN_IF_ERROR(compute_->begin_micro_batch(batch));
 
-  micro_batch_input_.resize(static_cast<size_t>(micro_batch * features));
-  micro_batch_labels_.resize(static_cast<size_t>(micro_batch));
-  for (int64_t s = 0; s < micro_batch; ++s) {
-    const int64_t sample = sampler_.sample_at(first_position + s);
-    dataset_.features(sample, &micro_batch_input_[static_cast<size_t>(s * features)]);
-    micro_batch_labels_[static_cast<size_t>(s)] = dataset_.label(sample);
-  }
-  ZEROSIM_RETURN_IF_ERROR(compute_->begin_micro_batch(micro_batch, micro_batch_input_, micro_batch_labels_));
-
-  // The gathered layer lives in one scratch buffer that the next layer's gather overwrites:
-  // at most one layer's full weights exist at a time, as ZeRO-3's release after use promises,
-  // without a fresh allocation (and page faults) per layer and micro-step.
-  std::vector<std::vector<float>>& layer_parameters = layer_parameters_scratch_;
-  for (int64_t layer = 0; layer < layer_count; ++layer) {
-    ZEROSIM_RETURN_IF_ERROR(gather_layer(layer, layer_parameters));
-    ZEROSIM_RETURN_IF_ERROR(compute_->layer_forward(layer, layer_parameters[0], layer_parameters[1]));
+  // A stage's gathered weights live in one scratch buffer that the next stage's gather
+  // overwrites: at most one stage's full weights exist at a time, as ZeRO-3's release after use
+  // promises, without a fresh allocation (and page faults) per stage and micro-step.
+  std::vector<std::vector<float>>& stage_parameters = stage_parameters_scratch_;
+  for (size_t stage = 0; stage < plan_.forward.size(); ++stage) {
+    const ParameterRange gathered = plan_.forward[stage].gathered;
+    if (!gathered.empty()) ZEROSIM_RETURN_IF_ERROR(gather_parameters(gathered, stage_parameters));
+    ZEROSIM_RETURN_IF_ERROR(compute_->forward(static_cast<int64_t>(stage),
+                                              std::span<const std::vector<float>>(stage_parameters.data(),
+                                                                                  static_cast<size_t>(gathered.size()))));
   }
 
-  // Portable: the gradient of loss_scale * mean loss over the global batch, each sample's term
-  // carrying loss_scale / train_batch_size, the same at every W. DeepSpeed: the backward of
-  // loss * S seeded with S, divided by G by the engine's hook on the model output, then by the
-  // micro-batch size by the mean, in fp32; W divides later, in the reduce-scatter.
+  // Portable: the gradient of loss_scale * mean loss over the global batch's predictions (one
+  // per sample, or one per position of a transformer's window), each carrying loss_scale /
+  // (train_batch_size x positions), the same at every W. DeepSpeed: the backward of loss * S
+  // seeded with S, divided by G by the engine's hook on the model output, then by the micro-
+  // batch's prediction count by the mean, in fp32; W divides later, in the reduce-scatter.
   const float loss_scale = static_cast<float>(loss_scaler_->loss_scale());
+  const int64_t positions_per_sample = token_data_ ? options_.data.feature_count : 1;
   const float gradient_scale =
       config.numerics == NumericsMode::kDeepSpeed
-          ? (loss_scale / static_cast<float>(config.gradient_accumulation_steps)) / static_cast<float>(micro_batch)
-          : loss_scale / static_cast<float>(config.train_batch_size);
+          ? (loss_scale / static_cast<float>(config.gradient_accumulation_steps)) /
+                static_cast<float>(micro_batch * positions_per_sample)
+          : loss_scale / static_cast<float>(config.train_batch_size * positions_per_sample);
   ZEROSIM_ASSIGN_OR_RETURN(const float loss, compute_->loss(gradient_scale));
 
-  std::vector<std::vector<float>>& gradients = gradient_scratch_;
-  gradients.resize(2);
-  for (int64_t layer = layer_count - 1; layer >= 0; --layer) {
-    ZEROSIM_RETURN_IF_ERROR(gather_layer(layer, layer_parameters));
-    const int64_t first = layout_.layers[static_cast<size_t>(layer)].first_parameter;
-    // The backend writes every element (from zero).
-    gradients[0].resize(static_cast<size_t>(parameters_[static_cast<size_t>(first)].element_count));
-    gradients[1].resize(static_cast<size_t>(parameters_[static_cast<size_t>(first + 1)].element_count));
-    ZEROSIM_RETURN_IF_ERROR(compute_->layer_backward(layer, layer_parameters[0], gradients[0], gradients[1]));
-    ZEROSIM_RETURN_IF_ERROR(reduce_scatter_layer(layer, micro_step_index, gradients));
+  for (size_t stage = 0; stage < plan_.backward.size(); ++stage) {
+    const BackwardStage& step = plan_.backward[stage];
+    if (!step.gathered.empty()) ZEROSIM_RETURN_IF_ERROR(gather_parameters(step.gathered, stage_parameters));
+    for (int64_t p = step.gradients.first; p < step.gradients.end; ++p) {
+      if (full_gradient_live_[static_cast<size_t>(p)]) continue;
+      std::vector<float>& gradient = full_gradients_[static_cast<size_t>(p)];
+      if (!gradient_buffer_pool_.empty()) {
+        gradient.swap(gradient_buffer_pool_.back());
+        gradient_buffer_pool_.pop_back();
+      }
+      gradient.assign(static_cast<size_t>(parameters_[static_cast<size_t>(p)].element_count), 0.0f);
+      full_gradient_live_[static_cast<size_t>(p)] = 1;
+    }
+    ZEROSIM_RETURN_IF_ERROR(compute_->backward(
+        static_cast<int64_t>(stage),
+        std::span<const std::vector<float>>(stage_parameters.data(), static_cast<size_t>(step.gathered.size())),
+        std::span<std::vector<float>>(full_gradients_.data() + step.gradients.first,
+                                      static_cast<size_t>(step.gradients.size()))));
+    if (step.completes_layer < 0) continue;
+    const LayerRange& layer = layout_.layers[static_cast<size_t>(step.completes_layer)];
+    ZEROSIM_RETURN_IF_ERROR(reduce_scatter_layer(
+        step.completes_layer, micro_step_index,
+        std::span<const std::vector<float>>(full_gradients_.data() + layer.first_parameter,
+                                            static_cast<size_t>(layer.end_parameter - layer.first_parameter))));
+    for (int64_t p = layer.first_parameter; p < layer.end_parameter; ++p) {
+      ZEROSIM_CHECK(full_gradient_live_[static_cast<size_t>(p)], "a layer's gradients are all written before its exchange");
+      full_gradient_live_[static_cast<size_t>(p)] = 0;
+      gradient_buffer_pool_.push_back(std::move(full_gradients_[static_cast<size_t>(p)]));
+      full_gradients_[static_cast<size_t>(p)].clear();
+    }
   }
   return loss;
 }

@@ -38,10 +38,11 @@
 
 #include "core/config/ds_config.h"
 #include "core/data/dataset.h"
+#include "core/data/token_dataset.h"
 #include "core/engine/compute_backend.h"
 #include "core/env/comm.h"
 #include "core/env/env.h"
-#include "core/model/mlp.h"
+#include "core/model/model_spec.h"
 #include "core/optim/adamw.h"
 #include "core/optim/loss_scaler.h"
 #include "core/optim/lr_scheduler.h"
@@ -55,7 +56,9 @@ namespace zerosim {
 struct TrainingOptions {
   ResolvedConfig config;
   ModelSpec model;
-  DatasetSpec data;  // feature_count and class_count must match the model's ends
+  // The MLP: feature_count and class_count match the model's ends. The transformer:
+  // feature_count is the sequence length (at most block) and class_count the vocabulary.
+  DatasetSpec data;
   uint64_t seed = 1234;
   // Parameters frozen by name (requires_grad=False): no gradient, no optimizer state, never
   // updated (weight decay included), as DeepSpeed's ZeRO-3 leaves them out of every optimizer
@@ -305,9 +308,15 @@ class RankEngine {
   // Casts a sub-group's master to the model dtype and stores it: in param_partition_, or in the
   // parameter swap files as the state of `step`.
   Status store_parameters(const SubGroup& group, const float* master, int64_t step);
-  Status gather_layer(int64_t layer_index, std::vector<std::vector<float>>& full_parameters);
+  // All-gathers the 16-bit partitions of `range` (contiguous parameters) and widens them to
+  // full fp32 tensors in `full_parameters` (one per parameter; its buffers are reused).
+  Status gather_parameters(ParameterRange range, std::vector<std::vector<float>>& full_parameters);
+  // Exchanges layer `layer_index`'s final gradients (full tensors, one per parameter of the
+  // layer) into this rank's fp32 gradient partitions. Collective.
   Status reduce_scatter_layer(int64_t layer_index, int64_t micro_step_index,
-                              const std::vector<std::vector<float>>& full_gradients);
+                              std::span<const std::vector<float>> full_gradients);
+  // The micro-batch's inputs for the backend (features or token windows) at its samples.
+  Result<MicroBatchInput> load_micro_batch(int64_t first_position);
   // scatter_send_ (W chunks) into this rank's accumulator, as the numerics mode says
   // (ds_config.h NumericsMode). Collective.
   Status exchange_layer_gradient(int64_t micro_step_index, size_t chunk_elements, std::span<float> accumulator);
@@ -324,8 +333,11 @@ class RankEngine {
   DType communication_dtype_ = DType::kFp32;
   std::vector<ParameterInfo> parameters_;
   PartitionLayout layout_;
-  SyntheticDataset dataset_;
+  ModelPlan plan_;
+  std::optional<SyntheticDataset> dataset_;    // the MLP's samples
+  std::unique_ptr<TokenDataset> token_data_;  // the transformer's windows
   ShuffledSampler sampler_;
+  std::vector<float> causal_mask_;  // the transformer's derived buffer (never saved)
   SimdPath simd_path_ = SimdPath::kScalar;
 
   std::vector<std::byte> param_partition_;  // model dtype
@@ -351,8 +363,14 @@ class RankEngine {
   // Scratch reused across micro-steps.
   std::vector<float> micro_batch_input_;
   std::vector<int32_t> micro_batch_labels_;
+  std::vector<int32_t> micro_batch_tokens_;
   std::vector<std::byte> gather_send_, gather_receive_, scatter_send_;
-  std::vector<std::vector<float>> layer_parameters_scratch_, gradient_scratch_;
+  std::vector<std::vector<float>> stage_parameters_scratch_;
+  // Full gradient tensors by parameter, live from their first use in a micro-batch's backward
+  // to their layer's exchange; a released tensor's buffer returns to the pool for the next.
+  std::vector<std::vector<float>> full_gradients_;
+  std::vector<uint8_t> full_gradient_live_;
+  std::vector<std::vector<float>> gradient_buffer_pool_;
   std::vector<float> padded_slice_scratch_;
   std::vector<std::byte> param_bytes_scratch_;
   std::vector<float> gradient_layer_scratch_, gradient_group_scratch_;

@@ -72,14 +72,8 @@ void conv1d_backward(const Real* in, int64_t rows, int64_t in_width, const Real*
 }
 
 template <typename Real>
-struct LayerNormCache {
-  std::vector<Real> normalized;  // x-hat, rows x width
-  std::vector<Real> inverse_std;  // per row
-};
-
-template <typename Real>
 void layer_norm(const Real* in, int64_t rows, int64_t width, const Real* gamma, const Real* beta, Real* out,
-                LayerNormCache<Real>& cache) {
+                GptLayerNormCache<Real>& cache) {
   const Real epsilon = static_cast<Real>(kLayerNormEpsilonTimes1e5) / static_cast<Real>(100000);
   cache.normalized.resize(static_cast<size_t>(rows * width));
   cache.inverse_std.resize(static_cast<size_t>(rows));
@@ -104,7 +98,7 @@ void layer_norm(const Real* in, int64_t rows, int64_t width, const Real* gamma, 
 // d_in = inverse_std (d_hat - mean(d_hat) - x_hat mean(d_hat x_hat)), d_hat = d_out gamma; adds
 // to d_in (the residual stream's gradient) and to the gamma and beta gradients.
 template <typename Real>
-void layer_norm_backward(const LayerNormCache<Real>& cache, int64_t rows, int64_t width, const Real* gamma,
+void layer_norm_backward(const GptLayerNormCache<Real>& cache, int64_t rows, int64_t width, const Real* gamma,
                          const Real* d_out, Real* gamma_gradient, Real* beta_gradient, Real* d_in_accumulate) {
   for (int64_t i = 0; i < width; ++i) {
     Real gamma_sum = gamma_gradient[i], beta_sum = beta_gradient[i];
@@ -132,13 +126,6 @@ void layer_norm_backward(const LayerNormCache<Real>& cache, int64_t rows, int64_
     }
   }
 }
-
-// What one block keeps from its forward for its backward (one sequence).
-template <typename Real>
-struct BlockCache {
-  std::vector<Real> input, ln_1, qkv, probabilities, attended, middle, ln_2, fc, fc_gelu, fc_derivative;
-  LayerNormCache<Real> ln_1_cache, ln_2_cache;
-};
 
 }  // namespace
 
@@ -276,17 +263,17 @@ std::vector<int32_t> gpt_check_tokens(const GptSpec& spec, uint64_t seed, int64_
   return tokens;
 }
 
-template <typename Real>
-Result<Real> gpt_forward_backward(const GptSpec& spec, const std::vector<std::vector<Real>>& parameters,
-                                  std::span<const int32_t> tokens, int64_t sequence_count, int64_t sequence_length,
-                                  Real gradient_scale, std::vector<std::vector<Real>>& gradients) {
-  const std::vector<ParameterInfo> infos = gpt_parameters(spec);
-  ZEROSIM_CHECK(parameters.size() == infos.size() && gradients.size() == infos.size(), "one tensor per parameter");
-  for (size_t p = 0; p < infos.size(); ++p) {
-    ZEROSIM_CHECK(static_cast<int64_t>(parameters[p].size()) == infos[p].element_count &&
-                      static_cast<int64_t>(gradients[p].size()) == infos[p].element_count,
-                  "full tensors");
+std::vector<float> gpt_causal_mask(const GptSpec& spec) {
+  std::vector<float> mask(static_cast<size_t>(spec.block * spec.block), 0.0f);
+  for (int64_t i = 0; i < spec.block; ++i) {
+    for (int64_t j = 0; j <= i; ++j) mask[static_cast<size_t>(i * spec.block + j)] = 1.0f;
   }
+  return mask;
+}
+
+template <typename Real>
+Status gpt_begin_micro_batch(const GptSpec& spec, std::span<const int32_t> tokens, int64_t sequence_count,
+                             int64_t sequence_length, std::span<const float> causal_mask, GptActivations<Real>& a) {
   if (sequence_count < 1 || sequence_length < 1 || sequence_length > spec.block) {
     return invalid_argument("gpt: " + std::to_string(sequence_count) + " sequences of " + std::to_string(sequence_length) +
                             " positions (the model's block is " + std::to_string(spec.block) + ")");
@@ -300,85 +287,163 @@ Result<Real> gpt_forward_backward(const GptSpec& spec, const std::vector<std::ve
       return invalid_argument("gpt: token " + std::to_string(token) + " outside the vocabulary of " + std::to_string(spec.vocab));
     }
   }
-  const int64_t e = spec.embd, t_count = sequence_length, v = spec.vocab, heads = spec.heads, d = e / heads;
-  const Real attention_scale = Real(1) / std::sqrt(static_cast<Real>(d));
-  auto param = [&](int64_t index) { return parameters[static_cast<size_t>(index)].data(); };
-  auto grad = [&](int64_t index) { return gradients[static_cast<size_t>(index)].data(); };
-  const int64_t ln_f = 2 + spec.layers * kBlockParameters;
+  ZEROSIM_CHECK(static_cast<int64_t>(causal_mask.size()) == spec.block * spec.block, "the causal mask is [block, block]");
+  a.sequence_count = sequence_count;
+  a.sequence_length = sequence_length;
+  a.tokens.assign(tokens.begin(), tokens.end());
+  a.causal_mask = causal_mask;
+  a.blocks.resize(static_cast<size_t>(spec.layers));
+  return Status();
+}
 
-  Real loss_sum = Real(0);
-  std::vector<BlockCache<Real>> blocks(static_cast<size_t>(spec.layers));
-  std::vector<Real> x, final_input, final_normalized, logits, d_x, d_scratch, d_wide, d_qkv, d_attended;
-  LayerNormCache<Real> final_cache;
-  for (int64_t s = 0; s < sequence_count; ++s) {
-    const int32_t* sequence = tokens.data() + s * (t_count + 1);
-    // Forward.
-    x.assign(static_cast<size_t>(t_count * e), Real(0));
+namespace {
+
+template <typename Real>
+void check_stage(std::span<const std::vector<Real>> tensors, const std::vector<ParameterInfo>& infos, int64_t first,
+                 int64_t count) {
+  ZEROSIM_CHECK(static_cast<int64_t>(tensors.size()) == count, "one tensor per parameter of the stage");
+  for (int64_t k = 0; k < count; ++k) {
+    ZEROSIM_CHECK(static_cast<int64_t>(tensors[static_cast<size_t>(k)].size()) == infos[static_cast<size_t>(first + k)].element_count,
+                  "full tensors");
+  }
+}
+
+// The rows of the micro-batch: sequence-major, one per predicted position.
+template <typename Real>
+int64_t row_count(const GptActivations<Real>& a) { return a.sequence_count * a.sequence_length; }
+
+// Key positions query i of a sequence of `length` may attend to, per the mask: `allowed` lists them;
+// empty when none is (then the row attends uniformly to all `length`, as a lowest-float fill gives).
+void allowed_keys(std::span<const float> mask, int64_t block, int64_t i, int64_t length, std::vector<int64_t>& allowed) {
+  allowed.clear();
+  for (int64_t j = 0; j < length; ++j) {
+    if (mask[static_cast<size_t>(i * block + j)] != 0.0f) allowed.push_back(j);
+  }
+}
+
+}  // namespace
+
+template <typename Real>
+void gpt_embeddings_forward(const GptSpec& spec, std::span<const std::vector<Real>> parameters, GptActivations<Real>& a) {
+  const std::vector<ParameterInfo> infos = gpt_parameters(spec);
+  check_stage(parameters, infos, 0, 2);
+  const int64_t e = spec.embd, t_count = a.sequence_length;
+  const Real* wte = parameters[0].data();
+  const Real* wpe = parameters[1].data();
+  a.x.assign(static_cast<size_t>(row_count(a) * e), Real(0));
+  for (int64_t s = 0; s < a.sequence_count; ++s) {
+    const int32_t* sequence = a.tokens.data() + s * (t_count + 1);
     for (int64_t t = 0; t < t_count; ++t) {
-      for (int64_t i = 0; i < e; ++i) x[t * e + i] = param(0)[sequence[t] * e + i] + param(1)[t * e + i];
+      Real* x = a.x.data() + (s * t_count + t) * e;
+      for (int64_t i = 0; i < e; ++i) x[i] = wte[sequence[t] * e + i] + wpe[t * e + i];
     }
-    for (int64_t l = 0; l < spec.layers; ++l) {
-      BlockCache<Real>& c = blocks[static_cast<size_t>(l)];
-      const int64_t base = 2 + l * kBlockParameters;
-      c.input = x;
-      c.ln_1.resize(static_cast<size_t>(t_count * e));
-      layer_norm(x.data(), t_count, e, param(base), param(base + 1), c.ln_1.data(), c.ln_1_cache);
-      c.qkv.resize(static_cast<size_t>(t_count * 3 * e));
-      conv1d(c.ln_1.data(), t_count, e, param(base + 2), param(base + 3), 3 * e, c.qkv.data());
-      c.probabilities.assign(static_cast<size_t>(heads * t_count * t_count), Real(0));
-      c.attended.assign(static_cast<size_t>(t_count * e), Real(0));
+  }
+}
+
+template <typename Real>
+void gpt_block_forward(const GptSpec& spec, int64_t block, std::span<const std::vector<Real>> parameters,
+                       GptActivations<Real>& a) {
+  const std::vector<ParameterInfo> infos = gpt_parameters(spec);
+  check_stage(parameters, infos, 2 + block * kBlockParameters, kBlockParameters);
+  auto param = [&](int64_t k) { return parameters[static_cast<size_t>(k)].data(); };
+  const int64_t e = spec.embd, t_count = a.sequence_length, heads = spec.heads, d = e / heads, rows = row_count(a);
+  const Real attention_scale = Real(1) / std::sqrt(static_cast<Real>(d));
+  GptBlockCache<Real>& c = a.blocks[static_cast<size_t>(block)];
+  c.input = a.x;
+  c.ln_1.resize(static_cast<size_t>(rows * e));
+  layer_norm(a.x.data(), rows, e, param(0), param(1), c.ln_1.data(), c.ln_1_cache);
+  c.qkv.resize(static_cast<size_t>(rows * 3 * e));
+  conv1d(c.ln_1.data(), rows, e, param(2), param(3), 3 * e, c.qkv.data());
+  c.probabilities.assign(static_cast<size_t>(a.sequence_count * heads * t_count * t_count), Real(0));
+  c.attended.assign(static_cast<size_t>(rows * e), Real(0));
+  std::vector<int64_t> allowed;
+  for (int64_t s = 0; s < a.sequence_count; ++s) {
+    const Real* qkv = c.qkv.data() + s * t_count * 3 * e;
+    Real* attended = c.attended.data() + s * t_count * e;
+    for (int64_t i = 0; i < t_count; ++i) {
+      allowed_keys(a.causal_mask, spec.block, i, t_count, allowed);
       for (int64_t h = 0; h < heads; ++h) {
-        for (int64_t i = 0; i < t_count; ++i) {
-          Real* p = &c.probabilities[static_cast<size_t>((h * t_count + i) * t_count)];
+        Real* p = &c.probabilities[static_cast<size_t>(((s * heads + h) * t_count + i) * t_count)];
+        if (allowed.empty()) {
+          // Every score is the same lowest float: softmax is uniform over the sequence.
+          for (int64_t j = 0; j < t_count; ++j) p[j] = Real(1) / static_cast<Real>(t_count);
+        } else {
           Real maximum = Real(0);
-          for (int64_t j = 0; j <= i; ++j) {  // causal: position i attends to 0..i
+          for (size_t n = 0; n < allowed.size(); ++n) {
+            const int64_t j = allowed[n];
             Real score = Real(0);
-            for (int64_t k = 0; k < d; ++k) score = score + c.qkv[i * 3 * e + h * d + k] * c.qkv[j * 3 * e + e + h * d + k];
+            for (int64_t k = 0; k < d; ++k) score = score + qkv[i * 3 * e + h * d + k] * qkv[j * 3 * e + e + h * d + k];
             p[j] = score * attention_scale;
-            if (j == 0 || p[j] > maximum) maximum = p[j];
+            if (n == 0 || p[j] > maximum) maximum = p[j];
           }
           Real sum = Real(0);
-          for (int64_t j = 0; j <= i; ++j) {
+          for (const int64_t j : allowed) {
             p[j] = real_exp(p[j] - maximum);
             sum = sum + p[j];
           }
-          for (int64_t j = 0; j <= i; ++j) p[j] = p[j] / sum;
-          for (int64_t k = 0; k < d; ++k) {
-            Real value = Real(0);
-            for (int64_t j = 0; j <= i; ++j) value = value + p[j] * c.qkv[j * 3 * e + 2 * e + h * d + k];
-            c.attended[i * e + h * d + k] = value;
+          for (const int64_t j : allowed) p[j] = p[j] / sum;
+        }
+        for (int64_t k = 0; k < d; ++k) {
+          Real value = Real(0);
+          if (allowed.empty()) {
+            for (int64_t j = 0; j < t_count; ++j) value = value + p[j] * qkv[j * 3 * e + 2 * e + h * d + k];
+          } else {
+            for (const int64_t j : allowed) value = value + p[j] * qkv[j * 3 * e + 2 * e + h * d + k];
           }
+          attended[i * e + h * d + k] = value;
         }
       }
-      c.middle.resize(static_cast<size_t>(t_count * e));
-      conv1d(c.attended.data(), t_count, e, param(base + 4), param(base + 5), e, c.middle.data());
-      for (int64_t k = 0; k < t_count * e; ++k) c.middle[k] = c.middle[k] + x[k];
-      c.ln_2.resize(static_cast<size_t>(t_count * e));
-      layer_norm(c.middle.data(), t_count, e, param(base + 6), param(base + 7), c.ln_2.data(), c.ln_2_cache);
-      c.fc.resize(static_cast<size_t>(t_count * 4 * e));
-      conv1d(c.ln_2.data(), t_count, e, param(base + 8), param(base + 9), 4 * e, c.fc.data());
-      c.fc_gelu.resize(c.fc.size());
-      c.fc_derivative.resize(c.fc.size());
-      for (size_t k = 0; k < c.fc.size(); ++k) gelu(c.fc[k], c.fc_gelu[k], c.fc_derivative[k]);
-      x.resize(static_cast<size_t>(t_count * e));
-      conv1d(c.fc_gelu.data(), t_count, 4 * e, param(base + 10), param(base + 11), e, x.data());
-      for (int64_t k = 0; k < t_count * e; ++k) x[k] = x[k] + c.middle[k];
     }
-    final_input = x;
-    final_normalized.resize(static_cast<size_t>(t_count * e));
-    layer_norm(x.data(), t_count, e, param(ln_f), param(ln_f + 1), final_normalized.data(), final_cache);
-    // The tied head: logits[t][w] = sum_i normalized[t][i] wte[w][i].
-    logits.resize(static_cast<size_t>(t_count * v));
-    for (int64_t t = 0; t < t_count; ++t) {
-      for (int64_t w = 0; w < v; ++w) {
-        Real sum = Real(0);
-        for (int64_t i = 0; i < e; ++i) sum = sum + final_normalized[t * e + i] * param(0)[w * e + i];
-        logits[t * v + w] = sum;
-      }
+  }
+  c.middle.resize(static_cast<size_t>(rows * e));
+  conv1d(c.attended.data(), rows, e, param(4), param(5), e, c.middle.data());
+  for (int64_t k = 0; k < rows * e; ++k) c.middle[k] = c.middle[k] + a.x[k];
+  c.ln_2.resize(static_cast<size_t>(rows * e));
+  layer_norm(c.middle.data(), rows, e, param(6), param(7), c.ln_2.data(), c.ln_2_cache);
+  c.fc.resize(static_cast<size_t>(rows * 4 * e));
+  conv1d(c.ln_2.data(), rows, e, param(8), param(9), 4 * e, c.fc.data());
+  c.fc_gelu.resize(c.fc.size());
+  c.fc_derivative.resize(c.fc.size());
+  for (size_t k = 0; k < c.fc.size(); ++k) gelu(c.fc[k], c.fc_gelu[k], c.fc_derivative[k]);
+  conv1d(c.fc_gelu.data(), rows, 4 * e, param(10), param(11), e, a.x.data());
+  for (int64_t k = 0; k < rows * e; ++k) a.x[k] = a.x[k] + c.middle[k];
+}
+
+template <typename Real>
+void gpt_final_norm_forward(const GptSpec& spec, std::span<const std::vector<Real>> parameters, GptActivations<Real>& a) {
+  const std::vector<ParameterInfo> infos = gpt_parameters(spec);
+  const int64_t ln_f = 2 + spec.layers * kBlockParameters;
+  check_stage(parameters, infos, ln_f, 2);
+  const int64_t rows = row_count(a), e = spec.embd;
+  a.final_normalized.resize(static_cast<size_t>(rows * e));
+  layer_norm(a.x.data(), rows, e, parameters[0].data(), parameters[1].data(), a.final_normalized.data(), a.final_cache);
+}
+
+template <typename Real>
+void gpt_head_forward(const GptSpec& spec, std::span<const std::vector<Real>> parameters, GptActivations<Real>& a) {
+  const std::vector<ParameterInfo> infos = gpt_parameters(spec);
+  check_stage(parameters, infos, 0, 1);
+  const int64_t rows = row_count(a), e = spec.embd, v = spec.vocab;
+  const Real* wte = parameters[0].data();
+  // The tied head: logits[r][w] = sum_i normalized[r][i] wte[w][i].
+  a.logits.resize(static_cast<size_t>(rows * v));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t w = 0; w < v; ++w) {
+      Real sum = Real(0);
+      for (int64_t i = 0; i < e; ++i) sum = sum + a.final_normalized[r * e + i] * wte[w * e + i];
+      a.logits[r * v + w] = sum;
     }
-    // Loss and its gradient (logits become d_logits in place).
+  }
+}
+
+template <typename Real>
+Real gpt_loss(const GptSpec& spec, Real gradient_scale, GptActivations<Real>& a) {
+  const int64_t t_count = a.sequence_length, v = spec.vocab;
+  Real loss_sum = Real(0);
+  for (int64_t s = 0; s < a.sequence_count; ++s) {
+    const int32_t* sequence = a.tokens.data() + s * (t_count + 1);
     for (int64_t t = 0; t < t_count; ++t) {
-      Real* z = &logits[t * v];
+      Real* z = &a.logits[(s * t_count + t) * v];
       Real maximum = z[0];
       for (int64_t w = 1; w < v; ++w) maximum = z[w] > maximum ? z[w] : maximum;
       Real sum = Real(0);
@@ -390,89 +455,187 @@ Result<Real> gpt_forward_backward(const GptSpec& spec, const std::vector<std::ve
         z[w] = gradient_scale * (probability - (w == target ? Real(1) : Real(0)));
       }
     }
-    // Backward. The head's use of wte first: d_wte += d_logits^T normalized; d_normalized = d_logits wte.
-    for (int64_t w = 0; w < v; ++w) {
-      for (int64_t i = 0; i < e; ++i) {
-        Real sum = grad(0)[w * e + i];
-        for (int64_t t = 0; t < t_count; ++t) sum = sum + logits[t * v + w] * final_normalized[t * e + i];
-        grad(0)[w * e + i] = sum;
-      }
+  }
+  return loss_sum / static_cast<Real>(row_count(a));
+}
+
+template <typename Real>
+void gpt_head_backward(const GptSpec& spec, std::span<const std::vector<Real>> parameters,
+                       std::span<std::vector<Real>> gradients, GptActivations<Real>& a) {
+  const std::vector<ParameterInfo> infos = gpt_parameters(spec);
+  check_stage(parameters, infos, 0, 1);
+  check_stage(std::span<const std::vector<Real>>(gradients.data(), gradients.size()), infos, 0, 1);
+  const int64_t rows = row_count(a), e = spec.embd, v = spec.vocab;
+  const Real* wte = parameters[0].data();
+  Real* d_wte = gradients[0].data();
+  // d_wte += d_logits^T normalized (the head's use, first); d_normalized = d_logits wte.
+  for (int64_t w = 0; w < v; ++w) {
+    for (int64_t i = 0; i < e; ++i) {
+      Real sum = d_wte[w * e + i];
+      for (int64_t r = 0; r < rows; ++r) sum = sum + a.logits[r * v + w] * a.final_normalized[r * e + i];
+      d_wte[w * e + i] = sum;
     }
-    d_scratch.assign(static_cast<size_t>(t_count * e), Real(0));
-    for (int64_t t = 0; t < t_count; ++t) {
-      for (int64_t i = 0; i < e; ++i) {
-        Real sum = Real(0);
-        for (int64_t w = 0; w < v; ++w) sum = sum + logits[t * v + w] * param(0)[w * e + i];
-        d_scratch[t * e + i] = sum;
-      }
+  }
+  a.d_scratch.assign(static_cast<size_t>(rows * e), Real(0));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < e; ++i) {
+      Real sum = Real(0);
+      for (int64_t w = 0; w < v; ++w) sum = sum + a.logits[r * v + w] * wte[w * e + i];
+      a.d_scratch[r * e + i] = sum;
     }
-    d_x.assign(static_cast<size_t>(t_count * e), Real(0));
-    layer_norm_backward(final_cache, t_count, e, param(ln_f), d_scratch.data(), grad(ln_f), grad(ln_f + 1), d_x.data());
-    for (int64_t l = spec.layers - 1; l >= 0; --l) {
-      BlockCache<Real>& c = blocks[static_cast<size_t>(l)];
-      const int64_t base = 2 + l * kBlockParameters;
-      // x_out = middle + mlp(ln_2(middle)): d_middle = d_x + ln_2 backward of the MLP's input gradient.
-      d_wide.assign(static_cast<size_t>(t_count * 4 * e), Real(0));
-      conv1d_backward(c.fc_gelu.data(), t_count, 4 * e, param(base + 10), e, d_x.data(), grad(base + 10), grad(base + 11),
-                      d_wide.data());
-      for (size_t k = 0; k < d_wide.size(); ++k) d_wide[k] = d_wide[k] * c.fc_derivative[k];
-      conv1d_backward(c.ln_2.data(), t_count, e, param(base + 8), 4 * e, d_wide.data(), grad(base + 8), grad(base + 9),
-                      d_scratch.data());
-      layer_norm_backward(c.ln_2_cache, t_count, e, param(base + 6), d_scratch.data(), grad(base + 6), grad(base + 7),
-                          d_x.data());  // d_x is now d_middle
-      // middle = input + proj(attention(ln_1(input))).
-      d_attended.assign(static_cast<size_t>(t_count * e), Real(0));
-      conv1d_backward(c.attended.data(), t_count, e, param(base + 4), e, d_x.data(), grad(base + 4), grad(base + 5),
-                      d_attended.data());
-      d_qkv.assign(static_cast<size_t>(t_count * 3 * e), Real(0));
+  }
+}
+
+template <typename Real>
+void gpt_final_norm_backward(const GptSpec& spec, std::span<const std::vector<Real>> parameters,
+                             std::span<std::vector<Real>> gradients, GptActivations<Real>& a) {
+  const std::vector<ParameterInfo> infos = gpt_parameters(spec);
+  const int64_t ln_f = 2 + spec.layers * kBlockParameters;
+  check_stage(parameters, infos, ln_f, 2);
+  check_stage(std::span<const std::vector<Real>>(gradients.data(), gradients.size()), infos, ln_f, 2);
+  const int64_t rows = row_count(a), e = spec.embd;
+  a.d_x.assign(static_cast<size_t>(rows * e), Real(0));
+  layer_norm_backward(a.final_cache, rows, e, parameters[0].data(), a.d_scratch.data(), gradients[0].data(),
+                      gradients[1].data(), a.d_x.data());
+}
+
+template <typename Real>
+void gpt_block_backward(const GptSpec& spec, int64_t block, std::span<const std::vector<Real>> parameters,
+                        std::span<std::vector<Real>> gradients, GptActivations<Real>& a) {
+  const std::vector<ParameterInfo> infos = gpt_parameters(spec);
+  const int64_t base = 2 + block * kBlockParameters;
+  check_stage(parameters, infos, base, kBlockParameters);
+  check_stage(std::span<const std::vector<Real>>(gradients.data(), gradients.size()), infos, base, kBlockParameters);
+  auto param = [&](int64_t k) { return parameters[static_cast<size_t>(k)].data(); };
+  auto grad = [&](int64_t k) { return gradients[static_cast<size_t>(k)].data(); };
+  const int64_t e = spec.embd, t_count = a.sequence_length, heads = spec.heads, d = e / heads, rows = row_count(a);
+  const Real attention_scale = Real(1) / std::sqrt(static_cast<Real>(d));
+  GptBlockCache<Real>& c = a.blocks[static_cast<size_t>(block)];
+  // x_out = middle + mlp(ln_2(middle)): d_middle = d_x + ln_2 backward of the MLP's input gradient.
+  a.d_wide.assign(static_cast<size_t>(rows * 4 * e), Real(0));
+  a.d_scratch.resize(static_cast<size_t>(rows * e));
+  conv1d_backward(c.fc_gelu.data(), rows, 4 * e, param(10), e, a.d_x.data(), grad(10), grad(11), a.d_wide.data());
+  for (size_t k = 0; k < a.d_wide.size(); ++k) a.d_wide[k] = a.d_wide[k] * c.fc_derivative[k];
+  conv1d_backward(c.ln_2.data(), rows, e, param(8), 4 * e, a.d_wide.data(), grad(8), grad(9), a.d_scratch.data());
+  layer_norm_backward(c.ln_2_cache, rows, e, param(6), a.d_scratch.data(), grad(6), grad(7),
+                      a.d_x.data());  // d_x is now d_middle
+  // middle = input + proj(attention(ln_1(input))).
+  a.d_attended.assign(static_cast<size_t>(rows * e), Real(0));
+  conv1d_backward(c.attended.data(), rows, e, param(4), e, a.d_x.data(), grad(4), grad(5), a.d_attended.data());
+  a.d_qkv.assign(static_cast<size_t>(rows * 3 * e), Real(0));
+  std::vector<int64_t> allowed;
+  for (int64_t s = 0; s < a.sequence_count; ++s) {
+    const Real* qkv = c.qkv.data() + s * t_count * 3 * e;
+    const Real* d_attended = a.d_attended.data() + s * t_count * e;
+    Real* d_qkv = a.d_qkv.data() + s * t_count * 3 * e;
+    for (int64_t i = 0; i < t_count; ++i) {
+      allowed_keys(a.causal_mask, spec.block, i, t_count, allowed);
+      const bool uniform = allowed.empty();
+      if (uniform) {
+        for (int64_t j = 0; j < t_count; ++j) allowed.push_back(j);
+      }
       for (int64_t h = 0; h < heads; ++h) {
-        for (int64_t i = 0; i < t_count; ++i) {
-          const Real* p = &c.probabilities[static_cast<size_t>((h * t_count + i) * t_count)];
-          // d_p[j] = d_attended[i] . v[j]; d_v[j] += p[j] d_attended[i].
-          std::vector<Real> d_p(static_cast<size_t>(i + 1), Real(0));
-          Real weighted = Real(0);
-          for (int64_t j = 0; j <= i; ++j) {
-            Real dot = Real(0);
-            for (int64_t k = 0; k < d; ++k) dot = dot + d_attended[i * e + h * d + k] * c.qkv[j * 3 * e + 2 * e + h * d + k];
-            d_p[static_cast<size_t>(j)] = dot;
-            weighted = weighted + dot * p[j];
+        const Real* p = &c.probabilities[static_cast<size_t>(((s * heads + h) * t_count + i) * t_count)];
+        // d_p[j] = d_attended[i] . v[j]; d_v[j] += p[j] d_attended[i].
+        a.d_p.assign(static_cast<size_t>(t_count), Real(0));
+        Real weighted = Real(0);
+        for (const int64_t j : allowed) {
+          Real dot = Real(0);
+          for (int64_t k = 0; k < d; ++k) dot = dot + d_attended[i * e + h * d + k] * qkv[j * 3 * e + 2 * e + h * d + k];
+          a.d_p[static_cast<size_t>(j)] = dot;
+          weighted = weighted + dot * p[j];
+        }
+        for (const int64_t j : allowed) {
+          for (int64_t k = 0; k < d; ++k) {
+            Real& d_v = d_qkv[j * 3 * e + 2 * e + h * d + k];
+            d_v = d_v + p[j] * d_attended[i * e + h * d + k];
           }
-          for (int64_t j = 0; j <= i; ++j) {
-            for (int64_t k = 0; k < d; ++k) {
-              Real& d_v = d_qkv[j * 3 * e + 2 * e + h * d + k];
-              d_v = d_v + p[j] * d_attended[i * e + h * d + k];
-            }
-            const Real d_score = p[j] * (d_p[static_cast<size_t>(j)] - weighted) * attention_scale;
-            for (int64_t k = 0; k < d; ++k) {
-              Real& d_q = d_qkv[i * 3 * e + h * d + k];
-              d_q = d_q + d_score * c.qkv[j * 3 * e + e + h * d + k];
-              Real& d_k = d_qkv[j * 3 * e + e + h * d + k];
-              d_k = d_k + d_score * c.qkv[i * 3 * e + h * d + k];
-            }
+          if (uniform) continue;  // a constant (masked) score has no gradient
+          const Real d_score = p[j] * (a.d_p[static_cast<size_t>(j)] - weighted) * attention_scale;
+          for (int64_t k = 0; k < d; ++k) {
+            Real& d_q = d_qkv[i * 3 * e + h * d + k];
+            d_q = d_q + d_score * qkv[j * 3 * e + e + h * d + k];
+            Real& d_k = d_qkv[j * 3 * e + e + h * d + k];
+            d_k = d_k + d_score * qkv[i * 3 * e + h * d + k];
           }
         }
       }
-      conv1d_backward(c.ln_1.data(), t_count, e, param(base + 2), 3 * e, d_qkv.data(), grad(base + 2), grad(base + 3),
-                      d_scratch.data());
-      layer_norm_backward(c.ln_1_cache, t_count, e, param(base), d_scratch.data(), grad(base), grad(base + 1),
-                          d_x.data());  // d_x is now d_input
     }
-    // The embeddings: wte's second use, then wpe, position by position.
+  }
+  conv1d_backward(c.ln_1.data(), rows, e, param(2), 3 * e, a.d_qkv.data(), grad(2), grad(3), a.d_scratch.data());
+  layer_norm_backward(c.ln_1_cache, rows, e, param(0), a.d_scratch.data(), grad(0), grad(1),
+                      a.d_x.data());  // d_x is now d_input
+}
+
+template <typename Real>
+void gpt_embeddings_backward(const GptSpec& spec, std::span<std::vector<Real>> gradients, GptActivations<Real>& a) {
+  const std::vector<ParameterInfo> infos = gpt_parameters(spec);
+  check_stage(std::span<const std::vector<Real>>(gradients.data(), gradients.size()), infos, 0, 2);
+  const int64_t e = spec.embd, t_count = a.sequence_length;
+  Real* d_wte = gradients[0].data();
+  Real* d_wpe = gradients[1].data();
+  // wte's second use (after the head's), then wpe, row by row in order.
+  for (int64_t s = 0; s < a.sequence_count; ++s) {
+    const int32_t* sequence = a.tokens.data() + s * (t_count + 1);
     for (int64_t t = 0; t < t_count; ++t) {
+      const Real* d_x = a.d_x.data() + (s * t_count + t) * e;
       for (int64_t i = 0; i < e; ++i) {
-        grad(0)[sequence[t] * e + i] = grad(0)[sequence[t] * e + i] + d_x[t * e + i];
-        grad(1)[t * e + i] = grad(1)[t * e + i] + d_x[t * e + i];
+        d_wte[sequence[t] * e + i] = d_wte[sequence[t] * e + i] + d_x[i];
+        d_wpe[t * e + i] = d_wpe[t * e + i] + d_x[i];
       }
     }
   }
-  return loss_sum / static_cast<Real>(sequence_count * t_count);
 }
 
-template Result<float> gpt_forward_backward<float>(const GptSpec&, const std::vector<std::vector<float>>&,
-                                                   std::span<const int32_t>, int64_t, int64_t, float,
-                                                   std::vector<std::vector<float>>&);
-template Result<double> gpt_forward_backward<double>(const GptSpec&, const std::vector<std::vector<double>>&,
-                                                     std::span<const int32_t>, int64_t, int64_t, double,
-                                                     std::vector<std::vector<double>>&);
+template <typename Real>
+Result<Real> gpt_forward_backward(const GptSpec& spec, const std::vector<std::vector<Real>>& parameters,
+                                  std::span<const int32_t> tokens, int64_t sequence_count, int64_t sequence_length,
+                                  Real gradient_scale, std::vector<std::vector<Real>>& gradients) {
+  const std::vector<ParameterInfo> infos = gpt_parameters(spec);
+  ZEROSIM_CHECK(parameters.size() == infos.size() && gradients.size() == infos.size(), "one tensor per parameter");
+  const std::vector<float> mask = gpt_causal_mask(spec);
+  GptActivations<Real> a;
+  ZEROSIM_RETURN_IF_ERROR(gpt_begin_micro_batch(spec, tokens, sequence_count, sequence_length, mask, a));
+  const std::span<const std::vector<Real>> all(parameters);
+  const std::span<std::vector<Real>> all_gradients(gradients);
+  const size_t ln_f = static_cast<size_t>(2 + spec.layers * kBlockParameters);
+  auto block_span = [&](int64_t l) { return static_cast<size_t>(2 + l * kBlockParameters); };
+  gpt_embeddings_forward(spec, all.subspan(0, 2), a);
+  for (int64_t l = 0; l < spec.layers; ++l) gpt_block_forward(spec, l, all.subspan(block_span(l), kBlockParameters), a);
+  gpt_final_norm_forward(spec, all.subspan(ln_f, 2), a);
+  gpt_head_forward(spec, all.subspan(0, 1), a);
+  const Real loss = gpt_loss(spec, gradient_scale, a);
+  gpt_head_backward(spec, all.subspan(0, 1), all_gradients.subspan(0, 1), a);
+  gpt_final_norm_backward(spec, all.subspan(ln_f, 2), all_gradients.subspan(ln_f, 2), a);
+  for (int64_t l = spec.layers - 1; l >= 0; --l) {
+    gpt_block_backward(spec, l, all.subspan(block_span(l), kBlockParameters),
+                       all_gradients.subspan(block_span(l), kBlockParameters), a);
+  }
+  gpt_embeddings_backward(spec, all_gradients.subspan(0, 2), a);
+  return loss;
+}
+
+#define ZEROSIM_GPT_INSTANTIATE(Real)                                                                                     \
+  template Status gpt_begin_micro_batch<Real>(const GptSpec&, std::span<const int32_t>, int64_t, int64_t,                 \
+                                              std::span<const float>, GptActivations<Real>&);                             \
+  template void gpt_embeddings_forward<Real>(const GptSpec&, std::span<const std::vector<Real>>, GptActivations<Real>&);  \
+  template void gpt_block_forward<Real>(const GptSpec&, int64_t, std::span<const std::vector<Real>>,                      \
+                                        GptActivations<Real>&);                                                           \
+  template void gpt_final_norm_forward<Real>(const GptSpec&, std::span<const std::vector<Real>>, GptActivations<Real>&);  \
+  template void gpt_head_forward<Real>(const GptSpec&, std::span<const std::vector<Real>>, GptActivations<Real>&);        \
+  template Real gpt_loss<Real>(const GptSpec&, Real, GptActivations<Real>&);                                              \
+  template void gpt_head_backward<Real>(const GptSpec&, std::span<const std::vector<Real>>, std::span<std::vector<Real>>, \
+                                        GptActivations<Real>&);                                                           \
+  template void gpt_final_norm_backward<Real>(const GptSpec&, std::span<const std::vector<Real>>,                         \
+                                              std::span<std::vector<Real>>, GptActivations<Real>&);                       \
+  template void gpt_block_backward<Real>(const GptSpec&, int64_t, std::span<const std::vector<Real>>,                     \
+                                         std::span<std::vector<Real>>, GptActivations<Real>&);                            \
+  template void gpt_embeddings_backward<Real>(const GptSpec&, std::span<std::vector<Real>>, GptActivations<Real>&);       \
+  template Result<Real> gpt_forward_backward<Real>(const GptSpec&, const std::vector<std::vector<Real>>&,                 \
+                                                   std::span<const int32_t>, int64_t, int64_t, Real,                      \
+                                                   std::vector<std::vector<Real>>&);
+ZEROSIM_GPT_INSTANTIATE(float)
+ZEROSIM_GPT_INSTANTIATE(double)
+#undef ZEROSIM_GPT_INSTANTIATE
 
 }  // namespace zerosim

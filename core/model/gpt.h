@@ -15,7 +15,17 @@
 // are templated on the arithmetic type: float is the engine's, double is the finite-difference
 // oracle's (tests/gpt_test.cpp).
 //
-// This is the model alone (issue [transformer], first step): the engine still trains the MLP.
+// The forward and backward are split into stages, one per group of parameters that ZeRO-3
+// gathers together (model_plan in model_spec.h): the embeddings, each block, the final
+// LayerNorm and the tied head, so that only one stage's weights need be whole at a time. A
+// stage works on the whole micro-batch (sequence-major rows), and every weight gradient is a
+// left fold over those rows in order: the same bits as one sequence after another.
+//
+// The causal mask is the model's derived buffer (model_buffers): [block, block], 1 where query
+// position i may attend to key position j. A masked score is the lowest float, as Hugging Face
+// fills it, so a row with no allowed position attends uniformly to all of them (and its
+// scores then get no gradient); a row with one allowed position at least gives a masked one
+// exactly zero weight.
 #pragma once
 
 #include <cstdint>
@@ -23,19 +33,10 @@
 #include <string>
 #include <vector>
 
-#include "core/model/mlp.h"
+#include "core/model/model_spec.h"
 #include "core/status.h"
 
 namespace zerosim {
-
-struct GptSpec {
-  int64_t layers = 2;
-  int64_t embd = 16;
-  int64_t heads = 2;
-  int64_t vocab = 64;
-  int64_t block = 16;  // the longest sequence (positions of wpe)
-  bool operator==(const GptSpec&) const = default;
-};
 
 // Every field positive, embd divisible by heads, bounded so that no tensor passes 2^31 elements.
 Status validate_gpt_spec(const GptSpec& spec);
@@ -58,8 +59,73 @@ std::vector<std::vector<float>> gpt_initial_parameters(const GptSpec& spec, uint
 // uniformly from the vocabulary, a pure function of the seed.
 std::vector<int32_t> gpt_check_tokens(const GptSpec& spec, uint64_t seed, int64_t sequence_count, int64_t sequence_length);
 
-// One micro-batch: `sequence_count` sequences of `sequence_length` + 1 tokens each (row-major;
-// position t predicts token t + 1), sequence_length <= block. Returns the mean cross-entropy
+// What the stages of one micro-batch keep from the forward for the backward; the stage
+// functions' working state (fields are theirs alone).
+template <typename Real>
+struct GptLayerNormCache {
+  std::vector<Real> normalized;   // x-hat, rows x width
+  std::vector<Real> inverse_std;  // per row
+};
+template <typename Real>
+struct GptBlockCache {
+  std::vector<Real> input, ln_1, qkv, probabilities, attended, middle, ln_2, fc, fc_gelu, fc_derivative;
+  GptLayerNormCache<Real> ln_1_cache, ln_2_cache;
+};
+template <typename Real>
+struct GptActivations {
+  int64_t sequence_count = 0;
+  int64_t sequence_length = 0;
+  std::vector<int32_t> tokens;      // sequence_count x (sequence_length + 1)
+  std::span<const float> causal_mask;  // [block, block], the caller's, alive for the micro-batch
+  std::vector<Real> x;              // the residual stream, rows x embd
+  std::vector<GptBlockCache<Real>> blocks;
+  std::vector<Real> final_normalized;
+  GptLayerNormCache<Real> final_cache;
+  std::vector<Real> logits;         // rows x vocab; the loss turns them into their gradient
+  std::vector<Real> d_x;            // the residual stream's gradient in the backward
+  std::vector<Real> d_scratch, d_wide, d_qkv, d_attended, d_p;
+};
+
+// The causal mask as the model derives it: mask[i][j] = 1 for j <= i.
+std::vector<float> gpt_causal_mask(const GptSpec& spec);
+
+// Starts a micro-batch: `sequence_count` sequences of `sequence_length` + 1 tokens each
+// (row-major; position t predicts token t + 1), sequence_length <= block, every token in the
+// vocabulary. `causal_mask` is [block, block].
+template <typename Real>
+Status gpt_begin_micro_batch(const GptSpec& spec, std::span<const int32_t> tokens, int64_t sequence_count,
+                             int64_t sequence_length, std::span<const float> causal_mask, GptActivations<Real>& a);
+// The stages, in the order of model_plan. `parameters` are the full tensors the stage gathers,
+// in module order: embeddings (wte, wpe), a block (its 12), ln_f (its 2), the head (wte).
+template <typename Real>
+void gpt_embeddings_forward(const GptSpec& spec, std::span<const std::vector<Real>> parameters, GptActivations<Real>& a);
+template <typename Real>
+void gpt_block_forward(const GptSpec& spec, int64_t block, std::span<const std::vector<Real>> parameters,
+                       GptActivations<Real>& a);
+template <typename Real>
+void gpt_final_norm_forward(const GptSpec& spec, std::span<const std::vector<Real>> parameters, GptActivations<Real>& a);
+template <typename Real>
+void gpt_head_forward(const GptSpec& spec, std::span<const std::vector<Real>> parameters, GptActivations<Real>& a);
+// The mean cross-entropy over the micro-batch's predictions (a left fold over the rows, then one
+// division), and the logits' gradient of gradient_scale * (the sum of those losses).
+template <typename Real>
+Real gpt_loss(const GptSpec& spec, Real gradient_scale, GptActivations<Real>& a);
+// The backward stages add to `gradients` (the stage's gradient tensors, full, in module order).
+template <typename Real>
+void gpt_head_backward(const GptSpec& spec, std::span<const std::vector<Real>> parameters,
+                       std::span<std::vector<Real>> gradients, GptActivations<Real>& a);
+template <typename Real>
+void gpt_final_norm_backward(const GptSpec& spec, std::span<const std::vector<Real>> parameters,
+                             std::span<std::vector<Real>> gradients, GptActivations<Real>& a);
+template <typename Real>
+void gpt_block_backward(const GptSpec& spec, int64_t block, std::span<const std::vector<Real>> parameters,
+                        std::span<std::vector<Real>> gradients, GptActivations<Real>& a);
+// Needs no weight: adds to wte's gradient (its second use) and wpe's.
+template <typename Real>
+void gpt_embeddings_backward(const GptSpec& spec, std::span<std::vector<Real>> gradients, GptActivations<Real>& a);
+
+// One micro-batch through every stage, with the derived causal mask (what the finite-difference
+// and Hugging Face checks call): tokens as for gpt_begin_micro_batch. Returns the mean cross-entropy
 // over the sequence_count * sequence_length predictions, and adds to `gradients` (one full
 // tensor per parameter, in gpt_parameters order, which the caller zeroes) the gradient of
 // gradient_scale * (the sum of those losses). `parameters` are the full tensors, same order.

@@ -1,60 +1,28 @@
 #include "core/model/mlp.h"
 
 #include <cmath>
-#include <sstream>
 
 #include "core/env/rng.h"
 #include "core/tensor/portable_math.h"
 
 namespace zerosim {
 
-Status validate_model_spec(const ModelSpec& spec) {
-  if (spec.layer_widths.size() < 2) {
+Status validate_mlp_widths(const std::vector<int64_t>& layer_widths) {
+  if (layer_widths.size() < 2) {
     return invalid_argument("model: layer widths need at least an input width and a class count, got " +
-                            std::to_string(spec.layer_widths.size()) + " value(s)");
+                            std::to_string(layer_widths.size()) + " value(s)");
   }
-  for (size_t i = 0; i < spec.layer_widths.size(); ++i) {
-    if (spec.layer_widths[i] <= 0 || spec.layer_widths[i] > (1 << 20)) {
-      return invalid_argument("model: width " + std::to_string(i + 1) + " of " + std::to_string(spec.layer_widths.size()) +
-                              " must be in 1..1048576, got " + std::to_string(spec.layer_widths[i]));
+  for (size_t i = 0; i < layer_widths.size(); ++i) {
+    if (layer_widths[i] <= 0 || layer_widths[i] > (1 << 20)) {
+      return invalid_argument("model: width " + std::to_string(i + 1) + " of " + std::to_string(layer_widths.size()) +
+                              " must be in 1..1048576, got " + std::to_string(layer_widths[i]));
     }
   }
-  if (spec.layer_widths.back() < 2) {
+  if (layer_widths.back() < 2) {
     return invalid_argument("model: the last width is the class count and must be at least 2, got " +
-                            std::to_string(spec.layer_widths.back()));
+                            std::to_string(layer_widths.back()));
   }
   return Status();
-}
-
-std::string model_spec_to_string(const ModelSpec& spec) {
-  std::string text;
-  for (size_t i = 0; i < spec.layer_widths.size(); ++i) {
-    if (i) text += ",";
-    text += std::to_string(spec.layer_widths[i]);
-  }
-  return text;
-}
-
-Result<ModelSpec> parse_model_spec(const std::string& text) {
-  ModelSpec spec;
-  spec.layer_widths.clear();
-  if (text.empty() || text.back() == ',') {
-    return invalid_argument("model: '" + text + "' has an empty width; give widths like 13,37,5");
-  }
-  std::stringstream stream(text);
-  std::string item;
-  while (std::getline(stream, item, ',')) {
-    try {
-      size_t consumed = 0;
-      long long width = std::stoll(item, &consumed);
-      if (consumed != item.size()) throw std::invalid_argument(item);
-      spec.layer_widths.push_back(width);
-    } catch (const std::exception&) {
-      return invalid_argument("model: '" + item + "' in '" + text + "' is not an integer width");
-    }
-  }
-  ZEROSIM_RETURN_IF_ERROR(validate_model_spec(spec));
-  return spec;
 }
 
 int64_t mlp_layer_count(const ModelSpec& spec) { return static_cast<int64_t>(spec.layer_widths.size()) - 1; }

@@ -15,29 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "core/model/model_spec.h"
 #include "core/status.h"
 
 namespace zerosim {
 
-struct ModelSpec {
-  // [input features, hidden widths..., classes]; at least two entries.
-  std::vector<int64_t> layer_widths = {13, 37, 29, 5};
-};
-
-// Checks the spec: at least one layer, every width positive, at least two classes.
-Status validate_model_spec(const ModelSpec& spec);
-std::string model_spec_to_string(const ModelSpec& spec);  // "13,37,29,5"
-Result<ModelSpec> parse_model_spec(const std::string& text);
-
-struct ParameterInfo {
-  std::string name;
-  std::vector<int64_t> shape;
-  int64_t element_count = 0;
-  int64_t layer_index = 0;
-  // false: frozen (PyTorch's requires_grad=False). A frozen parameter gets no gradient and no
-  // optimizer update, and a checkpoint holds its value alone (no optimizer state exists for it).
-  bool requires_grad = true;
-};
+// Checks the MLP's widths: at least one layer, every width positive, at least two classes.
+Status validate_mlp_widths(const std::vector<int64_t>& layer_widths);
 
 std::vector<ParameterInfo> mlp_parameters(const ModelSpec& spec);
 int64_t mlp_layer_count(const ModelSpec& spec);
