@@ -76,9 +76,7 @@ int main(int argc, char** argv) {
   config.optimizer.weight_decay = 0.01;
   config.gradient_clipping = 1.0;
   config.loss_scaler.dynamic = config.precision == Precision::kFp16;
-  options.data.feature_count = model->layer_widths.front();
-  options.data.class_count = model->layer_widths.back();
-  options.data.sample_count = 1 << 16;
+  options.data = dataset_for_model(*model, 1 << 16, options.data.seed);
   if (device == "none") {
     options.compute = ComputeDevice{"none", [](int, int, const ModelSpec&) -> Result<std::unique_ptr<ComputeBackend>> {
                                       return std::unique_ptr<ComputeBackend>(new NoComputeBackend());

@@ -11,7 +11,7 @@ namespace {
 // least DeepSpeed's min_aio_bytes.
 bool has_unswapped_sub_group(const TrainingOptions& options, int world_size, const ResolvedConfig& config) {
   const int64_t threshold_bytes = deepspeed_min_aio_bytes(config.aio);
-  const PartitionLayout layout = make_partition_layout(mlp_parameters(options.model), world_size, config.zero.sub_group_size);
+  const PartitionLayout layout = make_partition_layout(model_parameters(options.model), world_size, config.zero.sub_group_size);
   return std::any_of(layout.sub_groups.begin(), layout.sub_groups.end(),
                      [&](const SubGroup& group) { return group.element_count * 4 < threshold_bytes; });
 }

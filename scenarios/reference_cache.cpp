@@ -10,8 +10,9 @@ std::string reference_key(const TrainingOptions& options, int64_t step_count) {
   const nlohmann::json key = {
       {"zerosim", ZEROSIM_VERSION},
       {"config", options.config.resolved},
-      {"model", options.model.layer_widths},
-      {"data", {options.data.seed, options.data.sample_count, options.data.feature_count, options.data.class_count}},
+      {"model", model_spec_to_string(options.model)},
+      {"data", {options.data.seed, options.data.sample_count, options.data.feature_count, options.data.class_count,
+                options.data.token_file}},
       {"seed", options.seed},
       {"frozen_parameters", options.frozen_parameters},
       {"world_size", options.world_size},

@@ -169,7 +169,9 @@ Result<CrashScenario> crash_scenario_from_json(const json& document, const std::
   settings.gradient_accumulation_steps = accumulation;
   set_default_hyperparameters(settings);
   settings.warmup_steps = 3;
-  settings.hidden_size = model->layer_widths.size() > 2 ? model->layer_widths[1] : model->layer_widths.back();
+  settings.hidden_size = model->gpt                         ? model->gpt->embd
+                         : model->layer_widths.size() > 2 ? model->layer_widths[1]
+                                                          : model->layer_widths.back();
   // The hyperparameters above only fill "auto": a concrete value in the config (a user's real
   // config) wins, as it does over a command line's defaults. So do the batch sizes the
   // scenario does not set itself.
@@ -188,10 +190,7 @@ Result<CrashScenario> crash_scenario_from_json(const json& document, const std::
   options.model = *model;
   options.world_size = static_cast<int>(world_size);
   options.seed = static_cast<uint64_t>(seed);
-  options.data.seed = static_cast<uint64_t>(seed);
-  options.data.sample_count = dataset_size;
-  options.data.feature_count = model->layer_widths.front();
-  options.data.class_count = model->layer_widths.back();
+  options.data = dataset_for_model(*model, dataset_size, static_cast<uint64_t>(seed));
   options.run_id = "explore";
   if (document.contains("frozen_parameters")) {
     const json& frozen = document["frozen_parameters"];

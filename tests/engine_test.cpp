@@ -21,10 +21,16 @@ namespace zerosim {
 namespace {
 
 RC_GTEST_PROP(EngineProperty, StateAfterKStepsIsBitIdenticalToWorldSizeOne, ()) {
-  const int64_t layer_count = *rc::gen::inRange<int64_t>(1, 4);
+  // One case in three trains the transformer (tied weights, every stage of its plan).
+  const bool transformer = *rc::gen::element(false, false, true);
   ModelSpec model;
-  model.layer_widths.clear();
-  for (int64_t i = 0; i <= layer_count; ++i) model.layer_widths.push_back(*rc::gen::inRange<int64_t>(2, 40));
+  if (transformer) {
+    model = draw_transformer();
+  } else {
+    const int64_t layer_count = *rc::gen::inRange<int64_t>(1, 4);
+    model.layer_widths.clear();
+    for (int64_t i = 0; i <= layer_count; ++i) model.layer_widths.push_back(*rc::gen::inRange<int64_t>(2, 40));
+  }
   const int world_size = *rc::gen::inRange(1, 17);
   const int64_t micro_batch = *rc::gen::inRange<int64_t>(1, 4);
   const int64_t accumulation = *rc::gen::inRange<int64_t>(1, 3);
@@ -32,7 +38,7 @@ RC_GTEST_PROP(EngineProperty, StateAfterKStepsIsBitIdenticalToWorldSizeOne, ()) 
   const Precision precision = *rc::gen::element(Precision::kFp32, Precision::kFp16, Precision::kBf16);
   const uint64_t seed = *rc::gen::inRange<uint64_t>(1, 1000000);
   const int64_t steps = 5;
-  RC_TAG(world_size, precision_name(precision));
+  RC_TAG(world_size, precision_name(precision), transformer ? "gpt" : "mlp");
 
   const TrainingOptions sharded =
       make_options(model, precision, micro_batch, accumulation, world_size, sub_group_size, seed);
@@ -56,9 +62,14 @@ RC_GTEST_PROP(EngineProperty, StateAfterKStepsIsBitIdenticalToWorldSizeOne, ()) 
 // "cpu") or swapped to NVMe through libaio (optimizer, params or both), with any pool, block
 // size, queue depth and pipelining, give the same bits.
 RC_GTEST_PROP(EngineProperty, OffloadDeviceDoesNotChangeABit, ()) {
+  const bool transformer = *rc::gen::element(false, false, true);
   ModelSpec model;
-  model.layer_widths = {*rc::gen::inRange<int64_t>(2, 40), *rc::gen::inRange<int64_t>(2, 60),
-                        *rc::gen::inRange<int64_t>(2, 9)};
+  if (transformer) {
+    model = draw_transformer();
+  } else {
+    model.layer_widths = {*rc::gen::inRange<int64_t>(2, 40), *rc::gen::inRange<int64_t>(2, 60),
+                          *rc::gen::inRange<int64_t>(2, 9)};
+  }
   const int world_size = *rc::gen::inRange(1, 5);
   const Precision precision = *rc::gen::element(Precision::kFp32, Precision::kFp16, Precision::kBf16);
   const int64_t sub_group_size = *rc::gen::element<int64_t>(1, 50, 300, 1000000000);
@@ -89,7 +100,8 @@ RC_GTEST_PROP(EngineProperty, OffloadDeviceDoesNotChangeABit, ()) {
   // Mark both flags as given, so the engine obeys them instead of choosing its defaults.
   on_nvme.config.input["zero_optimization"]["offload_optimizer"] = {{"pipeline_read", offload.pipeline_read},
                                                                      {"pipeline_write", offload.pipeline_write}};
-  RC_TAG(what == 0 ? "optimizer" : what == 1 ? "params" : "both", offload.pipeline_read, offload.pipeline_write);
+  RC_TAG(what == 0 ? "optimizer" : what == 1 ? "params" : "both", offload.pipeline_read, offload.pipeline_write,
+         transformer ? "gpt" : "mlp");
 
   RealEnv real_env;
   Result<TrainingRun> memory_run = run_training(in_memory, 3, real_env.env());

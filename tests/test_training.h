@@ -2,6 +2,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <rapidcheck.h>
 
 #include <string>
 #include <utility>
@@ -32,6 +33,19 @@ inline ResolvedConfig base_config(Precision precision, int64_t micro_batch, int6
   return config;
 }
 
+// A small GPT-2-style transformer for properties (the tied embedding, causal attention, every
+// stage of the plan), drawn inside a RapidCheck property: 1-2 blocks, 1-2 heads of 1-4 dims,
+// a vocabulary of 3-24 and a block of 1-6 positions.
+inline ModelSpec draw_transformer() {
+  GptSpec spec;
+  spec.layers = *rc::gen::inRange<int64_t>(1, 3);
+  spec.heads = *rc::gen::inRange<int64_t>(1, 3);
+  spec.embd = spec.heads * *rc::gen::inRange<int64_t>(1, 5);
+  spec.vocab = *rc::gen::inRange<int64_t>(3, 25);
+  spec.block = *rc::gen::inRange<int64_t>(1, 7);
+  return transformer_model(spec);
+}
+
 inline TrainingOptions make_options(const ModelSpec& model, Precision precision, int64_t micro_batch, int64_t accumulation,
                              int world_size, int64_t sub_group_size, uint64_t seed) {
   TrainingOptions options;
@@ -40,10 +54,7 @@ inline TrainingOptions make_options(const ModelSpec& model, Precision precision,
   options.model = model;
   options.world_size = world_size;
   options.seed = seed;
-  options.data.seed = seed;
-  options.data.sample_count = 97;  // not a multiple of the batch: epochs wrap mid-batch
-  options.data.feature_count = model.layer_widths.front();
-  options.data.class_count = model.layer_widths.back();
+  options.data = dataset_for_model(model, 97, seed);  // 97: not a multiple of the batch, epochs wrap mid-batch
   return options;
 }
 

@@ -194,8 +194,10 @@ Status adopt_checkpoint_settings(TrainFlags& flags) {
       if (!parameter.requires_grad) flags.frozen_parameters.push_back(parameter.name);
     }
   }
-  if (flags.dataset_size_option == nullptr || flags.dataset_size_option->count() == 0) {
+  const bool token_file_given = flags.token_file_option != nullptr && flags.token_file_option->count() > 0;
+  if ((flags.dataset_size_option == nullptr || flags.dataset_size_option->count() == 0) && !token_file_given) {
     flags.dataset_size = manifest.data.sample_count;
+    flags.token_file = manifest.data.token_file;
   }
   RunSettings& settings = flags.config.settings;
   bool accumulation_given = false, micro_batch_given = false;
@@ -340,6 +342,11 @@ int train(const TrainFlags& given_flags, const MpiLaunch* mpi) {
                  "from a checkpoint that froze some)\n");
     return 2;
   }
+  if (!flags.export_directory.empty() && flags.model_text.rfind("gpt:", 0) == 0) {
+    std::fprintf(stderr, "zerosim: --export-run with a transformer: the reference scripts (scripts/torch_reference/) "
+                 "train the MLP; `zerosim gpt-check-export` and python/check_gpt_in_torch.py check the transformer\n");
+    return 2;
+  }
   if (!flags.export_directory.empty() && !flags.frozen_parameters.empty()) {
     std::fprintf(stderr, "zerosim: --export-run with --freeze: the reference scripts (scripts/torch_reference/) train "
                  "every parameter, so the export would not describe this run\n");
@@ -386,10 +393,28 @@ int train(const TrainFlags& given_flags, const MpiLaunch* mpi) {
   options.seed = flags.seed;
   options.frozen_parameters = flags.frozen_parameters;
   options.world_size = static_cast<int>(flags.config.settings.world_size);
-  options.data.sample_count = flags.dataset_size;
-  options.data.feature_count = model->layer_widths.front();
-  options.data.class_count = model->layer_widths.back();
-  options.data.seed = flags.seed;
+  options.data = dataset_for_model(*model, flags.dataset_size, flags.seed);
+  if (!flags.token_file.empty()) {
+    if (!model->is_transformer()) {
+      std::fprintf(stderr, "zerosim: --dataset %s: token files are for a transformer (--model gpt:...); the MLP "
+                   "trains on synthetic samples\n", flags.token_file.c_str());
+      return 2;
+    }
+    // The file's window count is the dataset size (a change of the file shows as a change of
+    // dataset on resume).
+    TokenDatasetSpec token_spec;
+    token_spec.vocab = model->gpt->vocab;
+    token_spec.window = options.data.feature_count;
+    token_spec.file = flags.token_file;
+    RealEnv token_env;
+    Result<std::unique_ptr<TokenDataset>> tokens = TokenDataset::open(token_spec, *token_env.env().disk);
+    if (!tokens.ok()) {
+      std::fprintf(stderr, "zerosim: --dataset: %s\n", tokens.status().to_string().c_str());
+      return exit_code_for(tokens.status());
+    }
+    options.data.token_file = flags.token_file;
+    options.data.sample_count = (*tokens)->sample_count();
+  }
   if (!flags.run_id.empty()) {
     options.run_id = flags.run_id;
   } else {
@@ -397,7 +422,8 @@ int train(const TrainFlags& given_flags, const MpiLaunch* mpi) {
     // finds the same directory and another run does not.
     std::string identity = options.config.resolved.dump() + "|" + flags.model_text + "|" +
                                  std::to_string(flags.seed) + "|" + std::to_string(options.world_size) + "|" +
-                                 std::to_string(flags.dataset_size);
+                                 std::to_string(flags.dataset_size) +
+                                 (flags.token_file.empty() ? "" : "|" + flags.token_file);
     for (const std::string& name : flags.frozen_parameters) identity += "|frozen:" + name;
     char buffer[32];
     std::snprintf(buffer, sizeof buffer, "run-%016llx",

@@ -46,6 +46,7 @@ struct TrainFlags {
   uint64_t seed = 1234;
   std::string model_text = "13,37,29,5";
   int64_t dataset_size = 4096;
+  std::string token_file;  // --dataset: the transformer's token file (empty: synthetic tokens)
   std::string run_id;  // empty: derived from the config, model, seed and world size
   bool json = false;
   // Checkpoints: save into save_directory every save_every_steps steps (0: at the end only),
@@ -84,6 +85,7 @@ struct TrainFlags {
   CLI::Option* model_option = nullptr;
   CLI::Option* seed_option = nullptr;
   CLI::Option* dataset_size_option = nullptr;
+  CLI::Option* token_file_option = nullptr;
   CLI::Option* world_size_option = nullptr;
 };
 

@@ -50,7 +50,9 @@ int main(int argc, char** argv) {
   train->add_option("--steps", train_flags.steps, "Optimizer steps to run")->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   train_flags.seed_option = train->add_option("--seed", train_flags.seed, "Seed of parameters, data and shuffling");
   train_flags.model_option =
-      train->add_option("--model", train_flags.model_text, "MLP layer widths: input,hidden...,classes");
+      train->add_option("--model", train_flags.model_text,
+                        "MLP layer widths (input,hidden...,classes) or a GPT-2-style transformer "
+                        "gpt:layers=L,embd=E,heads=H,vocab=V,block=B");
   train->add_option("--save-dir", train_flags.save_directory,
                     "Save checkpoints here (<dir>/global_step<N>, and <dir>/latest): at the end, and with --save-every");
   train->add_flag("--save-on-signal", train_flags.save_on_signal,
@@ -91,6 +93,11 @@ int main(int argc, char** argv) {
       ->excludes(train->get_option("--load-lr-scheduler-states"));
   train_flags.dataset_size_option = train->add_option("--dataset-size", train_flags.dataset_size, "Samples in the synthetic dataset")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  train_flags.token_file_option =
+      train->add_option("--dataset", train_flags.token_file,
+                        "Transformer only: a nanoGPT-style file of little-endian uint16 tokens (train.bin); samples "
+                        "are its windows of block tokens (default: a synthetic token stream)")
+          ->excludes(train_flags.dataset_size_option);
   train->add_option("--run-id", train_flags.run_id,
                     "Name of this run's swap directory under nvme_path (default: a digest of the run's settings)");
   train->add_flag("--json", train_flags.json, "Print one JSON object: steps, state_digest, component_digests");

@@ -92,10 +92,11 @@ std::span<const CheckpointState> stored_checkpoint_states(bool requires_grad, bo
   return std::span<const CheckpointState>(kCheckpointStates, 1);  // kParam
 }
 
-int64_t checkpoint_format_version_for(const std::vector<ParameterInfo>& parameters) {
+int64_t checkpoint_format_version_for(const ModelSpec& model, const std::vector<ParameterInfo>& parameters) {
+  if (model.is_transformer()) return kCheckpointFormatVersionWithTransformer;
   const bool any_frozen =
       std::any_of(parameters.begin(), parameters.end(), [](const ParameterInfo& parameter) { return !parameter.requires_grad; });
-  return any_frozen ? kCheckpointFormatVersion : kCheckpointFormatVersionWithoutFrozenParameters;
+  return any_frozen ? kCheckpointFormatVersionWithFrozenParameters : kCheckpointFormatVersionWithoutFrozenParameters;
 }
 
 bool CheckpointManifest::excludes(const std::string& parameter) const {
@@ -117,6 +118,17 @@ json manifest_to_json(const CheckpointManifest& manifest) {
     shards.push_back({{"rank", shard.rank}, {"file", shard.file}, {"size_bytes", shard.size_bytes},
                       {"xxh3_128", shard.xxh3_128}});
   }
+  json model;
+  if (const std::optional<GptSpec>& gpt = manifest.model.gpt) {
+    model = {{"gpt", {{"layers", gpt->layers}, {"embd", gpt->embd}, {"heads", gpt->heads}, {"vocab", gpt->vocab},
+                      {"block", gpt->block}}}};
+  } else {
+    model = {{"layer_widths", manifest.model.layer_widths}};
+  }
+  json data = {{"sample_count", manifest.data.sample_count}, {"feature_count", manifest.data.feature_count},
+               {"class_count", manifest.data.class_count}, {"seed", manifest.data.seed}};
+  // Written only for a token file, so that every other checkpoint reads as before.
+  if (!manifest.data.token_file.empty()) data["token_file"] = manifest.data.token_file;
   return json{
       {"format", kCheckpointFormatName},
       {"format_version", manifest.format_version},
@@ -124,10 +136,8 @@ json manifest_to_json(const CheckpointManifest& manifest) {
       {"tag", manifest.tag},
       {"config", manifest.config},
       {"config_hash", manifest.config_hash},
-      {"model", {{"layer_widths", manifest.model.layer_widths}}},
-      {"data",
-       {{"sample_count", manifest.data.sample_count}, {"feature_count", manifest.data.feature_count},
-        {"class_count", manifest.data.class_count}, {"seed", manifest.data.seed}}},
+      {"model", model},
+      {"data", data},
       {"seed", manifest.seed},
       {"precision", precision_name(manifest.precision)},
       {"optimizer", {{"type", manifest.optimizer_type}, {"adam_w_mode", manifest.adam_w_mode}}},
@@ -273,22 +283,49 @@ Result<CheckpointManifest> manifest_from_json(const json& document, const std::s
   }
 
   ZEROSIM_ASSIGN_OR_RETURN(const json* model, reader.object(document, "", "model"));
-  ZEROSIM_ASSIGN_OR_RETURN(manifest.model.layer_widths, reader.integers(*model, "model", "layer_widths"));
-  // Bounded before anything is built from them (a hostile manifest must not allocate or overflow).
-  if (manifest.model.layer_widths.size() > 4096) {
-    return reader.error("model.layer_widths", "expected at most 4096 widths, found " +
-                                                  std::to_string(manifest.model.layer_widths.size()));
+  if (model->contains("gpt")) {
+    if (manifest.format_version < kCheckpointFormatVersionWithTransformer) {
+      return reader.error("model.gpt", "a transformer in a format_version " + std::to_string(manifest.format_version) +
+                                           " manifest (the transformer came with version " +
+                                           std::to_string(kCheckpointFormatVersionWithTransformer) + ")");
+    }
+    if (model->size() != 1) return reader.error("model", "a transformer's model holds \"gpt\" alone");
+    ZEROSIM_ASSIGN_OR_RETURN(const json* gpt, reader.object(*model, "model", "gpt"));
+    if (gpt->size() != 5) return reader.error("model.gpt", "expected layers, embd, heads, vocab and block, found " + gpt->dump());
+    GptSpec spec;
+    ZEROSIM_ASSIGN_OR_RETURN(spec.layers, reader.integer(*gpt, "model.gpt", "layers", 1));
+    ZEROSIM_ASSIGN_OR_RETURN(spec.embd, reader.integer(*gpt, "model.gpt", "embd", 1));
+    ZEROSIM_ASSIGN_OR_RETURN(spec.heads, reader.integer(*gpt, "model.gpt", "heads", 1));
+    ZEROSIM_ASSIGN_OR_RETURN(spec.vocab, reader.integer(*gpt, "model.gpt", "vocab", 1));
+    ZEROSIM_ASSIGN_OR_RETURN(spec.block, reader.integer(*gpt, "model.gpt", "block", 1));
+    manifest.model = transformer_model(spec);
+    Status model_valid = validate_model_spec(manifest.model);
+    if (!model_valid.ok()) return reader.error("model.gpt", model_valid.message());
+  } else {
+    ZEROSIM_ASSIGN_OR_RETURN(manifest.model.layer_widths, reader.integers(*model, "model", "layer_widths"));
+    // Bounded before anything is built from them (a hostile manifest must not allocate or overflow).
+    if (manifest.model.layer_widths.size() > 4096) {
+      return reader.error("model.layer_widths", "expected at most 4096 widths, found " +
+                                                    std::to_string(manifest.model.layer_widths.size()));
+    }
+    for (int64_t width : manifest.model.layer_widths) {
+      if (width > (int64_t{1} << 24)) return reader.error("model.layer_widths", "width " + std::to_string(width) + " exceeds 2^24");
+    }
+    Status model_valid = validate_model_spec(manifest.model);
+    if (!model_valid.ok()) return reader.error("model.layer_widths", model_valid.message());
   }
-  for (int64_t width : manifest.model.layer_widths) {
-    if (width > (int64_t{1} << 24)) return reader.error("model.layer_widths", "width " + std::to_string(width) + " exceeds 2^24");
-  }
-  Status model_valid = validate_model_spec(manifest.model);
-  if (!model_valid.ok()) return reader.error("model.layer_widths", model_valid.message());
   ZEROSIM_ASSIGN_OR_RETURN(const json* data, reader.object(document, "", "data"));
   ZEROSIM_ASSIGN_OR_RETURN(manifest.data.sample_count, reader.integer(*data, "data", "sample_count", 1));
   ZEROSIM_ASSIGN_OR_RETURN(manifest.data.feature_count, reader.integer(*data, "data", "feature_count", 1));
   ZEROSIM_ASSIGN_OR_RETURN(manifest.data.class_count, reader.integer(*data, "data", "class_count", 1));
   ZEROSIM_ASSIGN_OR_RETURN(manifest.data.seed, reader.unsigned_integer(*data, "data", "seed"));
+  if (data->contains("token_file")) {
+    ZEROSIM_ASSIGN_OR_RETURN(manifest.data.token_file, reader.text(*data, "data", "token_file"));
+    if (manifest.data.token_file.empty() || !manifest.model.is_transformer()) {
+      return reader.error("data.token_file", "written only for a transformer trained on a token file, found '" +
+                                                 manifest.data.token_file + "'");
+    }
+  }
   ZEROSIM_ASSIGN_OR_RETURN(manifest.seed, reader.unsigned_integer(document, "", "seed"));
   ZEROSIM_ASSIGN_OR_RETURN(std::string precision, reader.text(document, "", "precision"));
   ZEROSIM_ASSIGN_OR_RETURN(manifest.precision, parse_precision(precision, reader));
@@ -305,7 +342,7 @@ Result<CheckpointManifest> manifest_from_json(const json& document, const std::s
   ZEROSIM_ASSIGN_OR_RETURN(manifest.sub_group_size, reader.integer(*layout, "layout", "sub_group_size", 1));
   ZEROSIM_ASSIGN_OR_RETURN(const json* parameters, reader.field(*layout, "layout", "parameters"));
   // The parameters must be exactly those of the model the manifest names, in order.
-  const std::vector<ParameterInfo> expected_parameters = mlp_parameters(manifest.model);
+  const std::vector<ParameterInfo> expected_parameters = model_parameters(manifest.model);
   if (!parameters->is_array() || parameters->size() != expected_parameters.size()) {
     return reader.error("layout.parameters", "expected a list of " + std::to_string(expected_parameters.size()) +
                                                  " parameters (the model's), found " +
@@ -332,11 +369,11 @@ Result<CheckpointManifest> manifest_from_json(const json& document, const std::s
                                                     std::to_string(kCheckpointFormatVersion) + " writes it)");
       }
     }
-    if (!parameter.requires_grad && manifest.format_version < kCheckpointFormatVersion) {
+    if (!parameter.requires_grad && manifest.format_version < kCheckpointFormatVersionWithFrozenParameters) {
       return reader.error(parent + ".requires_grad", "a frozen parameter in a format_version " +
                                                          std::to_string(manifest.format_version) +
                                                          " manifest (frozen parameters came with version " +
-                                                         std::to_string(kCheckpointFormatVersion) + ")");
+                                                         std::to_string(kCheckpointFormatVersionWithFrozenParameters) + ")");
     }
     if (manifest.excludes(parameter.name) && parameter.requires_grad) {
       return reader.error(parent + ".excluded", "only a frozen parameter (requires_grad false) can be excluded");
@@ -609,7 +646,7 @@ Result<ResumeCompatibility> check_resume_compatibility(const CheckpointManifest&
     return invalid_argument("cannot resume from " + manifest_path + ": " + key + " differs (checkpoint " + saved +
                                ", this run " + now + "); this change breaks resume");
   };
-  if (manifest.model.layer_widths != target.model->layer_widths) {
+  if (manifest.model != *target.model) {
     return breaking("model shape", model_spec_to_string(manifest.model), model_spec_to_string(*target.model));
   }
   if (manifest.precision != config.precision) {
@@ -631,11 +668,11 @@ Result<ResumeCompatibility> check_resume_compatibility(const CheckpointManifest&
                            "); the optimizer starts fresh, so the change is allowed");
   }
   const DatasetSpec& data = *target.data;
-  if (manifest.data.sample_count != data.sample_count || manifest.data.feature_count != data.feature_count ||
-      manifest.data.class_count != data.class_count || manifest.data.seed != data.seed) {
+  if (!(manifest.data == data)) {
     auto describe = [](const DatasetSpec& spec) {
       return std::to_string(spec.sample_count) + " samples, " + std::to_string(spec.feature_count) + " features, " +
-             std::to_string(spec.class_count) + " classes, seed " + std::to_string(spec.seed);
+             std::to_string(spec.class_count) + " classes, seed " + std::to_string(spec.seed) +
+             (spec.token_file.empty() ? "" : ", token file " + spec.token_file);
     };
     if (target.loads_data_position) {
       return breaking("dataset (the data position would mean other samples)", describe(manifest.data), describe(data));

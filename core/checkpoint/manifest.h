@@ -49,11 +49,14 @@ inline constexpr const char* kCheckpointFormatName = "zerosim-checkpoint";
 // per-parameter "requires_grad" and "excluded" keys, and shards without a frozen parameter's
 // optimizer state); a checkpoint without one is written as version 1, byte for byte what it was
 // before, so older builds keep reading it, and an older build refuses a version 2 checkpoint by
-// its version instead of calling its missing tensors damage.
-inline constexpr int64_t kCheckpointFormatVersion = 2;
+// its version instead of calling its missing tensors damage. Version 3 adds the transformer
+// (model {"gpt": {...}}, data "token_file"); an MLP checkpoint stays version 1 or 2.
+inline constexpr int64_t kCheckpointFormatVersion = 3;
 inline constexpr int64_t kCheckpointFormatVersionWithoutFrozenParameters = 1;
-// The version a checkpoint of these parameters is written as.
-int64_t checkpoint_format_version_for(const std::vector<ParameterInfo>& parameters);
+inline constexpr int64_t kCheckpointFormatVersionWithFrozenParameters = 2;
+inline constexpr int64_t kCheckpointFormatVersionWithTransformer = 3;
+// The version a checkpoint of this model and these parameters is written as.
+int64_t checkpoint_format_version_for(const ModelSpec& model, const std::vector<ParameterInfo>& parameters);
 inline constexpr const char* kManifestFileName = "manifest.json";
 // Deeper JSON is refused before parsing: the parser and the copies after it recurse.
 inline constexpr int kMaxManifestJsonDepth = 64;

@@ -42,6 +42,20 @@ AdamHyperparameters adam_hyperparameters_from(const ResolvedConfig& config, doub
   return hyperparameters;
 }
 
+DatasetSpec dataset_for_model(const ModelSpec& model, int64_t sample_count, uint64_t seed) {
+  DatasetSpec data;
+  data.sample_count = sample_count;
+  data.seed = seed;
+  if (model.gpt) {
+    data.feature_count = model.gpt->block;
+    data.class_count = model.gpt->vocab;
+  } else {
+    data.feature_count = model.layer_widths.front();
+    data.class_count = model.layer_widths.back();
+  }
+  return data;
+}
+
 uint64_t estimate_rank_memory_bytes(const TrainingOptions& options) {
   // Saturating arithmetic in long double: the point is to refuse absurd sizes, not to overflow.
   const long double world = options.world_size;

@@ -86,6 +86,11 @@ struct TrainingOptions {
   int64_t capture_state_at_step = -1;
 };
 
+// The data a run of `model` trains on: the MLP's synthetic samples (features and classes its
+// ends), or the transformer's synthetic token windows (the block's length, its vocabulary).
+// A token file is set by the caller (DatasetSpec::token_file, with its window count).
+DatasetSpec dataset_for_model(const ModelSpec& model, int64_t sample_count, uint64_t seed);
+
 // An upper estimate of one rank's host memory for these options: its flat partitions, the
 // activations of one micro-batch, one gathered layer and the gradient exchange buffers.
 uint64_t estimate_rank_memory_bytes(const TrainingOptions& options);

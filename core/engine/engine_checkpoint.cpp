@@ -92,7 +92,7 @@ std::shared_ptr<const nlohmann::json> RankEngine::manifest_without_shards(const 
   if (comm_.rank() != 0) return nullptr;
   CheckpointManifest manifest;
   manifest.zerosim_version = zerosim_build_version();
-  manifest.format_version = checkpoint_format_version_for(parameters_);
+  manifest.format_version = checkpoint_format_version_for(options_.model, parameters_);
   manifest.tag = tag;
   manifest.config = options_.config.resolved.is_object() ? options_.config.resolved : nlohmann::json::object();
   manifest.config_hash = xxh3_128_hex(manifest.config.dump());
@@ -133,7 +133,7 @@ Status RankEngine::write_shard(const std::string& path, ShardSink& sink, const C
   };
   std::vector<SafetensorsTensorSpec> specs;
   std::map<std::string, std::string> metadata = {{"format", "zerosim-shard"},
-                                                 {"format_version", std::to_string(checkpoint_format_version_for(parameters_))},
+                                                 {"format_version", std::to_string(checkpoint_format_version_for(options_.model, parameters_))},
                                                  {"rank", std::to_string(rank)},
                                                  {"world_size", std::to_string(world_size)}};
   // Data order: sub-group by sub-group (so swapped state is read once, one sub-group at a
