@@ -13,6 +13,8 @@
 
 #include "core/checkpoint/manifest.h"
 #include "core/engine/engine.h"
+#include "core/model/gpt.h"
+#include "core/zero/exact_square_sum.h"
 #include "faults/faulty_disk.h"
 #include "tests/test_directory.h"
 #include "tests/test_training.h"
@@ -112,6 +114,53 @@ RC_GTEST_PROP(EngineProperty, OffloadDeviceDoesNotChangeABit, ()) {
   if (!nvme_run.ok()) RC_FAIL(nvme_run.status().to_string());
   RC_ASSERT(first_difference(memory_run->digests, cpu_run->digests) == std::string());
   RC_ASSERT(first_difference(memory_run->digests, nvme_run->digests) == std::string());
+}
+
+// The engine's walk over the transformer's plan (gathers, the tied wte gathered twice, its
+// gradient held from the head to the embeddings and exchanged once) gives the whole model's
+// gradient: the first step's loss and gradient norm equal those of gpt_forward_backward over the
+// same windows, at W = 1 and 3 (one micro-batch per rank), bit for bit.
+TEST(Engine, TheTransformersStepIsTheWholeModelsGradient) {
+  const GptSpec spec{2, 8, 2, 11, 5};
+  for (int world_size : {1, 3}) {
+    TrainingOptions options = make_options(transformer_model(spec), Precision::kFp32, 1, 3 / world_size, world_size,
+                                           1000000000, 17);
+    options.config.loss_scaler.dynamic = false;
+    options.config.loss_scaler.static_loss_scale = 1.0;
+    RealEnv real_env;
+    Result<TrainingRun> run = run_training(options, 1, real_env.env());
+    ASSERT_TRUE(run.ok()) << run.status().to_string();
+
+    // The same three windows through the whole model, one micro-batch (one window) at a time.
+    TokenDatasetSpec token_spec{spec.vocab, spec.block, options.data.sample_count, options.data.seed, ""};
+    Result<std::unique_ptr<TokenDataset>> tokens = TokenDataset::open(token_spec, *real_env.env().disk);
+    ASSERT_TRUE(tokens.ok());
+    const ShuffledSampler sampler(options.data);
+    const std::vector<ParameterInfo> infos = gpt_parameters(spec);
+    const std::vector<std::vector<float>> parameters = gpt_initial_parameters(spec, options.seed);
+    std::vector<std::vector<float>> total(infos.size());
+    for (size_t p = 0; p < infos.size(); ++p) total[p].assign(static_cast<size_t>(infos[p].element_count), 0.0f);
+    float loss_sum = 0.0f;
+    for (int64_t position = 0; position < 3; ++position) {
+      std::vector<int32_t> window(static_cast<size_t>(spec.block + 1));
+      ASSERT_TRUE((*tokens)->tokens(sampler.sample_at(position), window).ok());
+      std::vector<std::vector<float>> gradients(infos.size());
+      for (size_t p = 0; p < infos.size(); ++p) gradients[p].assign(static_cast<size_t>(infos[p].element_count), 0.0f);
+      Result<float> loss = gpt_forward_backward<float>(spec, parameters, window, 1, spec.block,
+                                                       1.0f / static_cast<float>(3 * spec.block), gradients);
+      ASSERT_TRUE(loss.ok());
+      loss_sum = loss_sum + *loss;
+      // The exchange folds the micro-batches' gradients in global order, from zero.
+      for (size_t p = 0; p < infos.size(); ++p) {
+        for (size_t k = 0; k < total[p].size(); ++k) total[p][k] = total[p][k] + gradients[p][k];
+      }
+    }
+    ExactSquareSum squares;
+    for (const std::vector<float>& gradient : total) squares.add_squares(gradient);
+    const float norm = static_cast<float>(std::sqrt(squares.to_double()));
+    EXPECT_EQ(run->steps[0].grad_norm, static_cast<double>(norm)) << "W=" << world_size;
+    EXPECT_EQ(run->steps[0].loss, loss_sum / 3.0f) << "W=" << world_size;
+  }
 }
 
 TEST(Engine, TheFallbackEngineWhereODirectIsRefusedGivesTheSameBits) {
