@@ -689,9 +689,9 @@ TEST_F(CheckpointLoader, ATruncatedShardIsNamedWithBothSizes) {
 }
 
 TEST_F(CheckpointLoader, AnUnknownFormatVersionIsRefused) {
-  edit_manifest([](nlohmann::json& manifest) { manifest["format_version"] = 3; });
+  edit_manifest([](nlohmann::json& manifest) { manifest["format_version"] = 4; });
   expect_error(resume(options_, nullptr, "global_step2"), StatusCode::kUnimplemented,
-               {"manifest.json", "format_version", "reads versions 1 to 2, found 3"});
+               {"manifest.json", "format_version", "reads versions 1 to 3, found 4"});
   edit_manifest([](nlohmann::json& manifest) { manifest["format_version"] = 0; });
   expect_error(resume(options_, nullptr, "global_step2"), StatusCode::kUnimplemented, {"found 0"});
 }

@@ -470,6 +470,7 @@ int train(const TrainFlags& given_flags, const MpiLaunch* mpi) {
                                {"exp_avg_sq", digests.exp_avg_sq}, {"counters", digests.counters},
                                {"scheduler", digests.scheduler}, {"loss_scaler", digests.loss_scaler},
                                {"rng", digests.rng}, {"data", digests.data}}}};
+      if (!digests.buffers.empty()) line["components"]["buffers"] = digests.buffers;
       if (saved) line["checkpoint"] = true;
       std::ofstream log(path, std::ios::app);
       log << line.dump() << "\n";
@@ -555,6 +556,7 @@ int train(const TrainFlags& given_flags, const MpiLaunch* mpi) {
                                    {"counters", run->digests.counters},   {"scheduler", run->digests.scheduler},
                                    {"loss_scaler", run->digests.loss_scaler}, {"rng", run->digests.rng},
                                    {"data", run->digests.data}};
+    if (!run->digests.buffers.empty()) output["component_digests"]["buffers"] = run->digests.buffers;
     output["world_size"] = options.world_size;
     output["device"] = options.compute.name;
     output["precision"] = precision_name(options.config.precision);

@@ -125,11 +125,13 @@ json manifest_to_json(const CheckpointManifest& manifest) {
   } else {
     model = {{"layer_widths", manifest.model.layer_widths}};
   }
+  json buffers = json::array();
+  for (const BufferInfo& buffer : manifest.buffers) buffers.push_back({{"name", buffer.name}, {"shape", buffer.shape}});
   json data = {{"sample_count", manifest.data.sample_count}, {"feature_count", manifest.data.feature_count},
                {"class_count", manifest.data.class_count}, {"seed", manifest.data.seed}};
   // Written only for a token file, so that every other checkpoint reads as before.
   if (!manifest.data.token_file.empty()) data["token_file"] = manifest.data.token_file;
-  return json{
+  json document{
       {"format", kCheckpointFormatName},
       {"format_version", manifest.format_version},
       {"zerosim_version", manifest.zerosim_version},
@@ -161,6 +163,8 @@ json manifest_to_json(const CheckpointManifest& manifest) {
       {"data_position", manifest.data_position},
       {"shards", shards},
   };
+  if (!manifest.buffers.empty()) document["buffers"] = buffers;
+  return document;
 }
 
 namespace {
@@ -253,7 +257,7 @@ Result<CheckpointManifest> manifest_from_json(const json& document, const std::s
   static constexpr std::string_view kTopLevelKeys[] = {
       "format", "format_version", "zerosim_version", "tag", "config", "config_hash", "model", "data", "seed",
       "precision", "optimizer", "train_batch_size", "micro_batch_size", "layout", "counters", "scheduler",
-      "loss_scaler", "rng", "data_position", "shards", kManifestChecksumKey};
+      "loss_scaler", "rng", "data_position", "shards", "buffers", kManifestChecksumKey};
   for (const auto& [key, value] : document.items()) {
     if (std::find(std::begin(kTopLevelKeys), std::end(kTopLevelKeys), key) == std::end(kTopLevelKeys)) {
       return data_loss(path + ": " + key + ": unknown key (no writer of format version " +
@@ -335,6 +339,31 @@ Result<CheckpointManifest> manifest_from_json(const json& document, const std::s
   ZEROSIM_ASSIGN_OR_RETURN(manifest.train_batch_size, reader.integer(document, "", "train_batch_size", 1));
   ZEROSIM_ASSIGN_OR_RETURN(manifest.micro_batch_size, reader.integer(document, "", "micro_batch_size", 1));
 
+  if (document.contains("buffers")) {
+    // Persistent buffers of the model, each once, with the model's shape; which of the model's
+    // persistent buffers a load needs is the engine's to decide (it refuses a missing one).
+    const json& buffers = document["buffers"];
+    if (!buffers.is_array() || buffers.empty()) {
+      return reader.error("buffers", "expected a non-empty list (written only for a model with persistent buffers)");
+    }
+    const std::vector<BufferInfo> model_buffer_list = model_buffers(manifest.model);
+    for (size_t b = 0; b < buffers.size(); ++b) {
+      const std::string parent = "buffers[" + std::to_string(b) + "]";
+      if (!buffers[b].is_object() || buffers[b].size() != 2) return reader.error(parent, "expected {\"name\", \"shape\"}");
+      ZEROSIM_ASSIGN_OR_RETURN(std::string name, reader.text(buffers[b], parent, "name"));
+      ZEROSIM_ASSIGN_OR_RETURN(std::vector<int64_t> shape, reader.integers(buffers[b], parent, "shape"));
+      const auto known = std::find_if(model_buffer_list.begin(), model_buffer_list.end(),
+                                      [&](const BufferInfo& buffer) { return buffer.name == name && buffer.persistent; });
+      if (known == model_buffer_list.end() || known->shape != shape) {
+        return reader.error(parent, "'" + name + "' " + json(shape).dump() + " is not a persistent buffer of the model " +
+                                        model_spec_to_string(manifest.model));
+      }
+      for (const BufferInfo& earlier : manifest.buffers) {
+        if (earlier.name == name) return reader.error(parent, "'" + name + "' is listed twice");
+      }
+      manifest.buffers.push_back(*known);
+    }
+  }
   ZEROSIM_ASSIGN_OR_RETURN(const json* layout, reader.object(document, "", "layout"));
   ZEROSIM_ASSIGN_OR_RETURN(int64_t world_size, reader.integer(*layout, "layout", "world_size", 1));
   if (world_size > 4096) return reader.error("layout.world_size", "expected <= 4096, found " + std::to_string(world_size));

@@ -92,6 +92,11 @@ struct CheckpointManifest {
   // What the loader compares against the resuming run (see check_resume_compatibility).
   ModelSpec model;
   DatasetSpec data;
+  // The model's persistent buffers this checkpoint holds (model_buffers with persistent set):
+  // every shard holds each whole, as "<name>/buffer" (fp32), after the parameters' states, so a
+  // rank reads them from whichever shard it opens. Written as "buffers": [{"name", "shape"}]
+  // only for a model with one (the transformer, format version 3).
+  std::vector<BufferInfo> buffers;
   uint64_t seed = 0;  // the parameter initialisation seed
   Precision precision = Precision::kFp32;
   std::string optimizer_type;

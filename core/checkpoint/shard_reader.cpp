@@ -67,6 +67,18 @@ Result<CheckpointShardReader::OpenShard*> CheckpointShardReader::open_shard(int 
       }
     }
   }
+  // And every persistent buffer, whole.
+  for (const BufferInfo& buffer : manifest_.buffers) {
+    const std::string name = buffer.name + "/buffer";
+    ++expected_count;
+    const SafetensorsEntry* entry = index.find(name);
+    if (entry == nullptr) return data_loss("shard " + path + ": buffer " + name + " is missing");
+    if (entry->dtype != DType::kFp32 || entry->shape != std::vector<int64_t>{buffer.element_count}) {
+      return data_loss("shard " + path + ": buffer " + name + ": expected F32 [" + std::to_string(buffer.element_count) +
+                       "], found " + safetensors_dtype_name(entry->dtype) + " of " +
+                       std::to_string(entry->shape.empty() ? 0 : entry->shape[0]) + " elements");
+    }
+  }
   if (index.entries.size() != expected_count) {
     return data_loss("shard " + path + ": expected " + std::to_string(expected_count) + " tensors, found " +
                      std::to_string(index.entries.size()));
@@ -107,9 +119,27 @@ Status CheckpointShardReader::begin_sequential(int rank) {
 }
 
 Status CheckpointShardReader::read_next(int64_t parameter, CheckpointState state, std::span<std::byte> destination) {
+  return read_next_tensor(checkpoint_tensor_name(manifest_.parameters[static_cast<size_t>(parameter)].name, state),
+                          destination);
+}
+
+Status CheckpointShardReader::read_next_buffer(size_t buffer, std::span<float> destination) {
+  ZEROSIM_CHECK(buffer < manifest_.buffers.size(), "a buffer of the manifest");
+  return read_next_tensor(manifest_.buffers[buffer].name + "/buffer", std::as_writable_bytes(destination));
+}
+
+Status CheckpointShardReader::read_buffer(int rank, size_t buffer, std::span<float> destination) {
+  ZEROSIM_CHECK(buffer < manifest_.buffers.size(), "a buffer of the manifest");
+  ZEROSIM_ASSIGN_OR_RETURN(OpenShard * open, shard(rank));
+  const SafetensorsEntry* entry = open->index.find(manifest_.buffers[buffer].name + "/buffer");
+  ZEROSIM_CHECK(entry != nullptr, "verified shard lacks a buffer");
+  ZEROSIM_CHECK(destination.size_bytes() == entry->end_bytes - entry->begin_bytes, "buffer destination size");
+  return open->file->read_exact(open->index.data_start_bytes + entry->begin_bytes, std::as_writable_bytes(destination));
+}
+
+Status CheckpointShardReader::read_next_tensor(const std::string& name, std::span<std::byte> destination) {
   ZEROSIM_CHECK(sequential_rank_ >= 0, "read_next outside a sequential read");
   OpenShard& open = *shards_[static_cast<size_t>(sequential_rank_)];
-  const std::string name = checkpoint_tensor_name(manifest_.parameters[static_cast<size_t>(parameter)].name, state);
   const SafetensorsEntry* entry = open.index.find(name);
   ZEROSIM_CHECK(entry != nullptr, "verified shard lacks a tensor");
   ZEROSIM_CHECK(open.index.data_start_bytes + entry->begin_bytes == sequential_offset_,

@@ -38,7 +38,13 @@ class CheckpointShardReader {
   // finish_sequential() returns OK. The size and the header are checked up front.
   Status begin_sequential(int rank);
   Status read_next(int64_t parameter, CheckpointState state, std::span<std::byte> destination);
+  Status read_next_tensor(const std::string& name, std::span<std::byte> destination);
   Status finish_sequential();
+  // Reads the whole of persistent buffer `buffer` (an index into the manifest's buffers) from
+  // `rank`'s shard (every shard holds each), verifying the shard first.
+  Status read_buffer(int rank, size_t buffer, std::span<float> destination);
+  // In a sequential read, after every parameter's states: the buffers, in the manifest's order.
+  Status read_next_buffer(size_t buffer, std::span<float> destination);
   // The dtype a state is stored in.
   DType state_dtype(CheckpointState state) const;
 

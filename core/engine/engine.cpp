@@ -250,8 +250,13 @@ Status RankEngine::prepare_storage() {
                                    std::to_string(options_.data.sample_count) + " (the file changed?)");
       }
     }
-    causal_mask_ = gpt_causal_mask(*gpt);
   }
+  // The model is built: its buffers take the values a fresh model gives them (a load then
+  // restores the persistent ones).
+  buffer_infos_ = model_buffers(options_.model);
+  buffers_.clear();
+  for (size_t b = 0; b < buffer_infos_.size(); ++b) buffers_.push_back(model_buffer_initial_values(options_.model, b));
+  if (options_.model.gpt) step_target_counts_.assign(static_cast<size_t>(options_.model.gpt->vocab), 0);
   layout_ = make_partition_layout(parameters_, comm_.world_size(), config.zero.sub_group_size);
   trainable_runs_by_group_.clear();
   for (const SubGroup& group : layout_.sub_groups) trainable_runs_by_group_.push_back(trainable_runs(group));
@@ -591,9 +596,15 @@ Result<MicroBatchInput> RankEngine::load_micro_batch(int64_t first_position) {
       ZEROSIM_RETURN_IF_ERROR(token_data_->tokens(
           sample, std::span<int32_t>(micro_batch_tokens_.data() + s * (window + 1), static_cast<size_t>(window + 1))));
     }
+    // The targets this rank saw, for the running-frequency buffer (every position's next token).
+    for (int64_t s = 0; s < micro_batch; ++s) {
+      for (int64_t t = 1; t <= window; ++t) {
+        ++step_target_counts_[static_cast<size_t>(micro_batch_tokens_[static_cast<size_t>(s * (window + 1) + t)])];
+      }
+    }
     batch.tokens = micro_batch_tokens_;
     batch.sequence_length = window;
-    batch.causal_mask = causal_mask_;
+    batch.causal_mask = buffers_[0];  // transformer.causal_mask
     return batch;
   }
   const int64_t features = options_.data.feature_count;
@@ -607,6 +618,12 @@ Result<MicroBatchInput> RankEngine::load_micro_batch(int64_t first_position) {
   batch.features = micro_batch_input_;
   batch.labels = micro_batch_labels_;
   return batch;
+}
+
+void RankEngine::untie_after_load(std::vector<std::vector<float>>& tied_use) {
+  if (loaded_checkpoint_step_ < 0 || !defect_active(env_.defects, Defect::kTiedWeightUntiedOnLoad)) return;
+  if (untied_head_copy_.empty()) untied_head_copy_ = tied_use[0];
+  tied_use[0] = untied_head_copy_;
 }
 
 Result<float> RankEngine::micro_step(int64_t micro_step_index) {
@@ -624,6 +641,7 @@ Result<float> RankEngine::micro_step(int64_t micro_step_index) {
   for (size_t stage = 0; stage < plan_.forward.size(); ++stage) {
     const ParameterRange gathered = plan_.forward[stage].gathered;
     if (!gathered.empty()) ZEROSIM_RETURN_IF_ERROR(gather_parameters(gathered, stage_parameters));
+    if (plan_.forward[stage].tied_reuse) untie_after_load(stage_parameters);
     ZEROSIM_RETURN_IF_ERROR(compute_->forward(static_cast<int64_t>(stage),
                                               std::span<const std::vector<float>>(stage_parameters.data(),
                                                                                   static_cast<size_t>(gathered.size()))));
@@ -646,6 +664,7 @@ Result<float> RankEngine::micro_step(int64_t micro_step_index) {
   for (size_t stage = 0; stage < plan_.backward.size(); ++stage) {
     const BackwardStage& step = plan_.backward[stage];
     if (!step.gathered.empty()) ZEROSIM_RETURN_IF_ERROR(gather_parameters(step.gathered, stage_parameters));
+    if (step.tied_reuse) untie_after_load(stage_parameters);
     for (int64_t p = step.gradients.first; p < step.gradients.end; ++p) {
       if (full_gradient_live_[static_cast<size_t>(p)]) continue;
       std::vector<float>& gradient = full_gradients_[static_cast<size_t>(p)];
@@ -837,6 +856,7 @@ Result<StepRecord> RankEngine::train_step() {
     for (int r = 0; r < world_size; ++r) loss_sum = loss_sum + all_losses[static_cast<size_t>(r * accumulation + k)];
   }
   record.loss = loss_sum / static_cast<float>(accumulation * world_size);
+  ZEROSIM_RETURN_IF_ERROR(update_running_buffers());
   const uint64_t optimizer_start_ns = env_.clock->now_ns();
   ZEROSIM_RETURN_IF_ERROR(optimizer_step(record));
   record.optimizer_ns = env_.clock->now_ns() - optimizer_start_ns;
@@ -844,6 +864,28 @@ Result<StepRecord> RankEngine::train_step() {
   step_in_progress_ = false;
   env_.crash_points->hit("engine.step_end", comm_.rank());
   return record;
+}
+
+Status RankEngine::update_running_buffers() {
+  if (!options_.model.gpt) return Status();
+  // The global batch's counts: every rank's, summed (integers, so the order cannot matter).
+  const size_t vocab = step_target_counts_.size();
+  std::vector<int64_t> all_counts(vocab * static_cast<size_t>(comm_.world_size()));
+  ZEROSIM_RETURN_IF_ERROR(comm_.all_gather(std::as_bytes(std::span<const int64_t>(step_target_counts_)),
+                                           std::as_writable_bytes(std::span<int64_t>(all_counts))));
+  std::fill(step_target_counts_.begin(), step_target_counts_.end(), 0);
+  int64_t total = 0;
+  std::vector<int64_t> counts(vocab, 0);
+  for (int r = 0; r < comm_.world_size(); ++r) {
+    for (size_t w = 0; w < vocab; ++w) counts[w] += all_counts[static_cast<size_t>(r) * vocab + w];
+  }
+  for (int64_t count : counts) total += count;
+  std::vector<float>& frequency = buffers_[1];  // lm_head.target_frequency
+  for (size_t w = 0; w < vocab; ++w) {
+    const float observed = static_cast<float>(static_cast<double>(counts[w]) / static_cast<double>(total));
+    frequency[w] = frequency[w] * (1.0f - kBufferMomentum) + observed * kBufferMomentum;
+  }
+  return Status();
 }
 
 namespace {
@@ -917,12 +959,23 @@ void finish_digests(const FullTrainingState& state, ComponentDigests& digests) {
     digest.i64(state.data_position);
     digests.data = digest.hex();
   }
+  digests.buffers.clear();
+  if (!state.buffers.empty()) {
+    DigestBuilder digest;
+    for (const std::vector<float>& buffer : state.buffers) {
+      digest.i64(static_cast<int64_t>(buffer.size()));
+      digest.bytes(buffer.data(), buffer.size() * sizeof(float));  // little-endian, as the tensors
+    }
+    digests.buffers = digest.hex();
+  }
   DigestBuilder overall;
   for (const std::string* component : {&digests.params, &digests.master, &digests.exp_avg, &digests.exp_avg_sq,
                                        &digests.counters, &digests.scheduler, &digests.loss_scaler, &digests.rng,
                                        &digests.data}) {
     overall.text(*component);
   }
+  // Only a model with buffers digests them, so every other state's digest is what it was.
+  if (!digests.buffers.empty()) overall.text(digests.buffers);
   digests.state = overall.hex();
 }
 
@@ -980,6 +1033,7 @@ std::string first_differing_component(const ComponentDigests& expected, const Co
       {"loss_scaler", {&expected.loss_scaler, &actual.loss_scaler}},
       {"rng", {&expected.rng, &actual.rng}},
       {"data", {&expected.data, &actual.data}},
+      {"buffers", {&expected.buffers, &actual.buffers}},
   };
   for (const auto& [name, pair] : components) {
     if (*pair.first != *pair.second) return name;
@@ -1061,7 +1115,15 @@ Result<FullTrainingState> RankEngine::gather_state(CapturedState* capture) {
   state.digests.exp_avg = exp_avg_digest.hex();
   state.digests.exp_avg_sq = exp_avg_sq_digest.hex();
   finish_digests(state, state.digests);
-  if (capture != nullptr) capture->scalars = state;
+  if (capture != nullptr) {
+    capture->scalars = state;
+    // The buffers, whole (replicated: no owning rank), so that a diagnosis names the one that differs.
+    for (size_t b = 0; b < buffer_infos_.size(); ++b) {
+      const std::span<const std::byte> bytes = std::as_bytes(std::span<const float>(buffers_[b]));
+      capture->tensors.push_back(
+          CapturedTensor{"buffers", buffer_infos_[b].name, DType::kFp32, 0, std::vector<std::byte>(bytes.begin(), bytes.end())});
+    }
+  }
   return state;
 }
 
@@ -1076,6 +1138,7 @@ FullTrainingState RankEngine::scalar_state() const {
   state.seed = options_.seed;
   state.data_position = counters_.global_samples;
   state.shuffle_stream = sampler_.shuffle_stream_state(counters_.global_samples);
+  state.buffers = buffers_;
   return state;
 }
 

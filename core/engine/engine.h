@@ -132,7 +132,9 @@ struct TrainingCounters {
 
 struct ComponentDigests {
   std::string params, master, exp_avg, exp_avg_sq, counters, scheduler, loss_scaler, rng, data;
-  std::string state;  // over all of the above, in that order
+  // Every model buffer, derived and persistent (model_buffers); empty for a model without one.
+  std::string buffers;
+  std::string state;  // over all of the above, in that order (buffers only when the model has some)
 };
 
 // The training state at the end of a run, in canonical form: the scalar components, and
@@ -148,15 +150,18 @@ struct FullTrainingState {
   RngState shuffle_stream;
   uint64_t seed = 0;
   int64_t data_position = 0;  // samples consumed
+  // The model's buffers (model_buffers' order), the same on every rank.
+  std::vector<std::vector<float>> buffers;
   ComponentDigests digests;
 };
 
 // One full tensor of a captured state (TrainingOptions::capture_state_at_step).
 struct CapturedTensor {
-  std::string component;   // "params", "master", "exp_avg" or "exp_avg_sq"
-  std::string parameter;   // the parameter's name
+  std::string component;   // "params", "master", "exp_avg", "exp_avg_sq" or "buffers"
+  std::string parameter;   // the parameter's (or the buffer's) name
   DType dtype = DType::kFp32;  // params: the model dtype; the optimizer state: fp32
-  // ceil(N / W) of the run that captured it: element e is owned by rank e / partition_size.
+  // ceil(N / W) of the run that captured it: element e is owned by rank e / partition_size (0
+  // for a buffer: every rank holds it whole).
   int64_t partition_size = 0;
   std::vector<std::byte> bytes;  // unpadded, in element order, little-endian
 };
@@ -326,6 +331,8 @@ class RankEngine {
   // (ds_config.h NumericsMode). Collective.
   Status exchange_layer_gradient(int64_t micro_step_index, size_t chunk_elements, std::span<float> accumulator);
   Result<float> micro_step(int64_t micro_step_index);
+  // The defect tied_weight_untied_on_load, at a tied parameter's second use (nothing otherwise).
+  void untie_after_load(std::vector<std::vector<float>>& tied_use);
   Status optimizer_step(StepRecord& record);
 
   TrainingOptions options_;
@@ -342,7 +349,20 @@ class RankEngine {
   std::optional<SyntheticDataset> dataset_;    // the MLP's samples
   std::unique_ptr<TokenDataset> token_data_;  // the transformer's windows
   ShuffledSampler sampler_;
-  std::vector<float> causal_mask_;  // the transformer's derived buffer (never saved)
+  // The model's buffers (model_buffers), whole on every rank: built with the model, derived ones
+  // never saved, persistent ones saved, restored and updated after every step's micro-batches.
+  std::vector<BufferInfo> buffer_infos_;
+  std::vector<std::vector<float>> buffers_;
+  std::vector<int64_t> step_target_counts_;
+  // Defect tied_weight_untied_on_load: the head's own copy of wte, taken at its first use after
+  // the load and used from then on.
+  std::vector<float> untied_head_copy_;  // this rank's target tokens in the step so far
+  // After a step's micro-batches: the running target frequency from the global batch's counts.
+  // Collective (one all-gather of the counts).
+  Status update_running_buffers();
+  // The persistent buffers a save writes (all of the model's; none under the defect
+  // persistent_buffer_not_saved).
+  std::vector<BufferInfo> saved_buffers() const;
   SimdPath simd_path_ = SimdPath::kScalar;
 
   std::vector<std::byte> param_partition_;  // model dtype

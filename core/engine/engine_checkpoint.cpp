@@ -87,6 +87,15 @@ Status share_verdict_all(Comm& comm, const Status& local_status, const std::stri
 
 }  // namespace
 
+std::vector<BufferInfo> RankEngine::saved_buffers() const {
+  std::vector<BufferInfo> saved;
+  if (defect_active(env_.defects, Defect::kPersistentBufferNotSaved)) return saved;
+  for (const BufferInfo& buffer : buffer_infos_) {
+    if (buffer.persistent) saved.push_back(buffer);
+  }
+  return saved;
+}
+
 std::shared_ptr<const nlohmann::json> RankEngine::manifest_without_shards(const std::string& tag,
                                                                           const CheckpointSaveOptions& save) const {
   if (comm_.rank() != 0) return nullptr;
@@ -107,6 +116,7 @@ std::shared_ptr<const nlohmann::json> RankEngine::manifest_without_shards(const 
   manifest.world_size = comm_.world_size();
   manifest.sub_group_size = layout_.sub_group_size;
   manifest.parameters = parameters_;
+  manifest.buffers = saved_buffers();
   if (save.exclude_frozen_parameters) {
     for (const ParameterInfo& parameter : parameters_) {
       if (!parameter.requires_grad) manifest.excluded_parameters.push_back(parameter.name);
@@ -155,6 +165,14 @@ Status RankEngine::write_shard(const std::string& path, ShardSink& sink, const C
       }
     }
   }
+  // Every shard holds the persistent buffers whole (ZeRO-3 does not partition buffers), so a
+  // load at any world size reads them from a shard it opens anyway.
+  const std::vector<BufferInfo> buffers = saved_buffers();
+  for (const BufferInfo& buffer : buffers) {
+    const std::string name = buffer.name + "/buffer";
+    specs.push_back({name, DType::kFp32, {buffer.element_count}});
+    metadata[name] = nlohmann::json{{"buffer", buffer.name}, {"global_shape", buffer.shape}}.dump();
+  }
   ZEROSIM_ASSIGN_OR_RETURN(std::vector<std::byte> header, encode_safetensors_header(path, specs, metadata));
   ZEROSIM_RETURN_IF_ERROR(sink.append(header));
 
@@ -182,6 +200,11 @@ Status RankEngine::write_shard(const std::string& path, ShardSink& sink, const C
     }
     return Status();
   }));
+  for (const BufferInfo& buffer : buffers) {
+    for (size_t b = 0; b < buffer_infos_.size(); ++b) {
+      if (buffer_infos_[b].name == buffer.name) ZEROSIM_RETURN_IF_ERROR(sink.append(std::as_bytes(std::span<const float>(buffers_[b]))));
+    }
+  }
   return sink.flush();
 }
 
@@ -483,6 +506,36 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
           swapper_->write_state(static_cast<int>(g), step, group_master, group_exp_avg, group_exp_avg_sq));
     }
     env_.crash_points->hit("ckpt.load_sub_group_restored", comm_.rank());
+  }
+  // The buffers: a derived one was built with the model (prepare_storage) and stays as built; a
+  // persistent one comes from the checkpoint, from this rank's own shard or one it opened.
+  int buffer_source = 0;
+  for (int source = 0; source < manifest.world_size; ++source) {
+    if (reader.has_opened(source)) {
+      buffer_source = source;
+      break;
+    }
+  }
+  for (size_t i = 0; i < manifest.buffers.size(); ++i) {
+    const auto found = std::find_if(buffer_infos_.begin(), buffer_infos_.end(),
+                                    [&](const BufferInfo& info) { return info.name == manifest.buffers[i].name; });
+    ZEROSIM_CHECK(found != buffer_infos_.end(), "the manifest's buffers are the model's (checked when it was read)");
+    std::vector<float>& values = buffers_[static_cast<size_t>(found - buffer_infos_.begin())];
+    ZEROSIM_RETURN_IF_ERROR(own_shard ? reader.read_next_buffer(i, values) : reader.read_buffer(buffer_source, i, values));
+  }
+  for (size_t b = 0; b < buffer_infos_.size(); ++b) {
+    const BufferInfo& info = buffer_infos_[b];
+    if (!info.persistent) {
+      // As a model materialized for a load (meta device, then to_empty) leaves it.
+      if (defect_active(defects, Defect::kDerivedBufferNotRebuiltOnLoad)) std::fill(buffers_[b].begin(), buffers_[b].end(), 0.0f);
+      continue;
+    }
+    const bool saved = std::any_of(manifest.buffers.begin(), manifest.buffers.end(),
+                                   [&](const BufferInfo& buffer) { return buffer.name == info.name; });
+    if (!saved && !defect_active(defects, Defect::kPersistentBufferNotSaved)) {
+      return data_loss(manifest_path + ": buffers: the model's persistent buffer '" + info.name +
+                       "' is not in the checkpoint (its training state would start over)");
+    }
   }
   if (own_shard) ZEROSIM_RETURN_IF_ERROR(reader.finish_sequential());
   if (!own_shard) {

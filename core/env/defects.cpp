@@ -52,6 +52,16 @@ const std::vector<DefectInfo>& all_defects() {
       {Defect::kExcludedFrozenLeftZero, "excluded_frozen_left_zero",
        "a frozen parameter that save_checkpoint(exclude_frozen_parameters=True) left out loads as the loader's "
        "zeroed buffer instead of keeping the model's own value (DeepSpeed's load_module_strict=False)"},
+      {Defect::kDerivedBufferNotRebuiltOnLoad, "derived_buffer_not_rebuilt_on_load",
+       "a derived (non-persistent) buffer, the transformer's causal mask, is not in the state dict and is not "
+       "built again for a load: it stays as the loader's empty memory (zero: every position masked, so attention "
+       "spreads over the future too), as after FSDP2's meta-device init and to_empty (catalog #38, pytorch#145378)"},
+      {Defect::kPersistentBufferNotSaved, "persistent_buffer_not_saved",
+       "a persistent buffer (the transformer's running target-token frequency) is left out of the checkpoint, as "
+       "a buffer registered outside the state dict is; a load keeps the fresh model's value (catalog class M)"},
+      {Defect::kTiedWeightUntiedOnLoad, "tied_weight_untied_on_load",
+       "after a load the LM head and the token embedding are two tensors (the tie is not made again, as when "
+       "tie_weights is skipped): the head keeps the weights it was loaded with, and no update reaches them"},
       {Defect::kOptimizerLrNotRestored, "optimizer_lr_not_restored",
        "the first update after the load uses a fresh optimizer's lr (the scheduler's construction value) instead "
        "of the checkpoint's: the optimizer's param_groups are never loaded (DeepSpeed edaa722 with the optimizer on "

@@ -37,6 +37,9 @@ enum class Defect : uint32_t {
   kFrozenParametersStepped,     // frozen parameters handed to AdamW: weight decay moves them
   kFrozenMasterNotRebuilt,      // a frozen parameter's fp32 master not rebuilt from its value on load
   kExcludedFrozenLeftZero,      // an excluded frozen parameter loads as zeros, not the model's value
+  kDerivedBufferNotRebuiltOnLoad,  // #38: a non-persistent buffer is left as to_empty leaves it after a load
+  kPersistentBufferNotSaved,    // M: a persistent buffer missing from the checkpoint; a load keeps the fresh value
+  kTiedWeightUntiedOnLoad,      // the tied head keeps its own copy of wte after a load, which no update reaches
   // DeepSpeed edaa722's own behaviour (scenarios/deepspeed_model.h):
   kOptimizerLrNotRestored,      // the first update after a load uses a fresh optimizer's lr
   kUnswappedSubGroupResetOnLoad,  // NVMe: a sub-group under the swap threshold reverts to the initial weights

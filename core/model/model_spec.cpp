@@ -66,6 +66,20 @@ float model_initial_value(const ModelSpec& spec, uint64_t seed, int64_t paramete
                   : mlp_initial_value(spec, seed, parameter, element);
 }
 
+std::vector<BufferInfo> model_buffers(const ModelSpec& spec) {
+  if (!spec.gpt) return {};
+  const GptSpec& gpt = *spec.gpt;
+  return {{"transformer.causal_mask", {gpt.block, gpt.block}, gpt.block * gpt.block, false},
+          {"lm_head.target_frequency", {gpt.vocab}, gpt.vocab, true}};
+}
+
+std::vector<float> model_buffer_initial_values(const ModelSpec& spec, size_t buffer) {
+  ZEROSIM_CHECK(spec.gpt && buffer < 2, "a buffer of the model");
+  if (buffer == 0) return gpt_causal_mask(*spec.gpt);
+  // Uniform: every token equally frequent before any batch is seen.
+  return std::vector<float>(static_cast<size_t>(spec.gpt->vocab), 1.0f / static_cast<float>(spec.gpt->vocab));
+}
+
 ModelPlan model_plan(const ModelSpec& spec) {
   ModelPlan plan;
   if (!spec.gpt) {
@@ -82,8 +96,8 @@ ModelPlan model_plan(const ModelSpec& spec) {
     plan.forward.push_back({{2 + l * parameters_per_block, 2 + (l + 1) * parameters_per_block}});
   }
   plan.forward.push_back({{ln_f, ln_f + 2}});
-  plan.forward.push_back({{0, 1}});  // the tied head: wte's second use
-  plan.backward.push_back({{0, 1}, {0, 1}, -1});  // wte's gradient starts; not final yet
+  plan.forward.push_back({{0, 1}, true});  // the tied head: wte's second use
+  plan.backward.push_back({{0, 1}, {0, 1}, -1, true});  // wte's gradient starts; not final yet
   plan.backward.push_back({{ln_f, ln_f + 2}, {ln_f, ln_f + 2}, blocks + 1});
   for (int64_t l = blocks - 1; l >= 0; --l) {
     const ParameterRange block{2 + l * parameters_per_block, 2 + (l + 1) * parameters_per_block};

@@ -65,6 +65,30 @@ std::vector<ParameterInfo> model_parameters(const ModelSpec& spec);
 // the seed, so every rank and every W agree.
 float model_initial_value(const ModelSpec& spec, uint64_t seed, int64_t parameter, int64_t element);
 
+// A model buffer: state that is not a parameter (PyTorch's register_buffer). ZeRO-3 does not
+// partition buffers: every rank holds the whole of each, and they are the same on every rank.
+//   * derived (persistent = false): a pure function of the model's shape, built when the model
+//     is built (from scratch or for a load) and never saved; a load must build it again, as a
+//     model materialized for a load (meta device, to_empty) has no values for it.
+//   * persistent: trained state outside the parameters, updated by the training loop from the
+//     global batch (so the same at every W); a checkpoint holds it, and a resume restores it.
+// The transformer has one of each: "transformer.causal_mask" [block, block] (1 where a query
+// position may attend to a key position; Hugging Face's attn.bias), and
+// "lm_head.target_frequency" [vocab], the running frequency of the target tokens (momentum 0.1,
+// as BatchNorm keeps its running statistics), updated after every step's micro-batches. The MLP
+// has none.
+struct BufferInfo {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t element_count = 0;
+  bool persistent = false;
+};
+std::vector<BufferInfo> model_buffers(const ModelSpec& spec);
+// The values a freshly built model gives buffer `buffer` (model_buffers' order).
+std::vector<float> model_buffer_initial_values(const ModelSpec& spec, size_t buffer);
+// The momentum of a running-frequency buffer's update: new = old * (1 - m) + frequency * m.
+inline constexpr float kBufferMomentum = 0.1f;
+
 // The contiguous parameters [first, end) in module order; empty when first == end.
 struct ParameterRange {
   int64_t first = 0;
@@ -86,11 +110,13 @@ struct ParameterRange {
 // reduce-scattered once, after its last use, with the head's part folded first.
 struct ForwardStage {
   ParameterRange gathered;
+  bool tied_reuse = false;  // gathers a tied parameter for its second use (the head's wte)
 };
 struct BackwardStage {
   ParameterRange gathered;
   ParameterRange gradients;    // the backend adds to these (zeroed at their first use in a micro-batch)
   int64_t completes_layer = -1;  // >= 0: that layer's gradients are final after this stage
+  bool tied_reuse = false;
 };
 struct ModelPlan {
   std::vector<ForwardStage> forward;
