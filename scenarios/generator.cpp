@@ -7,6 +7,7 @@
 #include "core/engine/engine.h"
 
 #include "core/env/rng.h"
+#include "core/model/gpt.h"
 
 namespace zerosim {
 
@@ -25,16 +26,28 @@ bool is_rank_zero_site(const std::string& site) {
 int64_t first_phase_steps(const ScenarioShape& shape) { return shape.save_every * shape.saves_before_kill; }
 
 std::string model_text(const ScenarioShape& shape) {
+  if (shape.transformer) return gpt_spec_to_string(*shape.transformer);
   std::string text = std::to_string(shape.input_width);
   for (int64_t width : shape.hidden_widths) text += "," + std::to_string(width);
   return text + "," + std::to_string(shape.class_count);
 }
 
 // layers.<i>.weight and layers.<i>.bias of every layer, in parameter order.
-int parameter_count(const ScenarioShape& shape) { return 2 * static_cast<int>(shape.hidden_widths.size() + 1); }
+// The transformer's in module order (gpt_parameters).
+int parameter_count(const ScenarioShape& shape) {
+  if (shape.transformer) return static_cast<int>(gpt_parameters(*shape.transformer).size());
+  return 2 * static_cast<int>(shape.hidden_widths.size() + 1);
+}
 
 std::vector<std::string> frozen_names(const ScenarioShape& shape) {
   std::vector<std::string> names;
+  if (shape.transformer) {
+    const std::vector<ParameterInfo> parameters = gpt_parameters(*shape.transformer);
+    for (int p = 0; p < parameter_count(shape) && p < 64; ++p) {
+      if ((shape.frozen_mask >> p) & 1u) names.push_back(parameters[static_cast<size_t>(p)].name);
+    }
+    return names;
+  }
   for (int p = 0; p < parameter_count(shape); ++p) {
     if ((shape.frozen_mask >> p) & 1u) names.push_back("layers." + std::to_string(p / 2) + (p % 2 == 0 ? ".weight" : ".bias"));
   }
@@ -88,6 +101,14 @@ ScenarioShape normalize_shape(ScenarioShape shape) {
   if (shape.hidden_widths.size() > 3) shape.hidden_widths.resize(3);
   for (int64_t& width : shape.hidden_widths) width = std::clamp<int64_t>(width, 1, 32);
   shape.class_count = std::clamp<int64_t>(shape.class_count, 2, 8);
+  if (shape.transformer) {
+    GptSpec& gpt = *shape.transformer;
+    gpt.layers = std::clamp<int64_t>(gpt.layers, 1, 2);
+    gpt.heads = std::clamp<int64_t>(gpt.heads, 1, 2);
+    gpt.embd = gpt.heads * std::clamp<int64_t>(gpt.embd / gpt.heads, 1, 4);
+    gpt.vocab = std::clamp<int64_t>(gpt.vocab, 3, 16);
+    gpt.block = std::clamp<int64_t>(gpt.block, 1, 6);
+  }
   if (shape.precision != "fp32" && shape.precision != "bf16") shape.precision = "fp16";
   if (shape.numerics != "deepspeed") shape.numerics = "portable";
   shape.micro_batch_size = std::clamp<int64_t>(shape.micro_batch_size, 1, 4);
@@ -287,6 +308,16 @@ ScenarioShape generate_shape(uint64_t seed) {
   shape.resume_load = pick(0, 7) == 0 ? one_of(std::array<const char*, 3>{"no_optimizer", "no_scheduler", "module_only"}) : "all";
   shape.frozen_mask = pick(0, 7) == 0 ? static_cast<uint64_t>(pick(1, 255)) : 0;
   shape.exclude_frozen = pick(0, 1) == 1;
+  // One case in six trains the transformer (drawn last, so the other draws of a seed stay as they were).
+  if (pick(0, 5) == 0) {
+    GptSpec gpt;
+    gpt.layers = pick(1, 2);
+    gpt.heads = pick(1, 2);
+    gpt.embd = gpt.heads * pick(1, 4);
+    gpt.vocab = pick(3, 16);
+    gpt.block = pick(1, 6);
+    shape.transformer = gpt;
+  }
   return normalize_shape(shape);
 }
 
@@ -413,7 +444,8 @@ json scenario_document(const ScenarioShape& input, const std::string& name) {
     if (shape.resume_change == "dataset_size") document["resume_changes"] = {{"dataset_size", 61}};
     if (shape.resume_change == "model") {
       ScenarioShape changed = shape;
-      if (changed.hidden_widths.empty()) changed.hidden_widths.push_back(3);
+      if (changed.transformer) changed.transformer->vocab += 1;
+      else if (changed.hidden_widths.empty()) changed.hidden_widths.push_back(3);
       else changed.hidden_widths.back() += 1;
       document["resume_changes"] = {{"model", model_text(changed)}};
     }
@@ -548,6 +580,16 @@ std::vector<ScenarioShape> shrink_candidates(const ScenarioShape& shape) {
   add([](ScenarioShape& s) { s.delete_swap_directory = false; });
   add([](ScenarioShape& s) { s.offload_param_nvme = false; });
   add([](ScenarioShape& s) { s.offload_optimizer = "none"; });
+  add([](ScenarioShape& s) { s.transformer.reset(); });
+  if (shape.transformer) {
+    add([](ScenarioShape& s) { s.transformer->layers = 1; });
+    add([](ScenarioShape& s) {
+      s.transformer->heads = 1;
+      s.transformer->embd = 1;
+    });
+    add([](ScenarioShape& s) { s.transformer->vocab = 3; });
+    add([](ScenarioShape& s) { s.transformer->block = 1; });
+  }
   add([](ScenarioShape& s) { s.hidden_widths.clear(); });
   if (!shape.hidden_widths.empty()) add([](ScenarioShape& s) { s.hidden_widths.pop_back(); });
   add([](ScenarioShape& s) {

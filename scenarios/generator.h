@@ -36,6 +36,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -82,6 +83,8 @@ struct ScenarioShape {
   int64_t input_width = 6;
   std::vector<int64_t> hidden_widths = {5};  // 0 to 3 hidden layers
   int64_t class_count = 3;
+  // Set: the case trains this transformer instead of the MLP above (whose widths are then unused).
+  std::optional<GptSpec> transformer;
   std::string precision = "fp16";  // fp32, fp16, bf16
   int64_t micro_batch_size = 1;
   int64_t gradient_accumulation_steps = 1;
