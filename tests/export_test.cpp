@@ -25,8 +25,9 @@ struct SavedRun {
 };
 
 SavedRun train_and_save(const std::string& root, int world_size, bool nvme,
-                        const std::vector<std::string>& frozen_parameters = {}, bool exclude_frozen = false) {
-  TrainingOptions options = make_options(ModelSpec{{9, 17, 4}}, Precision::kBf16, 1, 6 / world_size, world_size, 40, 5);
+                        const std::vector<std::string>& frozen_parameters = {}, bool exclude_frozen = false,
+                        const ModelSpec& model = ModelSpec{{9, 17, 4}}) {
+  TrainingOptions options = make_options(model, Precision::kBf16, 1, 6 / world_size, world_size, 40, 5);
   options.frozen_parameters = frozen_parameters;
   if (nvme) {
     options.config.zero.offload_optimizer.device = OffloadDevice::kNvme;
@@ -95,6 +96,33 @@ TEST(Export, EveryTensorIsTheGatheredMasterAtAnyWorldSizeAndPlacement) {
       }
     }
   }
+}
+
+// The transformer, saved at W=3: every parameter under its Hugging Face name, and the tied
+// embedding a second time as lm_head.weight (GPT2LMHeadModel's state-dict names), the same bits.
+TEST(Export, TheTransformersTiedEmbeddingIsWrittenUnderBothNames) {
+  TestDirectory directory;
+  RealEnv real_env;
+  Disk& disk = *real_env.env().disk;
+  const SavedRun saved =
+      train_and_save(directory.path(), 3, /*nvme=*/false, {}, false, transformer_model(GptSpec{1, 8, 2, 12, 5}));
+  const std::string output = directory.path() + "/model.safetensors";
+  const Result<ExportSummary> exported =
+      export_consolidated_safetensors(disk, saved.checkpoint_directory + "/global_step3", saved.manifest, DType::kFp32, output);
+  ASSERT_TRUE(exported.ok()) << exported.status().to_string();
+  EXPECT_EQ(exported->tensor_count, static_cast<int64_t>(saved.manifest.parameters.size()) + 1);
+  const Result<SafetensorsIndex> index = read_safetensors_index(disk, output);
+  ASSERT_TRUE(index.ok()) << index.status().to_string();
+  ASSERT_EQ(index->entries.size(), saved.manifest.parameters.size() + 1);
+  const CapturedTensor& wte = captured(saved.state, "master", "transformer.wte.weight");
+  for (const char* name : {"transformer.wte.weight", "lm_head.weight"}) {
+    const Result<std::vector<std::byte>> bytes = read_safetensors_tensor(disk, output, *index, name);
+    ASSERT_TRUE(bytes.ok()) << name << ": " << bytes.status().to_string();
+    ASSERT_EQ(bytes->size(), wte.bytes.size()) << name;
+    EXPECT_EQ(std::memcmp(bytes->data(), wte.bytes.data(), bytes->size()), 0) << name;
+    EXPECT_EQ(index->find(name)->shape, (std::vector<int64_t>{12, 8})) << name;
+  }
+  EXPECT_EQ(index->find("lm_head.target_frequency"), nullptr) << "buffers are not parameters";
 }
 
 // A frozen parameter (its 16-bit value alone in the checkpoint) is exported from that value,

@@ -38,15 +38,23 @@ Result<ExportSummary> export_consolidated_safetensors(Disk& disk, const std::str
   if (exists) return Status(StatusCode::kAlreadyExists, "export: " + output_path + " exists; choose another path or remove it first");
   ZEROSIM_ASSIGN_OR_RETURN(std::string seal, manifest_seal(disk, tag_directory));
 
+  // What the file holds: (name, parameter) in order; the transformer's tied head is wte again
+  // under Hugging Face's second name, lm_head.weight (one parameter in the checkpoint).
+  std::vector<std::pair<std::string, size_t>> entries;
   std::vector<SafetensorsTensorSpec> specs;
   ExportSummary summary;
-  for (const ParameterInfo& parameter : manifest.parameters) {
+  for (size_t p = 0; p < manifest.parameters.size(); ++p) {
+    const ParameterInfo& parameter = manifest.parameters[p];
     if (manifest.excludes(parameter.name)) {
       summary.excluded_parameters.push_back(parameter.name);
     } else {
-      specs.push_back({parameter.name, dtype, parameter.shape});
+      entries.emplace_back(parameter.name, p);
     }
   }
+  if (manifest.model.is_transformer() && !manifest.excludes(manifest.parameters[0].name)) {
+    entries.emplace_back("lm_head.weight", 0);  // transformer.wte.weight, tied
+  }
+  for (const auto& [name, p] : entries) specs.push_back({name, dtype, manifest.parameters[p].shape});
   std::map<std::string, std::string> metadata = {
       {"format", "pt"},
       {"zerosim_checkpoint", tag_directory},
@@ -73,10 +81,9 @@ Result<ExportSummary> export_consolidated_safetensors(Disk& disk, const std::str
     const size_t out_bytes = dtype_size_bytes(dtype);
     std::vector<float> masters;
     std::vector<std::byte> converted, values;
-    for (size_t p = 0; p < manifest.parameters.size(); ++p) {
+    for (const auto& [name, p] : entries) {
       const ParameterInfo& parameter = manifest.parameters[p];
       const size_t stored_states = manifest.stored_states(p).size();
-      if (stored_states == 0) continue;  // excluded: listed in the metadata
       for (int64_t begin = 0; begin < parameter.element_count; begin += kExportChunkElements) {
         const int64_t count = std::min(kExportChunkElements, parameter.element_count - begin);
         masters.resize(static_cast<size_t>(count));

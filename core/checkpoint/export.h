@@ -19,7 +19,10 @@
 // "source_world_size", "source_precision", "manifest_xxh3_128" (the manifest's seal), "dtype",
 // "zerosim_version", and "excluded_parameters" (comma-separated) when there are any. A frozen
 // parameter (its value alone in the checkpoint) is exported from that value, which is exactly
-// what its master would be.
+// what its master would be. A transformer's tied embedding is written twice, as
+// transformer.wte.weight and lm_head.weight (the names GPT2LMHeadModel's state dict has; its
+// loader ties them again); its buffers are not parameters and are not exported (the causal mask
+// is derived, lm_head.target_frequency is zerosim's own training state).
 #pragma once
 
 #include <cstdint>
