@@ -1,10 +1,12 @@
 #include "core/model/gpt.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
 #include "core/env/rng.h"
 #include "core/tensor/portable_math.h"
+#include "core/tensor/vector_ops.h"
 
 namespace zerosim {
 namespace {
@@ -32,43 +34,70 @@ void gelu(Real x, Real& value, Real& derivative) {
   derivative = Real(0.5) * (Real(1) + t) + Real(0.5) * x * (Real(1) - t * t) * c * (Real(1) + Real(3) * a * x * x);
 }
 
-// out[r][j] = bias[j] + sum_i in[r][i] * weight[i][j] (a Conv1D: weight [in, out]), left folds.
+// y[k] = y[k] + a * x[k]: the float path is vector_ops' add_scaled (the same bits as this loop).
 template <typename Real>
-void conv1d(const Real* in, int64_t rows, int64_t in_width, const Real* weight, const Real* bias, int64_t out_width,
-            Real* out) {
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t j = 0; j < out_width; ++j) {
-      Real sum = bias[j];
-      for (int64_t i = 0; i < in_width; ++i) sum = sum + in[r * in_width + i] * weight[i * out_width + j];
-      out[r * out_width + j] = sum;
+void axpy(Real a, const Real* x, Real* y, int64_t n) {
+  for (int64_t k = 0; k < n; ++k) y[k] = y[k] + a * x[k];
+}
+template <>
+void axpy<float>(float a, const float* x, float* y, int64_t n) {
+  add_scaled(a, x, y, static_cast<size_t>(n));
+}
+
+// C[r][j] = C[r][j] + sum over k of A[r][k] * B[k][j], the sum a left fold in k (C [rows, n]
+// holds the fold's start: zero, or a bias). Row blocks reuse each row of B while it is cached.
+template <typename Real>
+void rows_times_matrix(const Real* a, int64_t rows, int64_t inner, const Real* b, int64_t n, Real* c) {
+  constexpr int64_t kRowBlock = 4;
+  for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock) {
+    const int64_t r1 = std::min(rows, r0 + kRowBlock);
+    for (int64_t k = 0; k < inner; ++k) {
+      for (int64_t r = r0; r < r1; ++r) axpy(a[r * inner + k], b + k * n, c + r * n, n);
     }
   }
 }
 
+// C[i][j] = C[i][j] + sum over r of A[r][i] * B[r][j], a left fold in r (C [m, n]). Blocks of
+// C's rows stay cached while the rows r stream past.
+template <typename Real>
+void transposed_rows_product(const Real* a, int64_t rows, int64_t m, const Real* b, int64_t n, Real* c) {
+  const int64_t block = std::max<int64_t>(1, (int64_t{64} << 10) / std::max<int64_t>(1, n));
+  for (int64_t i0 = 0; i0 < m; i0 += block) {
+    const int64_t i1 = std::min(m, i0 + block);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t i = i0; i < i1; ++i) axpy(a[r * m + i], b + r * n, c + i * n, n);
+    }
+  }
+}
+
+// out = in^T as [cols, rows] from [rows, cols].
+template <typename Real>
+void transpose(const Real* in, int64_t rows, int64_t cols, std::vector<Real>& out) {
+  out.resize(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) out[static_cast<size_t>(c * rows + r)] = in[r * cols + c];
+  }
+}
+
+// out[r][j] = bias[j] + sum_i in[r][i] * weight[i][j] (a Conv1D: weight [in, out]), left folds.
+template <typename Real>
+void conv1d(const Real* in, int64_t rows, int64_t in_width, const Real* weight, const Real* bias, int64_t out_width,
+            Real* out) {
+  for (int64_t r = 0; r < rows; ++r) std::copy(bias, bias + out_width, out + r * out_width);
+  rows_times_matrix(in, rows, in_width, weight, out_width, out);
+}
+
 // The backward of conv1d: weight_gradient += in^T d_out, bias_gradient += column sums of
-// d_out (folds over rows in order), d_in = d_out weight^T (overwritten).
+// d_out (folds over rows in order), d_in = d_out weight^T (overwritten; folds over the
+// outputs in order, through weight^T in `scratch`).
 template <typename Real>
 void conv1d_backward(const Real* in, int64_t rows, int64_t in_width, const Real* weight, int64_t out_width,
-                     const Real* d_out, Real* weight_gradient, Real* bias_gradient, Real* d_in) {
-  for (int64_t i = 0; i < in_width; ++i) {
-    for (int64_t j = 0; j < out_width; ++j) {
-      Real sum = weight_gradient[i * out_width + j];
-      for (int64_t r = 0; r < rows; ++r) sum = sum + in[r * in_width + i] * d_out[r * out_width + j];
-      weight_gradient[i * out_width + j] = sum;
-    }
-  }
-  for (int64_t j = 0; j < out_width; ++j) {
-    Real sum = bias_gradient[j];
-    for (int64_t r = 0; r < rows; ++r) sum = sum + d_out[r * out_width + j];
-    bias_gradient[j] = sum;
-  }
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t i = 0; i < in_width; ++i) {
-      Real sum = Real(0);
-      for (int64_t j = 0; j < out_width; ++j) sum = sum + d_out[r * out_width + j] * weight[i * out_width + j];
-      d_in[r * in_width + i] = sum;
-    }
-  }
+                     const Real* d_out, Real* weight_gradient, Real* bias_gradient, Real* d_in, std::vector<Real>& scratch) {
+  transposed_rows_product(in, rows, in_width, d_out, out_width, weight_gradient);
+  for (int64_t r = 0; r < rows; ++r) axpy(Real(1), d_out + r * out_width, bias_gradient, out_width);
+  transpose(weight, in_width, out_width, scratch);
+  std::fill(d_in, d_in + rows * in_width, Real(0));
+  rows_times_matrix(d_out, rows, out_width, scratch.data(), in_width, d_in);
 }
 
 template <typename Real>
@@ -321,6 +350,19 @@ void allowed_keys(std::span<const float> mask, int64_t block, int64_t i, int64_t
   }
 }
 
+bool is_prefix(const std::vector<int64_t>& allowed) {
+  return !allowed.empty() && allowed.back() == static_cast<int64_t>(allowed.size()) - 1;
+}
+
+// out[k][j] = qkv[j][offset + k] for j < t_count, k < d: one head's keys or values, transposed.
+template <typename Real>
+void head_transposed(const Real* qkv, int64_t t_count, int64_t e, int64_t offset, int64_t d, std::vector<Real>& out) {
+  out.resize(static_cast<size_t>(d * t_count));
+  for (int64_t j = 0; j < t_count; ++j) {
+    for (int64_t k = 0; k < d; ++k) out[static_cast<size_t>(k * t_count + j)] = qkv[j * 3 * e + offset + k];
+  }
+}
+
 }  // namespace
 
 template <typename Real>
@@ -360,21 +402,33 @@ void gpt_block_forward(const GptSpec& spec, int64_t block, std::span<const std::
   for (int64_t s = 0; s < a.sequence_count; ++s) {
     const Real* qkv = c.qkv.data() + s * t_count * 3 * e;
     Real* attended = c.attended.data() + s * t_count * e;
-    for (int64_t i = 0; i < t_count; ++i) {
-      allowed_keys(a.causal_mask, spec.block, i, t_count, allowed);
-      for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t h = 0; h < heads; ++h) {
+      head_transposed(qkv, t_count, e, h * d + e, d, a.transposed);  // K^T [d, T]
+      for (int64_t i = 0; i < t_count; ++i) {
+        allowed_keys(a.causal_mask, spec.block, i, t_count, allowed);
         Real* p = &c.probabilities[static_cast<size_t>(((s * heads + h) * t_count + i) * t_count)];
+        const Real* q = qkv + i * 3 * e + h * d;
         if (allowed.empty()) {
           // Every score is the same lowest float: softmax is uniform over the sequence.
           for (int64_t j = 0; j < t_count; ++j) p[j] = Real(1) / static_cast<Real>(t_count);
         } else {
+          const int64_t n = static_cast<int64_t>(allowed.size());
+          if (is_prefix(allowed)) {
+            // Scores of keys 0..n-1 together: each a fold over the head's dimensions.
+            std::fill(p, p + n, Real(0));
+            for (int64_t k = 0; k < d; ++k) axpy(q[k], a.transposed.data() + k * t_count, p, n);
+          } else {
+            for (const int64_t j : allowed) {
+              Real score = Real(0);
+              for (int64_t k = 0; k < d; ++k) score = score + q[k] * qkv[j * 3 * e + e + h * d + k];
+              p[j] = score;
+            }
+          }
           Real maximum = Real(0);
-          for (size_t n = 0; n < allowed.size(); ++n) {
-            const int64_t j = allowed[n];
-            Real score = Real(0);
-            for (int64_t k = 0; k < d; ++k) score = score + qkv[i * 3 * e + h * d + k] * qkv[j * 3 * e + e + h * d + k];
-            p[j] = score * attention_scale;
-            if (n == 0 || p[j] > maximum) maximum = p[j];
+          for (size_t m = 0; m < allowed.size(); ++m) {
+            const int64_t j = allowed[m];
+            p[j] = p[j] * attention_scale;
+            if (m == 0 || p[j] > maximum) maximum = p[j];
           }
           Real sum = Real(0);
           for (const int64_t j : allowed) {
@@ -383,14 +437,13 @@ void gpt_block_forward(const GptSpec& spec, int64_t block, std::span<const std::
           }
           for (const int64_t j : allowed) p[j] = p[j] / sum;
         }
-        for (int64_t k = 0; k < d; ++k) {
-          Real value = Real(0);
-          if (allowed.empty()) {
-            for (int64_t j = 0; j < t_count; ++j) value = value + p[j] * qkv[j * 3 * e + 2 * e + h * d + k];
-          } else {
-            for (const int64_t j : allowed) value = value + p[j] * qkv[j * 3 * e + 2 * e + h * d + k];
-          }
-          attended[i * e + h * d + k] = value;
+        // attended[i] = sum_j p[j] v[j], a fold over j per dimension.
+        Real* value = attended + i * e + h * d;
+        std::fill(value, value + d, Real(0));
+        if (allowed.empty()) {
+          for (int64_t j = 0; j < t_count; ++j) axpy(p[j], qkv + j * 3 * e + 2 * e + h * d, value, d);
+        } else {
+          for (const int64_t j : allowed) axpy(p[j], qkv + j * 3 * e + 2 * e + h * d, value, d);
         }
       }
     }
@@ -425,15 +478,10 @@ void gpt_head_forward(const GptSpec& spec, std::span<const std::vector<Real>> pa
   check_stage(parameters, infos, 0, 1);
   const int64_t rows = row_count(a), e = spec.embd, v = spec.vocab;
   const Real* wte = parameters[0].data();
-  // The tied head: logits[r][w] = sum_i normalized[r][i] wte[w][i].
-  a.logits.resize(static_cast<size_t>(rows * v));
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t w = 0; w < v; ++w) {
-      Real sum = Real(0);
-      for (int64_t i = 0; i < e; ++i) sum = sum + a.final_normalized[r * e + i] * wte[w * e + i];
-      a.logits[r * v + w] = sum;
-    }
-  }
+  // The tied head: logits[r][w] = sum_i normalized[r][i] wte[w][i] (folds in i, through wte^T).
+  a.logits.assign(static_cast<size_t>(rows * v), Real(0));
+  transpose(wte, v, e, a.transposed);
+  rows_times_matrix(a.final_normalized.data(), rows, e, a.transposed.data(), v, a.logits.data());
 }
 
 template <typename Real>
@@ -446,12 +494,17 @@ Real gpt_loss(const GptSpec& spec, Real gradient_scale, GptActivations<Real>& a)
       Real* z = &a.logits[(s * t_count + t) * v];
       Real maximum = z[0];
       for (int64_t w = 1; w < v; ++w) maximum = z[w] > maximum ? z[w] : maximum;
-      Real sum = Real(0);
-      for (int64_t w = 0; w < v; ++w) sum = sum + real_exp(z[w] - maximum);
       const int32_t target = sequence[t + 1];
-      loss_sum = loss_sum + (real_log(sum) - (z[target] - maximum));
+      const Real target_logit = z[target];
+      // Each exponential once, kept in place of its logit for the gradient below.
+      Real sum = Real(0);
       for (int64_t w = 0; w < v; ++w) {
-        const Real probability = real_exp(z[w] - maximum) / sum;
+        z[w] = real_exp(z[w] - maximum);
+        sum = sum + z[w];
+      }
+      loss_sum = loss_sum + (real_log(sum) - (target_logit - maximum));
+      for (int64_t w = 0; w < v; ++w) {
+        const Real probability = z[w] / sum;
         z[w] = gradient_scale * (probability - (w == target ? Real(1) : Real(0)));
       }
     }
@@ -468,22 +521,11 @@ void gpt_head_backward(const GptSpec& spec, std::span<const std::vector<Real>> p
   const int64_t rows = row_count(a), e = spec.embd, v = spec.vocab;
   const Real* wte = parameters[0].data();
   Real* d_wte = gradients[0].data();
-  // d_wte += d_logits^T normalized (the head's use, first); d_normalized = d_logits wte.
-  for (int64_t w = 0; w < v; ++w) {
-    for (int64_t i = 0; i < e; ++i) {
-      Real sum = d_wte[w * e + i];
-      for (int64_t r = 0; r < rows; ++r) sum = sum + a.logits[r * v + w] * a.final_normalized[r * e + i];
-      d_wte[w * e + i] = sum;
-    }
-  }
+  // d_wte += d_logits^T normalized (the head's use, first; folds over the rows); d_normalized =
+  // d_logits wte (folds over the vocabulary).
+  transposed_rows_product(a.logits.data(), rows, v, a.final_normalized.data(), e, d_wte);
   a.d_scratch.assign(static_cast<size_t>(rows * e), Real(0));
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t i = 0; i < e; ++i) {
-      Real sum = Real(0);
-      for (int64_t w = 0; w < v; ++w) sum = sum + a.logits[r * v + w] * wte[w * e + i];
-      a.d_scratch[r * e + i] = sum;
-    }
-  }
+  rows_times_matrix(a.logits.data(), rows, v, wte, e, a.d_scratch.data());
 }
 
 template <typename Real>
@@ -514,55 +556,62 @@ void gpt_block_backward(const GptSpec& spec, int64_t block, std::span<const std:
   // x_out = middle + mlp(ln_2(middle)): d_middle = d_x + ln_2 backward of the MLP's input gradient.
   a.d_wide.assign(static_cast<size_t>(rows * 4 * e), Real(0));
   a.d_scratch.resize(static_cast<size_t>(rows * e));
-  conv1d_backward(c.fc_gelu.data(), rows, 4 * e, param(10), e, a.d_x.data(), grad(10), grad(11), a.d_wide.data());
+  conv1d_backward(c.fc_gelu.data(), rows, 4 * e, param(10), e, a.d_x.data(), grad(10), grad(11), a.d_wide.data(),
+                  a.transposed);
   for (size_t k = 0; k < a.d_wide.size(); ++k) a.d_wide[k] = a.d_wide[k] * c.fc_derivative[k];
-  conv1d_backward(c.ln_2.data(), rows, e, param(8), 4 * e, a.d_wide.data(), grad(8), grad(9), a.d_scratch.data());
+  conv1d_backward(c.ln_2.data(), rows, e, param(8), 4 * e, a.d_wide.data(), grad(8), grad(9), a.d_scratch.data(),
+                  a.transposed);
   layer_norm_backward(c.ln_2_cache, rows, e, param(6), a.d_scratch.data(), grad(6), grad(7),
                       a.d_x.data());  // d_x is now d_middle
   // middle = input + proj(attention(ln_1(input))).
   a.d_attended.assign(static_cast<size_t>(rows * e), Real(0));
-  conv1d_backward(c.attended.data(), rows, e, param(4), e, a.d_x.data(), grad(4), grad(5), a.d_attended.data());
+  conv1d_backward(c.attended.data(), rows, e, param(4), e, a.d_x.data(), grad(4), grad(5), a.d_attended.data(),
+                  a.transposed);
   a.d_qkv.assign(static_cast<size_t>(rows * 3 * e), Real(0));
   std::vector<int64_t> allowed;
   for (int64_t s = 0; s < a.sequence_count; ++s) {
     const Real* qkv = c.qkv.data() + s * t_count * 3 * e;
     const Real* d_attended = a.d_attended.data() + s * t_count * e;
     Real* d_qkv = a.d_qkv.data() + s * t_count * 3 * e;
-    for (int64_t i = 0; i < t_count; ++i) {
-      allowed_keys(a.causal_mask, spec.block, i, t_count, allowed);
-      const bool uniform = allowed.empty();
-      if (uniform) {
-        for (int64_t j = 0; j < t_count; ++j) allowed.push_back(j);
-      }
-      for (int64_t h = 0; h < heads; ++h) {
-        const Real* p = &c.probabilities[static_cast<size_t>(((s * heads + h) * t_count + i) * t_count)];
-        // d_p[j] = d_attended[i] . v[j]; d_v[j] += p[j] d_attended[i].
-        a.d_p.assign(static_cast<size_t>(t_count), Real(0));
-        Real weighted = Real(0);
-        for (const int64_t j : allowed) {
-          Real dot = Real(0);
-          for (int64_t k = 0; k < d; ++k) dot = dot + d_attended[i * e + h * d + k] * qkv[j * 3 * e + 2 * e + h * d + k];
-          a.d_p[static_cast<size_t>(j)] = dot;
-          weighted = weighted + dot * p[j];
+    for (int64_t h = 0; h < heads; ++h) {
+      head_transposed(qkv, t_count, e, h * d + 2 * e, d, a.transposed);  // V^T [d, T]
+      for (int64_t i = 0; i < t_count; ++i) {
+        allowed_keys(a.causal_mask, spec.block, i, t_count, allowed);
+        const bool uniform = allowed.empty();
+        if (uniform) {
+          for (int64_t j = 0; j < t_count; ++j) allowed.push_back(j);
         }
-        for (const int64_t j : allowed) {
+        const Real* p = &c.probabilities[static_cast<size_t>(((s * heads + h) * t_count + i) * t_count)];
+        const Real* d_att = d_attended + i * e + h * d;
+        // d_p[j] = d_attended[i] . v[j] (a fold over the head's dimensions); weighted = sum_j d_p[j] p[j].
+        a.d_p.assign(static_cast<size_t>(t_count), Real(0));
+        if (is_prefix(allowed)) {
           for (int64_t k = 0; k < d; ++k) {
-            Real& d_v = d_qkv[j * 3 * e + 2 * e + h * d + k];
-            d_v = d_v + p[j] * d_attended[i * e + h * d + k];
+            axpy(d_att[k], a.transposed.data() + k * t_count, a.d_p.data(), static_cast<int64_t>(allowed.size()));
           }
+        } else {
+          for (const int64_t j : allowed) {
+            Real dot = Real(0);
+            for (int64_t k = 0; k < d; ++k) dot = dot + d_att[k] * qkv[j * 3 * e + 2 * e + h * d + k];
+            a.d_p[static_cast<size_t>(j)] = dot;
+          }
+        }
+        Real weighted = Real(0);
+        for (const int64_t j : allowed) weighted = weighted + a.d_p[static_cast<size_t>(j)] * p[j];
+        Real* d_q = d_qkv + i * 3 * e + h * d;
+        const Real* q = qkv + i * 3 * e + h * d;
+        for (const int64_t j : allowed) {
+          axpy(p[j], d_att, d_qkv + j * 3 * e + 2 * e + h * d, d);  // d_v[j] += p[j] d_attended[i]
           if (uniform) continue;  // a constant (masked) score has no gradient
           const Real d_score = p[j] * (a.d_p[static_cast<size_t>(j)] - weighted) * attention_scale;
-          for (int64_t k = 0; k < d; ++k) {
-            Real& d_q = d_qkv[i * 3 * e + h * d + k];
-            d_q = d_q + d_score * qkv[j * 3 * e + e + h * d + k];
-            Real& d_k = d_qkv[j * 3 * e + e + h * d + k];
-            d_k = d_k + d_score * qkv[i * 3 * e + h * d + k];
-          }
+          axpy(d_score, qkv + j * 3 * e + e + h * d, d_q, d);      // d_q[i] += d_score k[j]
+          axpy(d_score, q, d_qkv + j * 3 * e + e + h * d, d);      // d_k[j] += d_score q[i]
         }
       }
     }
   }
-  conv1d_backward(c.ln_1.data(), rows, e, param(2), 3 * e, a.d_qkv.data(), grad(2), grad(3), a.d_scratch.data());
+  conv1d_backward(c.ln_1.data(), rows, e, param(2), 3 * e, a.d_qkv.data(), grad(2), grad(3), a.d_scratch.data(),
+                  a.transposed);
   layer_norm_backward(c.ln_1_cache, rows, e, param(0), a.d_scratch.data(), grad(0), grad(1),
                       a.d_x.data());  // d_x is now d_input
 }

@@ -84,6 +84,7 @@ struct GptActivations {
   std::vector<Real> logits;         // rows x vocab; the loss turns them into their gradient
   std::vector<Real> d_x;            // the residual stream's gradient in the backward
   std::vector<Real> d_scratch, d_wide, d_qkv, d_attended, d_p;
+  std::vector<Real> transposed;  // a weight or the keys and values of a head, transposed
 };
 
 // The causal mask as the model derives it: mask[i][j] = 1 for j <= i.

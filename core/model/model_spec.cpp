@@ -7,7 +7,12 @@
 
 namespace zerosim {
 
-ModelSpec transformer_model(const GptSpec& spec) { return ModelSpec{{}, spec}; }
+ModelSpec transformer_model(const GptSpec& spec) {
+  ModelSpec model;
+  model.layer_widths.clear();
+  model.gpt = spec;
+  return model;
+}
 
 Status validate_model_spec(const ModelSpec& spec) {
   if (spec.gpt) {

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -40,6 +41,9 @@ struct GptSpec {
 };
 
 struct ModelSpec {
+  ModelSpec() = default;
+  // The MLP of these widths (ModelSpec{{13, 37, 5}}).
+  ModelSpec(std::vector<int64_t> widths) : layer_widths(std::move(widths)) {}  // NOLINT: implicit on purpose
   // The MLP: [input features, hidden widths..., classes]; at least two entries. Empty for a
   // transformer.
   std::vector<int64_t> layer_widths = {13, 37, 29, 5};
