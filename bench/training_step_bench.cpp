@@ -1,9 +1,10 @@
-// One ZeRO-3 training step of an MLP through run_training, on the CPU or --device cuda, at W
+// One ZeRO-3 training step of an MLP or a transformer (--model gpt:...) through run_training, on the CPU or --device cuda, at W
 // ranks (threads; with cuda, rank r on GPU r mod the GPUs visible): the median wall time of a
 // step over the steps after the first two, as JSON. The peer (PyTorch FSDP2 on the same model,
 // batch and dtype) is bench/fsdp2_step.py; bench/training_step_vs_fsdp2.sh runs both.
 // Flags: --device cpu|cuda|cuda-fast|none --world-size W --model 1024,4096,4096,1024 --micro-batch N
-// --steps K --precision fp32|fp16|bf16.
+// --steps K --precision fp32|fp16|bf16 [--sequence-length T] (the transformer's tokens per sample;
+// default its block). The transformer's peer is bench/gpt_step_peer.py (bench/gpt_step_vs_torch.sh).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -42,7 +43,7 @@ int main(int argc, char** argv) {
   using namespace zerosim;
   std::string device = "cuda", model_text = "1024,4096,4096,1024", precision_text = "bf16";
   int world_size = 2;
-  int64_t micro_batch = 64, steps = 8;
+  int64_t micro_batch = 64, steps = 8, sequence_length = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--device") device = argv[i + 1];
@@ -51,6 +52,7 @@ int main(int argc, char** argv) {
     else if (flag == "--micro-batch") micro_batch = std::atoll(argv[i + 1]);
     else if (flag == "--steps") steps = std::atoll(argv[i + 1]);
     else if (flag == "--precision") precision_text = argv[i + 1];
+    else if (flag == "--sequence-length") sequence_length = std::atoll(argv[i + 1]);  // transformer: tokens per sample
     else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
@@ -77,6 +79,7 @@ int main(int argc, char** argv) {
   config.gradient_clipping = 1.0;
   config.loss_scaler.dynamic = config.precision == Precision::kFp16;
   options.data = dataset_for_model(*model, 1 << 16, options.data.seed);
+  if (sequence_length > 0) options.data.feature_count = sequence_length;
   if (device == "none") {
     options.compute = ComputeDevice{"none", [](int, int, const ModelSpec&) -> Result<std::unique_ptr<ComputeBackend>> {
                                       return std::unique_ptr<ComputeBackend>(new NoComputeBackend());
@@ -107,7 +110,7 @@ int main(int argc, char** argv) {
   std::sort(optimizer_ms.begin(), optimizer_ms.end());
   const double median = step_ms[step_ms.size() / 2];
   int64_t parameters = 0;
-  for (const ParameterInfo& parameter : mlp_parameters(*model)) parameters += parameter.element_count;
+  for (const ParameterInfo& parameter : model_parameters(*model)) parameters += parameter.element_count;
   const nlohmann::json output = {{"engine", "zerosim"},
                                  {"device", device},
                                  {"world_size", world_size},
@@ -115,6 +118,7 @@ int main(int argc, char** argv) {
                                  {"parameters", parameters},
                                  {"precision", precision_text},
                                  {"global_batch", config.train_batch_size},
+                                 {"sequence_length", model->is_transformer() ? options.data.feature_count : 0},
                                  {"step_ms_median", median},
                                  {"optimizer_ms_median", optimizer_ms[optimizer_ms.size() / 2]},
                                  {"samples_per_s", static_cast<double>(config.train_batch_size) / (median / 1e3)},
