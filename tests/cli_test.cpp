@@ -362,6 +362,50 @@ TEST(Cli, ResumeLoadOptionsReachTheLoadAndSaySo) {
 // --freeze and --exclude-frozen-parameters: a resume takes the checkpoint's frozen set when
 // --freeze is not given and continues bit-identically (excluded values from the seed); bad uses
 // are refused naming the flag.
+// The transformer on a token file: every token checked before the first step; the checkpoint
+// names the file by its contents, so a resume finds it moved (a note, the same bits) and refuses
+// other contents under any name.
+TEST(Cli, TheTransformerOnATokenFileResumesByTheFilesContents) {
+  zerosim::TestDirectory directory;
+  auto write_tokens = [&](const std::string& name, uint16_t salt, int bad_at) {
+    std::ofstream file(directory.path() + "/" + name, std::ios::binary);
+    for (int k = 0; k < 400; ++k) {
+      const uint16_t token = k == bad_at ? uint16_t{40} : static_cast<uint16_t>((k * 7 + salt + k / 5) % 16);
+      file.write(reinterpret_cast<const char*>(&token), 2);
+    }
+  };
+  write_tokens("good.bin", 0, -1);
+  write_tokens("other.bin", 3, -1);
+  write_tokens("bad.bin", 0, 301);
+  const std::string model = " --model gpt:layers=1,embd=8,heads=2,vocab=16,block=6 --world-size 2";
+  const CommandResult bad = run_cli("train --steps 1 --dataset " + directory.path() + "/bad.bin" + model);
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_NE(bad.output.find("bad.bin: token 40 at token offset 301 is outside the vocabulary of 16"), std::string::npos)
+      << bad.output;
+  const CommandResult uninterrupted = run_cli("train --steps 6 --json --dataset " + directory.path() + "/good.bin" + model);
+  ASSERT_EQ(uninterrupted.exit_code, 0) << uninterrupted.output;
+  const std::string checkpoints = directory.path() + "/ckpt";
+  const CommandResult saved = run_cli("train --steps 3 --save-dir " + checkpoints + " --dataset " + directory.path() +
+                                      "/good.bin" + model);
+  ASSERT_EQ(saved.exit_code, 0) << saved.output;
+  std::filesystem::rename(directory.path() + "/good.bin", directory.path() + "/moved.bin");
+  const CommandResult lost = run_cli("train --resume " + checkpoints + " --steps 6");
+  EXPECT_EQ(lost.exit_code, 2) << lost.output;
+  EXPECT_NE(lost.output.find("the checkpoint's token file"), std::string::npos) << lost.output;
+  const CommandResult moved =
+      run_cli("train --resume " + checkpoints + " --steps 6 --json --world-size 4 --dataset " + directory.path() + "/moved.bin");
+  ASSERT_EQ(moved.exit_code, 0) << moved.output;
+  EXPECT_EQ(json_of(moved)["state_digest"], json_of(uninterrupted)["state_digest"]) << moved.output;
+  EXPECT_NE(moved.output.find("the same contents"), std::string::npos) << moved.output;
+  const CommandResult other = run_cli("train --resume " + checkpoints + " --steps 6 --dataset " + directory.path() + "/other.bin");
+  EXPECT_EQ(other.exit_code, 2) << other.output;
+  EXPECT_NE(other.output.find("dataset (the data position would mean other samples) differs"), std::string::npos)
+      << other.output;
+  const CommandResult mlp = run_cli("train --steps 1 --dataset " + directory.path() + "/other.bin");
+  EXPECT_EQ(mlp.exit_code, 2) << mlp.output;
+  EXPECT_NE(mlp.output.find("token files are for a transformer"), std::string::npos) << mlp.output;
+}
+
 TEST(Cli, FrozenParametersSaveResumeAndTheirRefusals) {
   zerosim::TestDirectory directory;
   const std::string freeze = " --freeze layers.0.weight --freeze layers.2.bias";

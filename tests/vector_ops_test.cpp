@@ -23,30 +23,25 @@ std::vector<float> arbitrary_floats(size_t n) {
   return values;
 }
 
-RC_GTEST_PROP(VectorOps, AddScaledIsTheScalarLoopBitForBit, ()) {
+RC_GTEST_PROP(VectorOps, EveryPathIsTheScalarLoopBitForBit, ()) {
   const size_t n = *rc::gen::inRange<size_t>(0, 100);
   const float a = *rc::gen::element(1.0f, -0.0f, 3.0e-39f, std::numeric_limits<float>::infinity(),
                                     std::bit_cast<float>(*rc::gen::arbitrary<uint32_t>()));
   const std::vector<float> x = arbitrary_floats(n);
   const std::vector<float> y = arbitrary_floats(n);
-  std::vector<float> expected = y, actual = y;
+  std::vector<float> expected = y;
   add_scaled_scalar(a, x.data(), expected.data(), n);
-  add_scaled(a, x.data(), actual.data(), n);
-  for (size_t k = 0; k < n; ++k) {
-    const bool both_nan = std::isnan(expected[k]) && std::isnan(actual[k]);
-    RC_ASSERT(both_nan || std::memcmp(&expected[k], &actual[k], sizeof(float)) == 0);
-  }
-}
-
-RC_GTEST_PROP(VectorOps, AddElementwiseIsTheScalarSum, ()) {
-  const size_t n = *rc::gen::inRange<size_t>(0, 100);
-  const std::vector<float> x = arbitrary_floats(n);
-  const std::vector<float> y = arbitrary_floats(n);
-  std::vector<float> actual = y;
-  add_elementwise(x.data(), actual.data(), n);
-  for (size_t k = 0; k < n; ++k) {
-    const float expected = y[k] + x[k];
-    RC_ASSERT((std::isnan(expected) && std::isnan(actual[k])) || std::memcmp(&expected, &actual[k], sizeof(float)) == 0);
+  using Path = void (*)(float, const float*, float*, size_t);
+  std::vector<Path> paths = {&add_scaled};
+  if (__builtin_cpu_supports("avx2")) paths.push_back(&add_scaled_avx2);
+  if (__builtin_cpu_supports("avx512f")) paths.push_back(&add_scaled_avx512);
+  for (const Path path : paths) {
+    std::vector<float> actual = y;
+    path(a, x.data(), actual.data(), n);
+    for (size_t k = 0; k < n; ++k) {
+      const bool both_nan = std::isnan(expected[k]) && std::isnan(actual[k]);
+      RC_ASSERT(both_nan || std::memcmp(&expected[k], &actual[k], sizeof(float)) == 0);
+    }
   }
 }
 
@@ -54,9 +49,15 @@ RC_GTEST_PROP(VectorOps, AddElementwiseIsTheScalarSum, ()) {
 // -1 + that is 0; a fused multiply-add would round once and give -2^-46.
 TEST(VectorOps, NoFusedMultiplyAdd) {
   const float a = 1.0f + std::ldexp(1.0f, -23);
-  std::vector<float> x(37, 1.0f - std::ldexp(1.0f, -23)), y(37, -1.0f);
-  add_scaled(a, x.data(), y.data(), x.size());
-  for (float value : y) EXPECT_EQ(value, 0.0f);
+  using Path = void (*)(float, const float*, float*, size_t);
+  std::vector<Path> paths = {&add_scaled, &add_scaled_scalar};
+  if (__builtin_cpu_supports("avx2")) paths.push_back(&add_scaled_avx2);
+  if (__builtin_cpu_supports("avx512f")) paths.push_back(&add_scaled_avx512);
+  for (const Path path : paths) {
+    std::vector<float> x(37, 1.0f - std::ldexp(1.0f, -23)), y(37, -1.0f);
+    path(a, x.data(), y.data(), x.size());
+    for (float value : y) EXPECT_EQ(value, 0.0f);
+  }
 }
 
 }  // namespace

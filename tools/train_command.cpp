@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <optional>
 #include <fstream>
 #include <iostream>
@@ -400,20 +401,31 @@ int train(const TrainFlags& given_flags, const MpiLaunch* mpi) {
                    "trains on synthetic samples\n", flags.token_file.c_str());
       return 2;
     }
-    // The file's window count is the dataset size (a change of the file shows as a change of
-    // dataset on resume).
-    TokenDatasetSpec token_spec;
-    token_spec.vocab = model->gpt->vocab;
-    token_spec.window = options.data.feature_count;
-    token_spec.file = flags.token_file;
+    // One pass over the whole file before training: every token in the vocabulary, and the
+    // digest that names its contents in the checkpoints (a resume compares it, not the path).
+    // The path is made absolute, so that a resume from another directory finds it.
+    std::error_code absolute_error;
+    const std::string path = std::filesystem::absolute(flags.token_file, absolute_error).lexically_normal().string();
+    const std::string origin = flags.resume_directory.empty() || (flags.token_file_option != nullptr &&
+                                                                  flags.token_file_option->count() > 0)
+                                   ? "--dataset"
+                                   : "the checkpoint's token file";
     RealEnv token_env;
-    Result<std::unique_ptr<TokenDataset>> tokens = TokenDataset::open(token_spec, *token_env.env().disk);
-    if (!tokens.ok()) {
-      std::fprintf(stderr, "zerosim: --dataset: %s\n", tokens.status().to_string().c_str());
-      return exit_code_for(tokens.status());
+    Result<TokenFileSummary> summary =
+        TokenDataset::scan_file(absolute_error ? flags.token_file : path, model->gpt->vocab, *token_env.env().disk);
+    if (!summary.ok()) {
+      std::fprintf(stderr, "zerosim: %s: %s\n", origin.c_str(), summary.status().to_string().c_str());
+      return exit_code_for(summary.status());
     }
-    options.data.token_file = flags.token_file;
-    options.data.sample_count = (*tokens)->sample_count();
+    const int64_t token_count = static_cast<int64_t>(summary->size_bytes / 2);
+    if (token_count < options.data.feature_count + 1) {
+      std::fprintf(stderr, "zerosim: %s: %s holds %lld tokens, fewer than one window of %lld + 1\n", origin.c_str(),
+                   path.c_str(), static_cast<long long>(token_count), static_cast<long long>(options.data.feature_count));
+      return 2;
+    }
+    options.data.token_file = absolute_error ? flags.token_file : path;
+    options.data.token_file_xxh3_128 = summary->xxh3_128;
+    options.data.sample_count = (token_count - 1) / options.data.feature_count;
   }
   if (!flags.run_id.empty()) {
     options.run_id = flags.run_id;

@@ -131,6 +131,7 @@ json manifest_to_json(const CheckpointManifest& manifest) {
                {"class_count", manifest.data.class_count}, {"seed", manifest.data.seed}};
   // Written only for a token file, so that every other checkpoint reads as before.
   if (!manifest.data.token_file.empty()) data["token_file"] = manifest.data.token_file;
+  if (!manifest.data.token_file_xxh3_128.empty()) data["token_file_xxh3_128"] = manifest.data.token_file_xxh3_128;
   json document{
       {"format", kCheckpointFormatName},
       {"format_version", manifest.format_version},
@@ -330,6 +331,14 @@ Result<CheckpointManifest> manifest_from_json(const json& document, const std::s
                                                  manifest.data.token_file + "'");
     }
   }
+  if (data->contains("token_file_xxh3_128")) {
+    ZEROSIM_ASSIGN_OR_RETURN(manifest.data.token_file_xxh3_128, reader.text(*data, "data", "token_file_xxh3_128"));
+    if (manifest.data.token_file.empty() || manifest.data.token_file_xxh3_128.size() != 32 ||
+        manifest.data.token_file_xxh3_128.find_first_not_of("0123456789abcdef") != std::string::npos) {
+      return reader.error("data.token_file_xxh3_128", "expected 32 hex digits beside token_file, found '" +
+                                                          manifest.data.token_file_xxh3_128 + "'");
+    }
+  }
   ZEROSIM_ASSIGN_OR_RETURN(manifest.seed, reader.unsigned_integer(document, "", "seed"));
   ZEROSIM_ASSIGN_OR_RETURN(std::string precision, reader.text(document, "", "precision"));
   ZEROSIM_ASSIGN_OR_RETURN(manifest.precision, parse_precision(precision, reader));
@@ -360,6 +369,12 @@ Result<CheckpointManifest> manifest_from_json(const json& document, const std::s
       }
       for (const BufferInfo& earlier : manifest.buffers) {
         if (earlier.name == name) return reader.error(parent, "'" + name + "' is listed twice");
+      }
+      // In the model's order, which is the shards' data order.
+      if (!manifest.buffers.empty()) {
+        const auto previous = std::find_if(model_buffer_list.begin(), model_buffer_list.end(),
+                                           [&](const BufferInfo& buffer) { return buffer.name == manifest.buffers.back().name; });
+        if (previous > known) return reader.error(parent, "'" + name + "' is listed after '" + previous->name + "' (the model's order puts it first)");
       }
       manifest.buffers.push_back(*known);
     }
@@ -697,11 +712,30 @@ Result<ResumeCompatibility> check_resume_compatibility(const CheckpointManifest&
                            "); the optimizer starts fresh, so the change is allowed");
   }
   const DatasetSpec& data = *target.data;
-  if (!(manifest.data == data)) {
-    auto describe = [](const DatasetSpec& spec) {
-      return std::to_string(spec.sample_count) + " samples, " + std::to_string(spec.feature_count) + " features, " +
-             std::to_string(spec.class_count) + " classes, seed " + std::to_string(spec.seed) +
-             (spec.token_file.empty() ? "" : ", token file " + spec.token_file);
+  // A token file is its contents: the same digest under another path is the same data (noted);
+  // without a digest on either side, the path is all there is to compare.
+  DatasetSpec compared_data = data;
+  if (!manifest.data.token_file_xxh3_128.empty() && manifest.data.token_file_xxh3_128 == data.token_file_xxh3_128 &&
+      manifest.data.token_file != data.token_file) {
+    result.notes.push_back("note: the token file is " + data.token_file + " now (the checkpoint's was " +
+                           manifest.data.token_file + "); the same contents (xxh3_128 " + data.token_file_xxh3_128 + ")");
+    compared_data.token_file = manifest.data.token_file;
+  }
+  if (!(manifest.data == compared_data)) {
+    const bool transformer = manifest.model.is_transformer();
+    auto describe = [transformer](const DatasetSpec& spec) {
+      std::string text = transformer ? std::to_string(spec.sample_count) + " windows of " +
+                                           std::to_string(spec.feature_count) + " tokens, vocabulary " +
+                                           std::to_string(spec.class_count)
+                                     : std::to_string(spec.sample_count) + " samples, " +
+                                           std::to_string(spec.feature_count) + " features, " +
+                                           std::to_string(spec.class_count) + " classes";
+      text += ", seed " + std::to_string(spec.seed);
+      if (!spec.token_file.empty()) {
+        text += ", token file " + spec.token_file + " (xxh3_128 " +
+                (spec.token_file_xxh3_128.empty() ? std::string("unknown") : spec.token_file_xxh3_128) + ")";
+      }
+      return text;
     };
     if (target.loads_data_position) {
       return breaking("dataset (the data position would mean other samples)", describe(manifest.data), describe(data));

@@ -142,8 +142,14 @@ Status CheckpointShardReader::read_next_tensor(const std::string& name, std::spa
   OpenShard& open = *shards_[static_cast<size_t>(sequential_rank_)];
   const SafetensorsEntry* entry = open.index.find(name);
   ZEROSIM_CHECK(entry != nullptr, "verified shard lacks a tensor");
-  ZEROSIM_CHECK(open.index.data_start_bytes + entry->begin_bytes == sequential_offset_,
-                "read_next out of the shard's data order");
+  // A header whose offsets put the tensors in another order than the writer's is damage (its
+  // checksum, checked at the end, fails too): refused before anything is read into the state.
+  if (open.index.data_start_bytes + entry->begin_bytes != sequential_offset_) {
+    return data_loss("shard " + tag_directory_ + "/" + manifest_.shards[static_cast<size_t>(sequential_rank_)].file +
+                     ": tensor " + name + " starts at byte " +
+                     std::to_string(open.index.data_start_bytes + entry->begin_bytes) + ", where the shard's data order puts byte " +
+                     std::to_string(sequential_offset_) + " (a damaged header)");
+  }
   ZEROSIM_CHECK(destination.size() == entry->end_bytes - entry->begin_bytes, "read_next destination size");
   ZEROSIM_RETURN_IF_ERROR(open.file->read_exact(sequential_offset_, destination));
   sequential_hash_->update(destination);

@@ -31,6 +31,9 @@ struct DatasetSpec {
   int64_t class_count = 5;
   uint64_t seed = 1234;
   std::string token_file;
+  // With token_file: the XXH3-128 of its contents (TokenDataset::scan_file), which a resume
+  // compares (a file changed under a checkpoint is refused; a moved one is noted). Empty: unchecked.
+  std::string token_file_xxh3_128;
   bool operator==(const DatasetSpec&) const = default;
 };
 

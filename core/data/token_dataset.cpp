@@ -1,5 +1,9 @@
 #include "core/data/token_dataset.h"
 
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "core/env/rng.h"
@@ -53,6 +57,38 @@ Result<std::unique_ptr<TokenDataset>> TokenDataset::open(const TokenDatasetSpec&
   }
   dataset->sample_count_ = (token_count - 1) / spec.window;
   return dataset;
+}
+
+Result<TokenFileSummary> TokenDataset::scan_file(const std::string& path, int64_t vocab, Disk& disk) {
+  ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<File> file, disk.open(path, FileOpenOptions{}));
+  ZEROSIM_ASSIGN_OR_RETURN(const uint64_t size, file->size_bytes());
+  if (size % 2 != 0) return data_loss(path + ": " + std::to_string(size) + " bytes is not a whole number of uint16 tokens");
+  XXH3_state_t* state = XXH3_createState();
+  ZEROSIM_CHECK(state != nullptr, "XXH3 state allocation");
+  XXH3_128bits_reset(state);
+  constexpr uint64_t kChunkBytes = uint64_t{8} << 20;
+  std::vector<uint16_t> chunk;
+  Status status;
+  for (uint64_t offset = 0; offset < size && status.ok(); offset += kChunkBytes) {
+    chunk.resize(static_cast<size_t>(std::min(kChunkBytes, size - offset) / 2));
+    status = file->read_exact(offset, std::as_writable_bytes(std::span<uint16_t>(chunk)));
+    if (!status.ok()) break;
+    XXH3_128bits_update(state, chunk.data(), chunk.size() * 2);
+    for (size_t t = 0; t < chunk.size(); ++t) {
+      if (chunk[t] >= vocab) {
+        status = data_loss(path + ": token " + std::to_string(chunk[t]) + " at token offset " +
+                           std::to_string(offset / 2 + t) + " is outside the vocabulary of " + std::to_string(vocab));
+        break;
+      }
+    }
+  }
+  const XXH128_hash_t hash = XXH3_128bits_digest(state);
+  XXH3_freeState(state);
+  ZEROSIM_RETURN_IF_ERROR(status);
+  char hex[33];
+  std::snprintf(hex, sizeof hex, "%016llx%016llx", static_cast<unsigned long long>(hash.high64),
+                static_cast<unsigned long long>(hash.low64));
+  return TokenFileSummary{size, hex};
 }
 
 Status TokenDataset::tokens(int64_t sample_index, std::span<int32_t> destination) {

@@ -1,8 +1,7 @@
 // Token sequences for the transformer (core/model/gpt.h). Sample i is a window of `window` + 1
-// tokens: the inputs and, shifted by one, the tokens they predict. When the engine trains the
-// transformer, ShuffledSampler over sample_count (dataset.h) will pick the windows as it picks
-// samples today: a position's sample the same at any world size, a checkpoint's data position
-// resuming the exact sequence (not wired into the engine yet).
+// tokens: the inputs and, shifted by one, the tokens they predict. The engine's ShuffledSampler
+// over sample_count (dataset.h) picks the windows as it picks the MLP's samples: a position's
+// sample the same at any world size, a checkpoint's data position resuming the exact sequence.
 //
 // Two sources:
 //   * synthetic (no file): a pure function of (seed, sample): its first token is drawn, and each
@@ -34,8 +33,19 @@ struct TokenDatasetSpec {
   std::string file;            // empty: synthetic
 };
 
+// What a whole pass over a token file found: its size and the XXH3-128 of its bytes (32 hex
+// digits), which names its contents whatever its path.
+struct TokenFileSummary {
+  uint64_t size_bytes = 0;
+  std::string xxh3_128;
+};
+
 class TokenDataset {
  public:
+  // Reads the whole file once, through `disk`: refuses an odd size and any token outside the
+  // vocabulary (naming its offset), and digests the contents. What a run checks up front, so a
+  // bad token fails the start of the run, not its step that samples it.
+  static Result<TokenFileSummary> scan_file(const std::string& path, int64_t vocab, Disk& disk);
   // Checks the spec (a file: its size, even and holding at least one window; opened through `disk`).
   static Result<std::unique_ptr<TokenDataset>> open(const TokenDatasetSpec& spec, Disk& disk);
   int64_t sample_count() const { return sample_count_; }

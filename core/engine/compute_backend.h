@@ -54,7 +54,8 @@ class ComputeBackend {
   virtual Result<float> loss(float gradient_scale) = 0;
   // Backward stage `stage` of the plan, in order after loss(): adds the stage's gradients into
   // `gradients` (the full tensors of its gradient range, which the engine zeroes at their first
-  // use in the micro-batch, so a tied parameter receives both uses in the plan's order).
+  // use in the micro-batch, so a tied parameter receives both uses in the plan's order). The MLP's
+  // backends may write instead of adding: each MLP parameter has one use, so the two agree.
   virtual Status backward(int64_t stage, std::span<const std::vector<float>> parameters,
                           std::span<std::vector<float>> gradients) = 0;
 

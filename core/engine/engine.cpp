@@ -143,6 +143,10 @@ Status validate_training_options(const TrainingOptions& options) {
                             " * world size " + std::to_string(options.world_size));
   }
   if (const std::optional<GptSpec>& gpt = options.model.gpt) {
+    if (gpt->vocab < 2 || gpt->vocab > 65536) {
+      return invalid_argument("model " + model_spec_to_string(options.model) + ": vocab " + std::to_string(gpt->vocab) +
+                              " cannot be trained: tokens are uint16, so the vocabulary must be in 2..65536");
+    }
     if (options.data.feature_count < 1 || options.data.feature_count > gpt->block) {
       return invalid_argument("data: sequence length " + std::to_string(options.data.feature_count) +
                               " must be in 1..the model's block " + std::to_string(gpt->block));
@@ -632,6 +636,8 @@ Result<float> RankEngine::micro_step(int64_t micro_step_index) {
   const int64_t global_micro_batch = micro_step_index * comm_.world_size() + comm_.rank();
   const int64_t first_position = counters_.global_samples + global_micro_batch * micro_batch;
   ZEROSIM_ASSIGN_OR_RETURN(const MicroBatchInput batch, load_micro_batch(first_position));
+  // No gradient is live at a micro-batch's start (a micro-step that failed midway left some).
+  std::fill(full_gradient_live_.begin(), full_gradient_live_.end(), 0);
   ZEROSIM_RETURN_IF_ERROR(compute_->begin_micro_batch(batch));
 
   // A stage's gathered weights live in one scratch buffer that the next stage's gather

@@ -353,10 +353,10 @@ class RankEngine {
   // never saved, persistent ones saved, restored and updated after every step's micro-batches.
   std::vector<BufferInfo> buffer_infos_;
   std::vector<std::vector<float>> buffers_;
-  std::vector<int64_t> step_target_counts_;
+  std::vector<int64_t> step_target_counts_;  // this rank's target tokens in the step so far
   // Defect tied_weight_untied_on_load: the head's own copy of wte, taken at its first use after
   // the load and used from then on.
-  std::vector<float> untied_head_copy_;  // this rank's target tokens in the step so far
+  std::vector<float> untied_head_copy_;
   // After a step's micro-batches: the running target frequency from the global batch's counts.
   // Collective (one all-gather of the counts).
   Status update_running_buffers();

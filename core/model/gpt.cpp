@@ -391,7 +391,6 @@ void gpt_block_forward(const GptSpec& spec, int64_t block, std::span<const std::
   const int64_t e = spec.embd, t_count = a.sequence_length, heads = spec.heads, d = e / heads, rows = row_count(a);
   const Real attention_scale = Real(1) / std::sqrt(static_cast<Real>(d));
   GptBlockCache<Real>& c = a.blocks[static_cast<size_t>(block)];
-  c.input = a.x;
   c.ln_1.resize(static_cast<size_t>(rows * e));
   layer_norm(a.x.data(), rows, e, param(0), param(1), c.ln_1.data(), c.ln_1_cache);
   c.qkv.resize(static_cast<size_t>(rows * 3 * e));

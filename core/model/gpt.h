@@ -19,7 +19,9 @@
 // gathers together (model_plan in model_spec.h): the embeddings, each block, the final
 // LayerNorm and the tied head, so that only one stage's weights need be whole at a time. A
 // stage works on the whole micro-batch (sequence-major rows), and every weight gradient is a
-// left fold over those rows in order: the same bits as one sequence after another.
+// left fold over those rows in order (the same bits as one sequence after another) except the
+// tied wte's, which folds the head's part over every row, then the embeddings' part over every
+// row: the order of the plan's two uses, fixed, so the same at every W.
 //
 // The causal mask is the model's derived buffer (model_buffers): [block, block], 1 where query
 // position i may attend to key position j. A masked score is the lowest float, as Hugging Face
@@ -68,7 +70,7 @@ struct GptLayerNormCache {
 };
 template <typename Real>
 struct GptBlockCache {
-  std::vector<Real> input, ln_1, qkv, probabilities, attended, middle, ln_2, fc, fc_gelu, fc_derivative;
+  std::vector<Real> ln_1, qkv, probabilities, attended, middle, ln_2, fc, fc_gelu, fc_derivative;
   GptLayerNormCache<Real> ln_1_cache, ln_2_cache;
 };
 template <typename Real>

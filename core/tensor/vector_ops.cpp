@@ -4,8 +4,6 @@
 
 namespace zerosim {
 
-namespace {
-
 __attribute__((target("avx512f"))) void add_scaled_avx512(float a, const float* x, float* y, size_t n) {
   const __m512 scale = _mm512_set1_ps(a);
   size_t k = 0;
@@ -30,14 +28,6 @@ __attribute__((target("avx2"))) void add_scaled_avx2(float a, const float* x, fl
   for (; k < n; ++k) y[k] = y[k] + a * x[k];
 }
 
-__attribute__((target("avx512f"))) void add_elementwise_avx512(const float* x, float* y, size_t n) {
-  size_t k = 0;
-  for (; k + 16 <= n; k += 16) _mm512_storeu_ps(y + k, _mm512_add_ps(_mm512_loadu_ps(y + k), _mm512_loadu_ps(x + k)));
-  for (; k < n; ++k) y[k] = y[k] + x[k];
-}
-
-}  // namespace
-
 void add_scaled_scalar(float a, const float* x, float* y, size_t n) {
   for (size_t k = 0; k < n; ++k) y[k] = y[k] + a * x[k];
 }
@@ -46,11 +36,6 @@ void add_scaled(float a, const float* x, float* y, size_t n) {
   if (__builtin_cpu_supports("avx512f")) return add_scaled_avx512(a, x, y, n);
   if (__builtin_cpu_supports("avx2")) return add_scaled_avx2(a, x, y, n);
   add_scaled_scalar(a, x, y, n);
-}
-
-void add_elementwise(const float* x, float* y, size_t n) {
-  if (__builtin_cpu_supports("avx512f")) return add_elementwise_avx512(x, y, n);
-  for (size_t k = 0; k < n; ++k) y[k] = y[k] + x[k];
 }
 
 }  // namespace zerosim

@@ -16,10 +16,10 @@
 namespace zerosim {
 
 void add_scaled(float a, const float* x, float* y, size_t n);
-// The scalar loop itself (the reference the SIMD paths must equal; tests).
+// Each path alone (tests): the scalar loop, which the others must equal; AVX2 and AVX-512 only
+// on a CPU that has them.
 void add_scaled_scalar(float a, const float* x, float* y, size_t n);
-
-// y[k] = y[k] + x[k].
-void add_elementwise(const float* x, float* y, size_t n);
+void add_scaled_avx2(float a, const float* x, float* y, size_t n);
+void add_scaled_avx512(float a, const float* x, float* y, size_t n);
 
 }  // namespace zerosim
