@@ -401,6 +401,13 @@ TEST(Cli, TheTransformerOnATokenFileResumesByTheFilesContents) {
   EXPECT_EQ(other.exit_code, 2) << other.output;
   EXPECT_NE(other.output.find("dataset (the data position would mean other samples) differs"), std::string::npos)
       << other.output;
+  // ckpt diff compares the persistent buffers: a save that left the buffer out differs in it.
+  const CommandResult unsaved = run_cli("train --steps 3 --save-dir " + directory.path() + "/unsaved --dataset " +
+                                        directory.path() + "/moved.bin --defect persistent_buffer_not_saved" + model);
+  ASSERT_EQ(unsaved.exit_code, 0) << unsaved.output;
+  const CommandResult diff = run_cli("ckpt diff " + checkpoints + " " + directory.path() + "/unsaved");
+  EXPECT_EQ(diff.exit_code, 1) << diff.output;
+  EXPECT_NE(diff.output.find("buffers.lm_head.target_frequency.stored: yes vs no"), std::string::npos) << diff.output;
   const CommandResult mlp = run_cli("train --steps 1 --dataset " + directory.path() + "/other.bin");
   EXPECT_EQ(mlp.exit_code, 2) << mlp.output;
   EXPECT_NE(mlp.output.find("token files are for a transformer"), std::string::npos) << mlp.output;

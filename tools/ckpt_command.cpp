@@ -361,6 +361,39 @@ Status compare_tensors(Disk& disk, const OpenedCheckpoint& a, const OpenedCheckp
     }
     return states;
   };
+  // The persistent buffers (a transformer's): which each holds, and the first element that
+  // differs, bitwise. Whole and small, so each is read at once from shard 0.
+  {
+    ScalarComparison compare(outcome.scalar_differences);
+    auto index_in = [](const CheckpointManifest& manifest, const std::string& name) -> std::optional<size_t> {
+      for (size_t i = 0; i < manifest.buffers.size(); ++i) {
+        if (manifest.buffers[i].name == name) return i;
+      }
+      return std::nullopt;
+    };
+    std::vector<std::string> names;
+    for (const BufferInfo& buffer : a.manifest.buffers) names.push_back(buffer.name);
+    for (const BufferInfo& buffer : b.manifest.buffers) {
+      if (!index_in(a.manifest, buffer.name)) names.push_back(buffer.name);
+    }
+    for (const std::string& name : names) {
+      const std::optional<size_t> in_a = index_in(a.manifest, name), in_b = index_in(b.manifest, name);
+      const std::string key = "buffers." + name;
+      if (!in_a || !in_b) {
+        compare.text((key + ".stored").c_str(), in_a ? "yes" : "no", in_b ? "yes" : "no");
+        continue;
+      }
+      std::vector<float> values_a(static_cast<size_t>(a.manifest.buffers[*in_a].element_count));
+      std::vector<float> values_b(static_cast<size_t>(b.manifest.buffers[*in_b].element_count));
+      ZEROSIM_RETURN_IF_ERROR(reader_a.read_buffer(0, *in_a, values_a));
+      ZEROSIM_RETURN_IF_ERROR(reader_b.read_buffer(0, *in_b, values_b));
+      for (size_t k = 0; k < values_a.size() && k < values_b.size(); ++k) {
+        if (std::bit_cast<uint32_t>(values_a[k]) == std::bit_cast<uint32_t>(values_b[k])) continue;
+        compare.real((key + "[" + std::to_string(k) + "]").c_str(), values_a[k], values_b[k]);
+        break;
+      }
+    }
+  }
   outcome.tensors_to_compare = 0;
   for (size_t p = 0; p < a.manifest.parameters.size(); ++p) {
     outcome.tensors_to_compare += static_cast<int64_t>(compared_states(p).size());
