@@ -9,11 +9,24 @@ namespace zerosim {
 
 namespace {
 
-class CpuMlpBackend final : public ComputeBackend {
+// What both CPU backends share: the name and AdamW on the host's SIMD path.
+class CpuBackend : public ComputeBackend {
  public:
-  CpuMlpBackend(const ModelSpec& model, SimdPath simd_path) : model_(model), simd_path_(simd_path) {}
-
+  explicit CpuBackend(SimdPath simd_path) : simd_path_(simd_path) {}
   std::string name() const override { return "cpu"; }
+  Status adam_update(const AdamStepScalars& scalars, float grad_multiplier, float* master, const float* gradient,
+                     float* exp_avg, float* exp_avg_sq, size_t count) override {
+    zerosim::adam_update(simd_path_, scalars, grad_multiplier, master, gradient, exp_avg, exp_avg_sq, count);
+    return Status();
+  }
+
+ private:
+  SimdPath simd_path_;
+};
+
+class CpuMlpBackend final : public CpuBackend {
+ public:
+  CpuMlpBackend(const ModelSpec& model, SimdPath simd_path) : CpuBackend(simd_path), model_(model) {}
 
   Status begin_micro_batch(const MicroBatchInput& batch) override {
     const size_t layer_count = static_cast<size_t>(mlp_layer_count(model_));
@@ -48,26 +61,17 @@ class CpuMlpBackend final : public ComputeBackend {
     return Status();
   }
 
-  Status adam_update(const AdamStepScalars& scalars, float grad_multiplier, float* master, const float* gradient,
-                     float* exp_avg, float* exp_avg_sq, size_t count) override {
-    zerosim::adam_update(simd_path_, scalars, grad_multiplier, master, gradient, exp_avg, exp_avg_sq, count);
-    return Status();
-  }
-
  private:
   ModelSpec model_;
-  SimdPath simd_path_;
   MlpActivations activations_;
   std::vector<int32_t> labels_;
   std::vector<float> output_gradient_, previous_gradient_;
 };
 
 // The transformer's stages (gpt.h) in model_plan's order.
-class CpuGptBackend final : public ComputeBackend {
+class CpuGptBackend final : public CpuBackend {
  public:
-  CpuGptBackend(const GptSpec& spec, SimdPath simd_path) : spec_(spec), simd_path_(simd_path) {}
-
-  std::string name() const override { return "cpu"; }
+  CpuGptBackend(const GptSpec& spec, SimdPath simd_path) : CpuBackend(simd_path), spec_(spec) {}
 
   Status begin_micro_batch(const MicroBatchInput& batch) override {
     return gpt_begin_micro_batch(spec_, batch.tokens, batch.samples, batch.sequence_length, batch.causal_mask,
@@ -105,15 +109,8 @@ class CpuGptBackend final : public ComputeBackend {
     return Status();
   }
 
-  Status adam_update(const AdamStepScalars& scalars, float grad_multiplier, float* master, const float* gradient,
-                     float* exp_avg, float* exp_avg_sq, size_t count) override {
-    zerosim::adam_update(simd_path_, scalars, grad_multiplier, master, gradient, exp_avg, exp_avg_sq, count);
-    return Status();
-  }
-
  private:
   GptSpec spec_;
-  SimdPath simd_path_;
   GptActivations<float> activations_;
 };
 

@@ -12,7 +12,6 @@ namespace zerosim {
 namespace {
 
 // Parameters per block, in module order.
-constexpr int64_t kBlockParameters = 12;
 constexpr int64_t kLayerNormEpsilonTimes1e5 = 1;  // GPT-2's layer_norm_epsilon, 1e-5
 
 template <typename Real>
@@ -251,10 +250,10 @@ std::vector<ParameterInfo> gpt_parameters(const GptSpec& spec) {
 }
 
 float gpt_initial_value(const GptSpec& spec, uint64_t seed, int64_t parameter, int64_t element) {
-  const int64_t last_block_parameter = 2 + spec.layers * kBlockParameters;
+  const int64_t last_block_parameter = gpt_final_norm_parameter(spec);
   float deviation = 0.02f;
   if (parameter >= 2 && parameter < last_block_parameter) {
-    const int64_t role = (parameter - 2) % kBlockParameters;
+    const int64_t role = (parameter - 2) % kGptBlockParameters;
     if (role == 0 || role == 6) return 1.0f;  // ln_1.weight, ln_2.weight
     if (role % 2 == 1) return 0.0f;           // biases
     if (role == 4 || role == 10) deviation = 0.02f / std::sqrt(2.0f * static_cast<float>(spec.layers));  // c_proj
@@ -322,17 +321,19 @@ Status gpt_begin_micro_batch(const GptSpec& spec, std::span<const int32_t> token
   a.tokens.assign(tokens.begin(), tokens.end());
   a.causal_mask = causal_mask;
   a.blocks.resize(static_cast<size_t>(spec.layers));
+  a.parameter_element_counts.clear();
+  for (const ParameterInfo& parameter : gpt_parameters(spec)) a.parameter_element_counts.push_back(parameter.element_count);
   return Status();
 }
 
 namespace {
 
 template <typename Real>
-void check_stage(std::span<const std::vector<Real>> tensors, const std::vector<ParameterInfo>& infos, int64_t first,
+void check_stage(std::span<const std::vector<Real>> tensors, const std::vector<int64_t>& element_counts, int64_t first,
                  int64_t count) {
   ZEROSIM_CHECK(static_cast<int64_t>(tensors.size()) == count, "one tensor per parameter of the stage");
   for (int64_t k = 0; k < count; ++k) {
-    ZEROSIM_CHECK(static_cast<int64_t>(tensors[static_cast<size_t>(k)].size()) == infos[static_cast<size_t>(first + k)].element_count,
+    ZEROSIM_CHECK(static_cast<int64_t>(tensors[static_cast<size_t>(k)].size()) == element_counts[static_cast<size_t>(first + k)],
                   "full tensors");
   }
 }
@@ -367,8 +368,8 @@ void head_transposed(const Real* qkv, int64_t t_count, int64_t e, int64_t offset
 
 template <typename Real>
 void gpt_embeddings_forward(const GptSpec& spec, std::span<const std::vector<Real>> parameters, GptActivations<Real>& a) {
-  const std::vector<ParameterInfo> infos = gpt_parameters(spec);
-  check_stage(parameters, infos, 0, 2);
+  const std::vector<int64_t>& counts = a.parameter_element_counts;
+  check_stage(parameters, counts, 0, 2);
   const int64_t e = spec.embd, t_count = a.sequence_length;
   const Real* wte = parameters[0].data();
   const Real* wpe = parameters[1].data();
@@ -385,8 +386,8 @@ void gpt_embeddings_forward(const GptSpec& spec, std::span<const std::vector<Rea
 template <typename Real>
 void gpt_block_forward(const GptSpec& spec, int64_t block, std::span<const std::vector<Real>> parameters,
                        GptActivations<Real>& a) {
-  const std::vector<ParameterInfo> infos = gpt_parameters(spec);
-  check_stage(parameters, infos, 2 + block * kBlockParameters, kBlockParameters);
+  const std::vector<int64_t>& counts = a.parameter_element_counts;
+  check_stage(parameters, counts, gpt_block_first_parameter(block), kGptBlockParameters);
   auto param = [&](int64_t k) { return parameters[static_cast<size_t>(k)].data(); };
   const int64_t e = spec.embd, t_count = a.sequence_length, heads = spec.heads, d = e / heads, rows = row_count(a);
   const Real attention_scale = Real(1) / std::sqrt(static_cast<Real>(d));
@@ -463,9 +464,9 @@ void gpt_block_forward(const GptSpec& spec, int64_t block, std::span<const std::
 
 template <typename Real>
 void gpt_final_norm_forward(const GptSpec& spec, std::span<const std::vector<Real>> parameters, GptActivations<Real>& a) {
-  const std::vector<ParameterInfo> infos = gpt_parameters(spec);
-  const int64_t ln_f = 2 + spec.layers * kBlockParameters;
-  check_stage(parameters, infos, ln_f, 2);
+  const std::vector<int64_t>& counts = a.parameter_element_counts;
+  const int64_t ln_f = gpt_final_norm_parameter(spec);
+  check_stage(parameters, counts, ln_f, 2);
   const int64_t rows = row_count(a), e = spec.embd;
   a.final_normalized.resize(static_cast<size_t>(rows * e));
   layer_norm(a.x.data(), rows, e, parameters[0].data(), parameters[1].data(), a.final_normalized.data(), a.final_cache);
@@ -473,8 +474,8 @@ void gpt_final_norm_forward(const GptSpec& spec, std::span<const std::vector<Rea
 
 template <typename Real>
 void gpt_head_forward(const GptSpec& spec, std::span<const std::vector<Real>> parameters, GptActivations<Real>& a) {
-  const std::vector<ParameterInfo> infos = gpt_parameters(spec);
-  check_stage(parameters, infos, 0, 1);
+  const std::vector<int64_t>& counts = a.parameter_element_counts;
+  check_stage(parameters, counts, 0, 1);
   const int64_t rows = row_count(a), e = spec.embd, v = spec.vocab;
   const Real* wte = parameters[0].data();
   // The tied head: logits[r][w] = sum_i normalized[r][i] wte[w][i] (folds in i, through wte^T).
@@ -514,9 +515,9 @@ Real gpt_loss(const GptSpec& spec, Real gradient_scale, GptActivations<Real>& a)
 template <typename Real>
 void gpt_head_backward(const GptSpec& spec, std::span<const std::vector<Real>> parameters,
                        std::span<std::vector<Real>> gradients, GptActivations<Real>& a) {
-  const std::vector<ParameterInfo> infos = gpt_parameters(spec);
-  check_stage(parameters, infos, 0, 1);
-  check_stage(std::span<const std::vector<Real>>(gradients.data(), gradients.size()), infos, 0, 1);
+  const std::vector<int64_t>& counts = a.parameter_element_counts;
+  check_stage(parameters, counts, 0, 1);
+  check_stage(std::span<const std::vector<Real>>(gradients.data(), gradients.size()), counts, 0, 1);
   const int64_t rows = row_count(a), e = spec.embd, v = spec.vocab;
   const Real* wte = parameters[0].data();
   Real* d_wte = gradients[0].data();
@@ -530,10 +531,10 @@ void gpt_head_backward(const GptSpec& spec, std::span<const std::vector<Real>> p
 template <typename Real>
 void gpt_final_norm_backward(const GptSpec& spec, std::span<const std::vector<Real>> parameters,
                              std::span<std::vector<Real>> gradients, GptActivations<Real>& a) {
-  const std::vector<ParameterInfo> infos = gpt_parameters(spec);
-  const int64_t ln_f = 2 + spec.layers * kBlockParameters;
-  check_stage(parameters, infos, ln_f, 2);
-  check_stage(std::span<const std::vector<Real>>(gradients.data(), gradients.size()), infos, ln_f, 2);
+  const std::vector<int64_t>& counts = a.parameter_element_counts;
+  const int64_t ln_f = gpt_final_norm_parameter(spec);
+  check_stage(parameters, counts, ln_f, 2);
+  check_stage(std::span<const std::vector<Real>>(gradients.data(), gradients.size()), counts, ln_f, 2);
   const int64_t rows = row_count(a), e = spec.embd;
   a.d_x.assign(static_cast<size_t>(rows * e), Real(0));
   layer_norm_backward(a.final_cache, rows, e, parameters[0].data(), a.d_scratch.data(), gradients[0].data(),
@@ -543,10 +544,10 @@ void gpt_final_norm_backward(const GptSpec& spec, std::span<const std::vector<Re
 template <typename Real>
 void gpt_block_backward(const GptSpec& spec, int64_t block, std::span<const std::vector<Real>> parameters,
                         std::span<std::vector<Real>> gradients, GptActivations<Real>& a) {
-  const std::vector<ParameterInfo> infos = gpt_parameters(spec);
-  const int64_t base = 2 + block * kBlockParameters;
-  check_stage(parameters, infos, base, kBlockParameters);
-  check_stage(std::span<const std::vector<Real>>(gradients.data(), gradients.size()), infos, base, kBlockParameters);
+  const std::vector<int64_t>& counts = a.parameter_element_counts;
+  const int64_t base = gpt_block_first_parameter(block);
+  check_stage(parameters, counts, base, kGptBlockParameters);
+  check_stage(std::span<const std::vector<Real>>(gradients.data(), gradients.size()), counts, base, kGptBlockParameters);
   auto param = [&](int64_t k) { return parameters[static_cast<size_t>(k)].data(); };
   auto grad = [&](int64_t k) { return gradients[static_cast<size_t>(k)].data(); };
   const int64_t e = spec.embd, t_count = a.sequence_length, heads = spec.heads, d = e / heads, rows = row_count(a);
@@ -617,8 +618,8 @@ void gpt_block_backward(const GptSpec& spec, int64_t block, std::span<const std:
 
 template <typename Real>
 void gpt_embeddings_backward(const GptSpec& spec, std::span<std::vector<Real>> gradients, GptActivations<Real>& a) {
-  const std::vector<ParameterInfo> infos = gpt_parameters(spec);
-  check_stage(std::span<const std::vector<Real>>(gradients.data(), gradients.size()), infos, 0, 2);
+  const std::vector<int64_t>& counts = a.parameter_element_counts;
+  check_stage(std::span<const std::vector<Real>>(gradients.data(), gradients.size()), counts, 0, 2);
   const int64_t e = spec.embd, t_count = a.sequence_length;
   Real* d_wte = gradients[0].data();
   Real* d_wpe = gradients[1].data();
@@ -646,18 +647,18 @@ Result<Real> gpt_forward_backward(const GptSpec& spec, const std::vector<std::ve
   ZEROSIM_RETURN_IF_ERROR(gpt_begin_micro_batch(spec, tokens, sequence_count, sequence_length, mask, a));
   const std::span<const std::vector<Real>> all(parameters);
   const std::span<std::vector<Real>> all_gradients(gradients);
-  const size_t ln_f = static_cast<size_t>(2 + spec.layers * kBlockParameters);
-  auto block_span = [&](int64_t l) { return static_cast<size_t>(2 + l * kBlockParameters); };
+  const size_t ln_f = static_cast<size_t>(gpt_final_norm_parameter(spec));
+  auto block_span = [&](int64_t l) { return static_cast<size_t>(gpt_block_first_parameter(l)); };
   gpt_embeddings_forward(spec, all.subspan(0, 2), a);
-  for (int64_t l = 0; l < spec.layers; ++l) gpt_block_forward(spec, l, all.subspan(block_span(l), kBlockParameters), a);
+  for (int64_t l = 0; l < spec.layers; ++l) gpt_block_forward(spec, l, all.subspan(block_span(l), kGptBlockParameters), a);
   gpt_final_norm_forward(spec, all.subspan(ln_f, 2), a);
   gpt_head_forward(spec, all.subspan(0, 1), a);
   const Real loss = gpt_loss(spec, gradient_scale, a);
   gpt_head_backward(spec, all.subspan(0, 1), all_gradients.subspan(0, 1), a);
   gpt_final_norm_backward(spec, all.subspan(ln_f, 2), all_gradients.subspan(ln_f, 2), a);
   for (int64_t l = spec.layers - 1; l >= 0; --l) {
-    gpt_block_backward(spec, l, all.subspan(block_span(l), kBlockParameters),
-                       all_gradients.subspan(block_span(l), kBlockParameters), a);
+    gpt_block_backward(spec, l, all.subspan(block_span(l), kGptBlockParameters),
+                       all_gradients.subspan(block_span(l), kGptBlockParameters), a);
   }
   gpt_embeddings_backward(spec, all_gradients.subspan(0, 2), a);
   return loss;

@@ -47,6 +47,11 @@ Status validate_gpt_spec(const GptSpec& spec);
 Result<GptSpec> parse_gpt_spec(const std::string& text);
 std::string gpt_spec_to_string(const GptSpec& spec);
 
+// The layout of gpt_parameters: wte, wpe, then 12 per block, then ln_f's weight and bias.
+inline constexpr int64_t kGptBlockParameters = 12;
+inline int64_t gpt_block_first_parameter(int64_t block) { return 2 + block * kGptBlockParameters; }
+inline int64_t gpt_final_norm_parameter(const GptSpec& spec) { return gpt_block_first_parameter(spec.layers); }
+
 // Module order, Hugging Face names; the element count of each parameter.
 std::vector<ParameterInfo> gpt_parameters(const GptSpec& spec);
 
@@ -79,6 +84,7 @@ struct GptActivations {
   int64_t sequence_length = 0;
   std::vector<int32_t> tokens;      // sequence_count x (sequence_length + 1)
   std::span<const float> causal_mask;  // [block, block], the caller's, alive for the micro-batch
+  std::vector<int64_t> parameter_element_counts;  // gpt_parameters' counts, for the stages' checks
   std::vector<Real> x;              // the residual stream, rows x embd
   std::vector<GptBlockCache<Real>> blocks;
   std::vector<Real> final_normalized;

@@ -94,18 +94,17 @@ ModelPlan model_plan(const ModelSpec& spec) {
     return plan;
   }
   const int64_t blocks = spec.gpt->layers;
-  const int64_t parameters_per_block = 12;
-  const int64_t ln_f = 2 + blocks * parameters_per_block;
+  const int64_t ln_f = gpt_final_norm_parameter(*spec.gpt);
   plan.forward.push_back({{0, 2}});  // wte, wpe
   for (int64_t l = 0; l < blocks; ++l) {
-    plan.forward.push_back({{2 + l * parameters_per_block, 2 + (l + 1) * parameters_per_block}});
+    plan.forward.push_back({{gpt_block_first_parameter(l), gpt_block_first_parameter(l + 1)}});
   }
   plan.forward.push_back({{ln_f, ln_f + 2}});
   plan.forward.push_back({{0, 1}, true});  // the tied head: wte's second use
   plan.backward.push_back({{0, 1}, {0, 1}, -1, true});  // wte's gradient starts; not final yet
   plan.backward.push_back({{ln_f, ln_f + 2}, {ln_f, ln_f + 2}, blocks + 1});
   for (int64_t l = blocks - 1; l >= 0; --l) {
-    const ParameterRange block{2 + l * parameters_per_block, 2 + (l + 1) * parameters_per_block};
+    const ParameterRange block{gpt_block_first_parameter(l), gpt_block_first_parameter(l + 1)};
     plan.backward.push_back({block, block, l + 1});
   }
   plan.backward.push_back({{0, 0}, {0, 2}, 0});  // the embeddings: no weight needed
