@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # On the GPU machine: a training step of a GPT-2-shaped transformer in zerosim's CPU engine (W
 # ranks on the host's cores, one sequence each) beside the same model, batch and sequence length
-# in PyTorch on the CPU (fp32, all threads) and in PyTorch FSDP2 on one GPU (bf16, fused AdamW),
-# in one run; prints the JSON lines and the ratios peer time / zerosim time (>= 1.0: zerosim
-# faster). zerosim's transformer has no CUDA kernels yet (--device cuda refuses it), so both
-# ratios are against its CPU step.
+# in PyTorch on the CPU (fp32, all threads); and zerosim on one GPU (W = 1, bf16 parameters,
+# deterministic kernels and cuda-fast) beside PyTorch FSDP2 on that GPU (bf16, fused AdamW), in
+# one run; prints the JSON lines and the ratios peer time / zerosim time (>= 1.0: zerosim faster).
 #   bench/gpt_step_vs_torch.sh BUILD_DIR [MODEL] [BATCH] [SEQUENCE_LENGTH]
 set -euo pipefail
 build=${1:?usage: gpt_step_vs_torch.sh BUILD_DIR [MODEL] [BATCH] [SEQUENCE_LENGTH]}
@@ -15,17 +14,26 @@ here=$(dirname "$0")
 ours=$("$build/bench/training_step_bench" --device cpu --world-size "$batch" --model "$model" --micro-batch 1 \
        --sequence-length "$length" --steps 3 --precision fp32)
 echo "$ours"
+ours_cuda=$("$build/bench/training_step_bench" --device cuda --world-size 1 --model "$model" --micro-batch "$batch" \
+            --sequence-length "$length" --steps 3 --precision bf16)
+echo "$ours_cuda"
+ours_fast=$("$build/bench/training_step_bench" --device cuda-fast --world-size 1 --model "$model" --micro-batch "$batch" \
+            --sequence-length "$length" --steps 3 --precision bf16)
+echo "$ours_fast"
 cpu=$(python3 "$here/gpt_step_peer.py" --device cpu --model "$model" --batch "$batch" --sequence-length "$length")
 echo "$cpu"
 gpu=$(NCCL_NVLS_ENABLE=0 torchrun --standalone --nproc_per_node 1 "$here/gpt_step_peer.py" --device cuda \
       --model "$model" --batch "$batch" --sequence-length "$length" 2>/dev/null | grep '^{')
 echo "$gpu"
-python3 - "$ours" "$cpu" "$gpu" <<'PY'
+python3 - "$ours" "$cpu" "$gpu" "$ours_cuda" "$ours_fast" <<'PY'
 import json, sys
-ours, cpu, gpu = (json.loads(a) for a in sys.argv[1:4])
+ours, cpu, gpu, cuda, fast = (json.loads(a) for a in sys.argv[1:6])
 z = ours['step_ms_median']
+g = gpu['step_ms_median']
 print(f"{ours['model']} ({ours['parameters']} parameters), {ours['global_batch']} x {ours['sequence_length']} tokens: "
       f"zerosim CPU (W={ours['world_size']}) {z:.0f} ms/step; PyTorch CPU ({cpu['threads']} threads) "
-      f"{cpu['step_ms_median']:.0f} ms/step, ratio {cpu['step_ms_median'] / z:.3f}; FSDP2 on one GPU (bf16) "
-      f"{gpu['step_ms_median']:.1f} ms/step, ratio {gpu['step_ms_median'] / z:.4f}")
+      f"{cpu['step_ms_median']:.0f} ms/step, ratio {cpu['step_ms_median'] / z:.3f}")
+print(f"one GPU: FSDP2 (bf16) {g:.1f} ms/step; zerosim cuda {cuda['step_ms_median']:.0f} ms/step, ratio "
+      f"{g / cuda['step_ms_median']:.4f}; zerosim cuda-fast {fast['step_ms_median']:.0f} ms/step, ratio "
+      f"{g / fast['step_ms_median']:.4f}")
 PY

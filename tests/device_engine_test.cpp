@@ -65,7 +65,7 @@ std::string first_step_difference(const TrainingRun& expected, const TrainingRun
 TEST(DeviceEngine, EveryConfigurationHasTheCpuBitsAtEveryStep) {
   if (usable_cuda_devices() == 0) GTEST_SKIP() << "no CUDA device";
   const ComputeDevice cuda = cuda_device();
-  for (const ModelSpec& model : {ModelSpec{}, ModelSpec{{64, 256, 128, 10}}}) {
+  for (const ModelSpec& model : {ModelSpec{}, ModelSpec{{64, 256, 128, 10}}, transformer_model(GptSpec{2, 24, 3, 41, 6})}) {
     for (Precision precision : {Precision::kFp32, Precision::kFp16, Precision::kBf16}) {
       for (int world_size : {1, 2, 3}) {
         for (int placement : {0, 1, 2}) {
@@ -91,10 +91,12 @@ TEST(DeviceEngine, EveryConfigurationHasTheCpuBitsAtEveryStep) {
 
 TEST(DeviceEngine, SaveAndResumeOnTheGpuIsBitIdenticalAtAnyWorldSizeAndOnTheCpu) {
   if (usable_cuda_devices() == 0) GTEST_SKIP() << "no CUDA device";
-  for (Precision precision : {Precision::kFp16, Precision::kBf16}) {
-    SCOPED_TRACE(precision_name(precision));
+  for (const auto& [model, precision] : {std::pair{ModelSpec{{32, 96, 64, 7}}, Precision::kFp16},
+                                         std::pair{ModelSpec{{32, 96, 64, 7}}, Precision::kBf16},
+                                         std::pair{transformer_model(GptSpec{2, 16, 2, 29, 5}), Precision::kBf16}}) {
+    SCOPED_TRACE(model_spec_to_string(model) + " " + precision_name(precision));
     TestDirectory directory;
-    TrainingOptions options = make_options(ModelSpec{{32, 96, 64, 7}}, precision, 2, 2, 2, 1000, 41);
+    TrainingOptions options = make_options(model, precision, 2, 2, 2, 1000, 41);
     options.compute = cuda_device();
     options.digest_every_step = true;
     place_state(options, 1, directory.path() + "/nvme");
@@ -195,42 +197,45 @@ TEST(DeviceEngine, FastModeLayersComputeTheCpuLayersToRounding) {
 // bits (on one GPU model: the ranks of W = 2 run on both H200s where there are two).
 TEST(DeviceEngine, FastModeIsReproducibleAndResumesBitIdentically) {
   if (usable_cuda_devices() == 0) GTEST_SKIP() << "no CUDA device";
-  TestDirectory directory;
-  TrainingOptions options = make_options(ModelSpec{{64, 256, 128, 10}}, Precision::kBf16, 4, 2, 2, 5000, 43);
-  options.compute = cuda_device(CudaGemm::kCublas);
-  options.digest_every_step = true;
-  Result<TrainingRun> reference = train(options, 8);
-  ASSERT_TRUE(reference.ok()) << reference.status().to_string();
-  Result<TrainingRun> again = train(options, 8);
-  ASSERT_TRUE(again.ok()) << again.status().to_string();
-  EXPECT_EQ(first_step_difference(*reference, *again), "");
-  TrainingOptions deterministic = options;
-  deterministic.compute = cuda_device();
-  Result<TrainingRun> exact = train(deterministic, 8);
-  ASSERT_TRUE(exact.ok()) << exact.status().to_string();
-  // Another summation order: not the same bits (else the mode would not be using cuBLAS), the
-  // same training to a few ULP of the loss.
-  EXPECT_NE(exact->digests.params, reference->digests.params);
-  EXPECT_NEAR(exact->steps[0].loss, reference->steps[0].loss, 1e-5f * std::abs(exact->steps[0].loss));
+  for (const ModelSpec& model : {ModelSpec{{64, 256, 128, 10}}, transformer_model(GptSpec{2, 64, 2, 97, 12})}) {
+    SCOPED_TRACE(model_spec_to_string(model));
+    TestDirectory directory;
+    TrainingOptions options = make_options(model, Precision::kBf16, 4, 2, 2, 5000, 43);
+    options.compute = cuda_device(CudaGemm::kCublas);
+    options.digest_every_step = true;
+    Result<TrainingRun> reference = train(options, 8);
+    ASSERT_TRUE(reference.ok()) << reference.status().to_string();
+    Result<TrainingRun> again = train(options, 8);
+    ASSERT_TRUE(again.ok()) << again.status().to_string();
+    EXPECT_EQ(first_step_difference(*reference, *again), "");
+    TrainingOptions deterministic = options;
+    deterministic.compute = cuda_device();
+    Result<TrainingRun> exact = train(deterministic, 8);
+    ASSERT_TRUE(exact.ok()) << exact.status().to_string();
+    // Another summation order: not the same bits (else the mode would not be using cuBLAS), the
+    // same training to a few ULP of the loss.
+    EXPECT_NE(exact->digests.params, reference->digests.params);
+    EXPECT_NEAR(exact->steps[0].loss, reference->steps[0].loss, 1e-5f * std::abs(exact->steps[0].loss));
 
-  CheckpointPlan saving;
-  saving.save_directory = directory.path() + "/checkpoints";
-  saving.save_every_steps = 4;
-  ASSERT_TRUE(train(options, 4, saving).ok());
-  for (int resume_world_size : {2, 1}) {
-    SCOPED_TRACE("resume at W=" + std::to_string(resume_world_size));
-    TrainingOptions resumed_options = options;
-    resumed_options.world_size = resume_world_size;
-    resumed_options.config.gradient_accumulation_steps = options.config.train_batch_size /
-                                                         (options.config.micro_batch_size * resume_world_size);
-    CheckpointPlan resuming;
-    resuming.resume_directory = saving.save_directory;
-    Result<TrainingRun> resumed = train(resumed_options, 8, resuming);
-    ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
-    ASSERT_EQ(resumed->steps.size(), 4u);
-    for (size_t k = 0; k < 4; ++k) {
-      EXPECT_EQ(first_differing_component(reference->step_digests[4 + k], resumed->step_digests[k]), "")
-          << "step " << 5 + k;
+    CheckpointPlan saving;
+    saving.save_directory = directory.path() + "/checkpoints";
+    saving.save_every_steps = 4;
+    ASSERT_TRUE(train(options, 4, saving).ok());
+    for (int resume_world_size : {2, 1}) {
+      SCOPED_TRACE("resume at W=" + std::to_string(resume_world_size));
+      TrainingOptions resumed_options = options;
+      resumed_options.world_size = resume_world_size;
+      resumed_options.config.gradient_accumulation_steps = options.config.train_batch_size /
+                                                           (options.config.micro_batch_size * resume_world_size);
+      CheckpointPlan resuming;
+      resuming.resume_directory = saving.save_directory;
+      Result<TrainingRun> resumed = train(resumed_options, 8, resuming);
+      ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
+      ASSERT_EQ(resumed->steps.size(), 4u);
+      for (size_t k = 0; k < 4; ++k) {
+        EXPECT_EQ(first_differing_component(reference->step_digests[4 + k], resumed->step_digests[k]), "")
+            << "step " << 5 + k;
+      }
     }
   }
 }

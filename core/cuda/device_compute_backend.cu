@@ -1,4 +1,3 @@
-#include "core/cuda/cublas_library.h"
 #include "core/cuda/device_compute_backend.h"
 
 #include <cublas_v2.h>
@@ -9,8 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/cuda/device_adamw.h"
-#include "core/cuda/device_array.h"
+#include "core/cuda/cuda_backend_base.h"
 #include "core/cuda/device_mlp.h"
 #include "core/model/mlp.h"
 
@@ -49,39 +47,16 @@ __global__ void relu_mask_kernel(int64_t count, const float* previous_pre_activa
   }
 }
 
-class CudaComputeBackend final : public ComputeBackend {
+class CudaComputeBackend final : public CudaBackendBase {
  public:
-  CudaComputeBackend(const ModelSpec& model, int device, CudaGemm gemm) : model_(model), device_(device), gemm_(gemm) {}
-  ~CudaComputeBackend() override {
-    cudaSetDevice(device_);
-    if (cublas_ != nullptr) blas_library_->destroy(cublas_);
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
-  }
+  CudaComputeBackend(const ModelSpec& model, int device, CudaGemm gemm) : CudaBackendBase(device, gemm), model_(model) {}
 
   Status start() {
-    ZEROSIM_RETURN_IF_ERROR(cuda("cudaSetDevice", cudaSetDevice(device_)));
-    ZEROSIM_RETURN_IF_ERROR(cuda("cudaStreamCreateWithFlags", cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)));
-    if (gemm_ == CudaGemm::kCublas) {
-      ZEROSIM_ASSIGN_OR_RETURN(blas_library_, CublasLibrary::load());
-      ZEROSIM_RETURN_IF_ERROR(blas("cublasCreate", blas_library_->create(&cublas_)));
-      ZEROSIM_RETURN_IF_ERROR(blas("cublasSetStream", blas_library_->set_stream(cublas_, stream_)));
-      // Plain fp32 FMA GEMMs (no TF32): the default math mode, named so that an environment
-      // override cannot change what the mode computes.
-      ZEROSIM_RETURN_IF_ERROR(blas("cublasSetMathMode", blas_library_->set_math_mode(cublas_, CUBLAS_PEDANTIC_MATH)));
-      // A workspace of its own, so that no other stream's use of cuBLAS can change the
-      // algorithm's reduction order (cuBLAS's reproducibility condition).
-      ZEROSIM_RETURN_IF_ERROR(cuda("cudaMalloc (cuBLAS workspace)", cublas_workspace_.reserve(kCublasWorkspaceBytes)));
-      ZEROSIM_RETURN_IF_ERROR(blas("cublasSetWorkspace", blas_library_->set_workspace(cublas_, cublas_workspace_.as<void>(),
-                                                                            kCublasWorkspaceBytes)));
-    }
+    ZEROSIM_RETURN_IF_ERROR(CudaBackendBase::start());
     const size_t layer_count = static_cast<size_t>(mlp_layer_count(model_));
     inputs_.resize(layer_count);
     pre_activations_.resize(layer_count);
     return Status();
-  }
-
-  std::string name() const override {
-    return std::string(gemm_ == CudaGemm::kCublas ? "cuda-fast:" : "cuda:") + std::to_string(device_);
   }
 
   Status begin_micro_batch(const MicroBatchInput& batch) override {
@@ -177,35 +152,7 @@ class CudaComputeBackend final : public ComputeBackend {
     return in_layer(layer_index, cuda("cudaStreamSynchronize (layer gradients)", cudaStreamSynchronize(stream_)));
   }
 
-  Status adam_update(const AdamStepScalars& scalars, float grad_multiplier, float* master, const float* gradient,
-                     float* exp_avg, float* exp_avg_sq, size_t count) override {
-    if (count == 0) return Status();
-    ZEROSIM_RETURN_IF_ERROR(cuda("cudaSetDevice", cudaSetDevice(device_)));
-    const size_t bytes = count * sizeof(float);
-    const float* sources[4] = {master, gradient, exp_avg, exp_avg_sq};
-    for (int k = 0; k < 4; ++k) {
-      ZEROSIM_RETURN_IF_ERROR(cuda("cudaMalloc (optimizer state)", optimizer_state_[k].reserve(bytes)));
-      ZEROSIM_RETURN_IF_ERROR(cuda("cudaMemcpyAsync (optimizer state in)",
-                                   cudaMemcpyAsync(optimizer_state_[k].as<float>(), sources[k], bytes,
-                                                   cudaMemcpyHostToDevice, stream_)));
-    }
-    const DeviceAdamTensor tensor{optimizer_state_[0].as<float>(), optimizer_state_[1].as<float>(),
-                                  optimizer_state_[2].as<float>(), optimizer_state_[3].as<float>(),
-                                  static_cast<int64_t>(count)};
-    ZEROSIM_RETURN_IF_ERROR(device_adam_update(scalars, grad_multiplier, std::span<const DeviceAdamTensor>(&tensor, 1), stream_));
-    float* destinations[3] = {master, exp_avg, exp_avg_sq};
-    const int source_of[3] = {0, 2, 3};
-    for (int k = 0; k < 3; ++k) {
-      ZEROSIM_RETURN_IF_ERROR(cuda("cudaMemcpyAsync (optimizer state out)",
-                                   cudaMemcpyAsync(destinations[k], optimizer_state_[source_of[k]].as<float>(), bytes,
-                                                   cudaMemcpyDeviceToHost, stream_)));
-    }
-    return cuda("cudaStreamSynchronize (optimizer step)", cudaStreamSynchronize(stream_));
-  }
-
  private:
-  static constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
-
   // Row-major [samples, out] = [samples, in] x [out, in]^T is, to column-major cuBLAS, the
   // [out, samples] product W^T(as stored) x X: op(A) = T on the weight (lda = in).
   Status fast_forward(int64_t layer_index) {
@@ -252,12 +199,6 @@ class CudaComputeBackend final : public ComputeBackend {
     return cuda("relu_mask_kernel", cudaGetLastError());
   }
 
-  Status blas(const char* call, cublasStatus_t status) const {
-    if (status == CUBLAS_STATUS_SUCCESS) return Status();
-    return failed_precondition(std::string(call) + " on CUDA device " + std::to_string(device_) + ": " +
-                               blas_library_->status_name(status) + " (" + blas_library_->status_string(status) + ")");
-  }
-
   static size_t bytes_of(int64_t floats) { return static_cast<size_t>(std::max<int64_t>(floats, 1)) * sizeof(float); }
 
   DeviceLayerShape shape(int64_t layer_index) const {
@@ -277,39 +218,24 @@ class CudaComputeBackend final : public ComputeBackend {
                                                       cudaMemcpyHostToDevice, stream_)));
   }
 
-  Status cuda(const char* call, cudaError_t error) const {
-    if (error == cudaSuccess) return Status();
-    return failed_precondition(std::string(call) + " on CUDA device " + std::to_string(device_) + ": " +
-                               cudaGetErrorName(error) + " (" + cudaGetErrorString(error) + ")");
-  }
   static Status in_layer(int64_t layer_index, Status status) {
     if (status.ok()) return status;
     return Status(status.code(), "layers." + std::to_string(layer_index) + ": " + status.message());
   }
 
   ModelSpec model_;
-  int device_;
-  CudaGemm gemm_;
-  cudaStream_t stream_ = nullptr;
-  std::unique_ptr<CublasLibrary> blas_library_;  // loaded for CudaGemm::kCublas only
-  cublasHandle_t cublas_ = nullptr;
-  DeviceArray cublas_workspace_;
   int64_t samples_ = 0;
   std::vector<DeviceArray> inputs_, pre_activations_;
   DeviceArray output_gradients_[2];  // the gradient of the current layer's output, and the next one's
   int current_gradient_ = 0;
   DeviceArray labels_, sample_losses_;  // sample_losses_ holds the samples' losses, then the mean
   DeviceArray weight_, bias_, weight_gradient_, bias_gradient_;
-  DeviceArray optimizer_state_[4];  // master, gradient, exp_avg, exp_avg_sq of one sub-group
 };
 
 }  // namespace
 
 Result<std::unique_ptr<ComputeBackend>> make_cuda_compute_backend(const ModelSpec& model, int device, CudaGemm gemm) {
-  if (model.is_transformer()) {
-    return unimplemented("--device cuda: the transformer (" + model_spec_to_string(model) +
-                         ") has no CUDA kernels yet; train it with --device cpu");
-  }
+  if (model.is_transformer()) return make_cuda_gpt_backend(*model.gpt, device, gemm);
   auto backend = std::make_unique<CudaComputeBackend>(model, device, gemm);
   ZEROSIM_RETURN_IF_ERROR(backend->start());
   return Result<std::unique_ptr<ComputeBackend>>(std::unique_ptr<ComputeBackend>(std::move(backend)));

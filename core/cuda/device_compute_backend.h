@@ -1,6 +1,7 @@
 // The compute seam (core/engine/compute_backend.h) on a CUDA device: a rank's micro-batch
-// forward, loss and backward run with the deterministic kernels of device_mlp.h, and its AdamW
-// updates with the fused kernel of device_adamw.h, so the device writes the CPU backend's bits.
+// forward, loss and backward run with deterministic kernels (the MLP's in device_mlp.h, the
+// transformer's in device_gpt_backend.cu), and its AdamW updates with the fused kernel of
+// device_adamw.h, so the device writes the CPU backend's bits.
 //
 // Where the data lives: the micro-batch's activations and the logits' gradient stay in device
 // memory from begin_micro_batch to the last backward stage; each layer's gathered weights come
@@ -31,8 +32,8 @@ namespace zerosim {
 
 enum class CudaGemm { kDeterministic, kCublas };
 
-// A backend on CUDA device `device`, for the MLP. Fails (kFailedPrecondition) without the CUDA
-// backend or when the device cannot be used, and (kUnimplemented) for the transformer.
+// A backend on CUDA device `device`, for the MLP or the transformer. Fails (kFailedPrecondition)
+// without the CUDA backend or when the device cannot be used.
 Result<std::unique_ptr<ComputeBackend>> make_cuda_compute_backend(const ModelSpec& model, int device,
                                                                   CudaGemm gemm = CudaGemm::kDeterministic);
 

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <string>
 
+#include "core/cuda/device_portable_math.cuh"
+
 namespace zerosim {
 
 namespace {
@@ -58,52 +60,6 @@ __global__ void input_gradient_kernel(int64_t samples, int64_t in, int64_t out, 
     previous_output_gradient[k] = previous_pre_activation[k] > 0.0f ? sum : 0.0f;
   }
 }
-
-// portable_exp and portable_log (core/tensor/portable_math.cpp), op for op, in round-to-nearest
-// double intrinsics: the host's bits on the device.
-constexpr double kLn2High = 6.93147180369123816490e-01;
-constexpr double kLn2Low = 1.90821492927058770002e-10;
-constexpr double kInverseLn2 = 1.44269504088896338700e+00;
-
-__device__ double inverse_factorial(int n) {
-  double value = 1.0;
-  for (int i = 2; i <= n; ++i) value = __ddiv_rn(value, static_cast<double>(i));
-  return value;
-}
-
-__device__ double device_portable_exp(double x) {
-  if (x != x) return x;
-  if (x > 709.782712893384) return __longlong_as_double(0x7ff0000000000000LL);
-  if (x < -745.1332191019412) return 0.0;
-  const double k = rint(__dmul_rn(x, kInverseLn2));
-  const double reduced = __dsub_rn(__dsub_rn(x, __dmul_rn(k, kLn2High)), __dmul_rn(k, kLn2Low));
-  double sum = inverse_factorial(14);
-  for (int n = 13; n >= 0; --n) sum = __dadd_rn(__dmul_rn(sum, reduced), inverse_factorial(n));
-  return ldexp(sum, static_cast<int>(k));
-}
-
-__device__ double device_portable_log(double x) {
-  if (x != x) return x;
-  if (x < 0.0) return __longlong_as_double(0x7ff8000000000000LL);
-  if (x == 0.0) return __longlong_as_double(static_cast<long long>(0xfff0000000000000ULL));
-  if (x == __longlong_as_double(0x7ff0000000000000LL)) return x;
-  int exponent = 0;
-  double mantissa = frexp(x, &exponent);
-  if (mantissa < 0.70710678118654752440) {
-    mantissa = __dmul_rn(mantissa, 2.0);
-    exponent -= 1;
-  }
-  const double s = __ddiv_rn(__dsub_rn(mantissa, 1.0), __dadd_rn(mantissa, 1.0));
-  const double s_squared = __dmul_rn(s, s);
-  double series = __ddiv_rn(1.0, 25.0);
-  for (int k = 11; k >= 0; --k) series = __dadd_rn(__dmul_rn(series, s_squared), __ddiv_rn(1.0, static_cast<double>(2 * k + 1)));
-  const double log_mantissa = __dmul_rn(__dmul_rn(2.0, s), series);
-  const double e = static_cast<double>(exponent);
-  return __dadd_rn(__dmul_rn(e, kLn2High), __dadd_rn(__dmul_rn(e, kLn2Low), log_mantissa));
-}
-
-__device__ float device_portable_expf(float x) { return __double2float_rn(device_portable_exp(static_cast<double>(x))); }
-__device__ float device_portable_logf(float x) { return __double2float_rn(device_portable_log(static_cast<double>(x))); }
 
 // One thread per sample: the CPU's per-sample loop (the exponentials parked in the gradient).
 __global__ void softmax_kernel(int64_t samples, int64_t classes, const float* logits, const int32_t* labels,

@@ -3,7 +3,7 @@
 // gathers, the gradient exchange, swaps, checkpoints) and hands each stage's gathered fp32
 // weights to the backend and takes its fp32 gradients back, so the same engine drives the CPU
 // kernels (core/model/mlp.h, core/model/gpt.h, core/optim/adamw.h) or a CUDA device
-// (core/cuda/device_compute_backend.h, the MLP only), which holds the micro-batch's activations
+// (core/cuda/device_compute_backend.h), which holds the micro-batch's activations
 // in device memory.
 //
 // The promise every backend keeps: the CPU kernels' bits. Every sum is the same left fold in

@@ -1,0 +1,67 @@
+// What the CUDA compute backends (the MLP's in device_compute_backend.cu, the transformer's in
+// device_gpt_backend.cu) share: the device and its stream, cuBLAS for the fast mode (its own
+// workspace, pedantic fp32 math), AdamW on a sub-group through the fused kernel, the naming of
+// CUDA and cuBLAS errors, and one product routine that both modes' dense layers go through.
+// Host code, included by the CUDA backend's .cu files only.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/cuda/cublas_library.h"
+#include "core/cuda/device_array.h"
+#include "core/cuda/device_compute_backend.h"
+
+namespace zerosim {
+
+// A row-major operand of a product: `transposed` says that the matrix is stored as its
+// transpose (so element (row, column) is at data[column * rows + row]).
+struct DeviceOperand {
+  const float* data = nullptr;
+  bool transposed = false;
+};
+
+class CudaBackendBase : public ComputeBackend {
+ public:
+  CudaBackendBase(int device, CudaGemm gemm) : device_(device), gemm_(gemm) {}
+  ~CudaBackendBase() override;
+
+  // Selects the device, makes the stream and, in the fast mode, the cuBLAS handle.
+  Status start();
+  std::string name() const override;
+  Status adam_update(const AdamStepScalars& scalars, float grad_multiplier, float* master, const float* gradient,
+                     float* exp_avg, float* exp_avg_sq, size_t count) override;
+
+ protected:
+  // C [rows, columns] = C + A [rows, inner] x B [inner, columns], row-major on the device,
+  // enqueued on the stream. Deterministic mode: each element a left fold over `inner` in order
+  // from C's value, separately rounded (the CPU's rows_times_matrix and transposed_rows_product
+  // bits); fast mode: cublasSgemm with beta = 1.
+  Status product(int64_t rows, int64_t columns, int64_t inner, DeviceOperand a, DeviceOperand b, float* c);
+
+  Status cuda(const char* call, cudaError_t error) const;
+  Status blas(const char* call, cublasStatus_t status) const;
+  // Copies host tensors into device arrays (grown as needed), in order, on the stream.
+  Status upload(std::span<const std::vector<float>> tensors, std::vector<DeviceArray>& arrays, const char* what);
+
+  int device_;
+  CudaGemm gemm_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<CublasLibrary> blas_library_;  // loaded for CudaGemm::kCublas only
+  cublasHandle_t cublas_ = nullptr;
+
+ private:
+  static constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+  DeviceArray cublas_workspace_;
+  DeviceArray optimizer_state_[4];  // master, gradient, exp_avg, exp_avg_sq of one sub-group
+};
+
+// The transformer's backend (device_gpt_backend.cu), started.
+Result<std::unique_ptr<ComputeBackend>> make_cuda_gpt_backend(const GptSpec& spec, int device, CudaGemm gemm);
+
+}  // namespace zerosim

@@ -1,0 +1,685 @@
+// The transformer's stages (core/model/gpt.h) on a CUDA device, the CPU's bits.
+//
+// Every kernel below spells one of gpt.cpp's loops with the same operations in the same order:
+// separately rounded multiplies and adds (__fmul_rn, __fadd_rn: the build also forbids nvcc's
+// contraction), exp and log through device_portable_math.cuh, and each sum a left fold in the
+// CPU's index order, kept by one thread from its start value. Parallelism is only across
+// outputs that the CPU computes independently: the dense products through the ordered product
+// (cuda_backend_base.h), per-row statistics one thread per row, per-column sums one thread per
+// column, attention one block per (sequence, head, query) with the sequential parts (maximum,
+// exponential sum, weighted sum) on one thread. The two places where the CPU accumulates across
+// queries (a key's and a value's gradients fold over the queries that see them, in ascending
+// order) run as a second kernel per key that walks the queries in that order.
+//
+// The fast mode (cuda-fast) runs the dense products on cuBLAS and every other kernel as here.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/cuda/cuda_backend_base.h"
+#include "core/cuda/device_portable_math.cuh"
+#include "core/model/gpt.h"
+
+namespace zerosim {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kRowThreads = 128;  // threads of a block that works on one row (attention, loss)
+
+int blocks_for(int64_t work) { return static_cast<int>(std::min<int64_t>((work + kThreads - 1) / kThreads, 65535)); }
+
+#define ZEROSIM_GRID_LOOP(k, count)                                                          \
+  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < (count); \
+       k += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+__device__ float add(float a, float b) { return __fadd_rn(a, b); }
+__device__ float sub(float a, float b) { return __fsub_rn(a, b); }
+__device__ float mul(float a, float b) { return __fmul_rn(a, b); }
+__device__ float div(float a, float b) { return __fdiv_rn(a, b); }
+
+// x[r][i] = wte[token][i] + wpe[t][i].
+__global__ void embeddings_forward_kernel(int64_t sequences, int64_t length, int64_t e, const int32_t* tokens,
+                                          const float* wte, const float* wpe, float* x) {
+  ZEROSIM_GRID_LOOP(k, sequences * length * e) {
+    const int64_t row = k / e, i = k % e, s = row / length, t = row % length;
+    x[k] = add(wte[static_cast<int64_t>(tokens[s * (length + 1) + t]) * e + i], wpe[t * e + i]);
+  }
+}
+
+// Per column i, over the rows in order: wte's rows of the row's token, wpe's of its position.
+__global__ void embeddings_backward_kernel(int64_t sequences, int64_t length, int64_t e, const int32_t* tokens,
+                                           const float* d_x, float* d_wte, float* d_wpe) {
+  ZEROSIM_GRID_LOOP(i, e) {
+    for (int64_t s = 0; s < sequences; ++s) {
+      for (int64_t t = 0; t < length; ++t) {
+        const float d = d_x[(s * length + t) * e + i];
+        const int64_t token = tokens[s * (length + 1) + t];
+        d_wte[token * e + i] = add(d_wte[token * e + i], d);
+        d_wpe[t * e + i] = add(d_wpe[t * e + i], d);
+      }
+    }
+  }
+}
+
+// Each row's mean and inverse standard deviation (the CPU's folds over the width).
+__global__ void layer_norm_statistics_kernel(int64_t rows, int64_t width, const float* in, float epsilon, float* mean,
+                                             float* inverse_std) {
+  ZEROSIM_GRID_LOOP(r, rows) {
+    const float* x = in + r * width;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < width; ++i) sum = add(sum, x[i]);
+    const float m = div(sum, static_cast<float>(width));
+    float variance = 0.0f;
+    for (int64_t i = 0; i < width; ++i) variance = add(variance, mul(sub(x[i], m), sub(x[i], m)));
+    variance = div(variance, static_cast<float>(width));
+    mean[r] = m;
+    inverse_std[r] = div(1.0f, __fsqrt_rn(add(variance, epsilon)));
+  }
+}
+
+__global__ void layer_norm_apply_kernel(int64_t rows, int64_t width, const float* in, const float* mean,
+                                        const float* inverse_std, const float* gamma, const float* beta,
+                                        float* normalized, float* out) {
+  ZEROSIM_GRID_LOOP(k, rows * width) {
+    const int64_t r = k / width, i = k % width;
+    const float n = mul(sub(in[k], mean[r]), inverse_std[r]);
+    normalized[k] = n;
+    out[k] = add(mul(n, gamma[i]), beta[i]);
+  }
+}
+
+// gamma's and beta's gradients: per column, a fold over the rows from the gradients' values.
+__global__ void layer_norm_parameter_gradient_kernel(int64_t rows, int64_t width, const float* d_out,
+                                                     const float* normalized, float* gamma_gradient,
+                                                     float* beta_gradient) {
+  ZEROSIM_GRID_LOOP(i, width) {
+    float gamma_sum = gamma_gradient[i], beta_sum = beta_gradient[i];
+    for (int64_t r = 0; r < rows; ++r) {
+      gamma_sum = add(gamma_sum, mul(d_out[r * width + i], normalized[r * width + i]));
+      beta_sum = add(beta_sum, d_out[r * width + i]);
+    }
+    gamma_gradient[i] = gamma_sum;
+    beta_gradient[i] = beta_sum;
+  }
+}
+
+// Per row: mean(d_hat) and mean(d_hat x_hat), d_hat = d_out gamma.
+__global__ void layer_norm_backward_statistics_kernel(int64_t rows, int64_t width, const float* d_out,
+                                                      const float* normalized, const float* gamma, float* mean_d,
+                                                      float* mean_dx) {
+  ZEROSIM_GRID_LOOP(r, rows) {
+    float sum_d = 0.0f, sum_dx = 0.0f;
+    for (int64_t i = 0; i < width; ++i) {
+      const float d_hat = mul(d_out[r * width + i], gamma[i]);
+      sum_d = add(sum_d, d_hat);
+      sum_dx = add(sum_dx, mul(d_hat, normalized[r * width + i]));
+    }
+    mean_d[r] = div(sum_d, static_cast<float>(width));
+    mean_dx[r] = div(sum_dx, static_cast<float>(width));
+  }
+}
+
+__global__ void layer_norm_input_gradient_kernel(int64_t rows, int64_t width, const float* d_out,
+                                                 const float* normalized, const float* gamma, const float* inverse_std,
+                                                 const float* mean_d, const float* mean_dx, float* d_in) {
+  ZEROSIM_GRID_LOOP(k, rows * width) {
+    const int64_t r = k / width, i = k % width;
+    const float d_hat = mul(d_out[k], gamma[i]);
+    d_in[k] = add(d_in[k], mul(inverse_std[r], sub(sub(d_hat, mean_d[r]), mul(normalized[k], mean_dx[r]))));
+  }
+}
+
+__global__ void broadcast_rows_kernel(int64_t rows, int64_t width, const float* row, float* out) {
+  ZEROSIM_GRID_LOOP(k, rows * width) { out[k] = row[k % width]; }
+}
+
+// sums[j] = sums[j] + in[r][j] over the rows in order (a bias's gradient).
+__global__ void column_sums_kernel(int64_t rows, int64_t width, const float* in, float* sums) {
+  ZEROSIM_GRID_LOOP(j, width) {
+    float sum = sums[j];
+    for (int64_t r = 0; r < rows; ++r) sum = add(sum, in[r * width + j]);
+    sums[j] = sum;
+  }
+}
+
+__global__ void add_kernel(int64_t count, const float* in, float* accumulate) {
+  ZEROSIM_GRID_LOOP(k, count) { accumulate[k] = add(accumulate[k], in[k]); }
+}
+
+__global__ void multiply_kernel(int64_t count, const float* factor, float* values) {
+  ZEROSIM_GRID_LOOP(k, count) { values[k] = mul(values[k], factor[k]); }
+}
+
+// GPT-2's gelu_new and its derivative, gpt.cpp's expression order.
+__global__ void gelu_kernel(int64_t count, const float* in, float* value, float* derivative) {
+  const float c = static_cast<float>(0.7978845608028654);
+  const float a = static_cast<float>(0.044715);
+  ZEROSIM_GRID_LOOP(k, count) {
+    const float x = in[k];
+    const float u = mul(c, add(x, mul(mul(mul(a, x), x), x)));
+    const float t = sub(1.0f, div(2.0f, add(device_portable_expf(mul(2.0f, u)), 1.0f)));
+    value[k] = mul(mul(0.5f, x), add(1.0f, t));
+    derivative[k] = add(mul(0.5f, add(1.0f, t)),
+                        mul(mul(mul(mul(0.5f, x), sub(1.0f, mul(t, t))), c), add(1.0f, mul(mul(mul(3.0f, a), x), x))));
+  }
+}
+
+struct AttentionShape {
+  int64_t sequences, length, heads, head_size, e, block;
+  float scale;
+};
+
+__device__ bool attends(const float* mask, int64_t block, int64_t i, int64_t j) { return mask[i * block + j] != 0.0f; }
+
+// One block per (sequence, head, query i): the scores, the softmax over the allowed keys (all
+// of them, uniformly, when none is allowed) and the attended values.
+__global__ void attention_forward_kernel(AttentionShape shape, const float* qkv, const float* mask, float* probabilities,
+                                         float* attended) {
+  const int64_t row = blockIdx.x, length = shape.length, e = shape.e, d = shape.head_size;
+  const int64_t i = row % length, h = (row / length) % shape.heads, s = row / (length * shape.heads);
+  const float* base = qkv + s * length * 3 * e;
+  const float* q = base + i * 3 * e + h * d;
+  float* p = probabilities + row * length;
+  __shared__ float maximum, sum;
+  __shared__ bool uniform;
+  for (int64_t j = threadIdx.x; j < length; j += blockDim.x) {
+    if (attends(mask, shape.block, i, j)) {
+      const float* key = base + j * 3 * e + e + h * d;
+      float score = 0.0f;
+      for (int64_t k = 0; k < d; ++k) score = add(score, mul(q[k], key[k]));
+      p[j] = mul(score, shape.scale);
+    } else {
+      p[j] = 0.0f;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    bool found = false;
+    float m = 0.0f;
+    for (int64_t j = 0; j < length; ++j) {
+      if (!attends(mask, shape.block, i, j)) continue;
+      if (!found || p[j] > m) m = p[j];
+      found = true;
+    }
+    maximum = m;
+    uniform = !found;
+  }
+  __syncthreads();
+  for (int64_t j = threadIdx.x; j < length; j += blockDim.x) {
+    if (uniform) {
+      p[j] = div(1.0f, static_cast<float>(length));
+    } else if (attends(mask, shape.block, i, j)) {
+      p[j] = device_portable_expf(sub(p[j], maximum));
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0 && !uniform) {
+    float total = 0.0f;
+    for (int64_t j = 0; j < length; ++j) {
+      if (attends(mask, shape.block, i, j)) total = add(total, p[j]);
+    }
+    sum = total;
+  }
+  __syncthreads();
+  if (!uniform) {
+    for (int64_t j = threadIdx.x; j < length; j += blockDim.x) {
+      if (attends(mask, shape.block, i, j)) p[j] = div(p[j], sum);
+    }
+  }
+  __syncthreads();
+  for (int64_t k = threadIdx.x; k < d; k += blockDim.x) {
+    float value = 0.0f;
+    for (int64_t j = 0; j < length; ++j) {
+      if (uniform || attends(mask, shape.block, i, j)) value = add(value, mul(p[j], base[j * 3 * e + 2 * e + h * d + k]));
+    }
+    attended[(s * length + i) * e + h * d + k] = value;
+  }
+}
+
+// One block per (sequence, head, query i): d_p[j] = d_attended[i] . v[j], the weighted sum, each
+// allowed key's score gradient (kept for the keys' kernel), and d_q[i]. `uniform` is per query.
+__global__ void attention_backward_query_kernel(AttentionShape shape, const float* qkv, const float* mask,
+                                                const int32_t* uniform_rows, const float* probabilities,
+                                                const float* d_attended, float* d_p, float* d_scores, float* d_qkv) {
+  const int64_t row = blockIdx.x, length = shape.length, e = shape.e, d = shape.head_size;
+  const int64_t i = row % length, h = (row / length) % shape.heads, s = row / (length * shape.heads);
+  const float* base = qkv + s * length * 3 * e;
+  const float* d_att = d_attended + (s * length + i) * e + h * d;
+  const float* p = probabilities + row * length;
+  float* dp = d_p + row * length;
+  float* d_score = d_scores + row * length;
+  const bool uniform = uniform_rows[i] != 0;
+  __shared__ float weighted;
+  for (int64_t j = threadIdx.x; j < length; j += blockDim.x) {
+    if (uniform || attends(mask, shape.block, i, j)) {
+      const float* value = base + j * 3 * e + 2 * e + h * d;
+      float dot = 0.0f;
+      for (int64_t k = 0; k < d; ++k) dot = add(dot, mul(d_att[k], value[k]));
+      dp[j] = dot;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float total = 0.0f;
+    for (int64_t j = 0; j < length; ++j) {
+      if (uniform || attends(mask, shape.block, i, j)) total = add(total, mul(dp[j], p[j]));
+    }
+    weighted = total;
+  }
+  __syncthreads();
+  if (!uniform) {
+    for (int64_t j = threadIdx.x; j < length; j += blockDim.x) {
+      if (attends(mask, shape.block, i, j)) d_score[j] = mul(mul(p[j], sub(dp[j], weighted)), shape.scale);
+    }
+  }
+  __syncthreads();
+  for (int64_t k = threadIdx.x; k < d; k += blockDim.x) {
+    float d_q = 0.0f;
+    if (!uniform) {
+      for (int64_t j = 0; j < length; ++j) {
+        if (attends(mask, shape.block, i, j)) d_q = add(d_q, mul(d_score[j], base[j * 3 * e + e + h * d + k]));
+      }
+    }
+    d_qkv[(s * length + i) * 3 * e + h * d + k] = d_q;
+  }
+}
+
+// One block per (sequence, head, key j): d_v[j] and d_k[j] fold over the queries i that see key
+// j, in ascending order (the CPU's outer loop).
+__global__ void attention_backward_key_kernel(AttentionShape shape, const float* qkv, const float* mask,
+                                              const int32_t* uniform_rows, const float* probabilities,
+                                              const float* d_attended, const float* d_scores, float* d_qkv) {
+  const int64_t row = blockIdx.x, length = shape.length, e = shape.e, d = shape.head_size;
+  const int64_t j = row % length, h = (row / length) % shape.heads, s = row / (length * shape.heads);
+  const int64_t head_rows = (s * shape.heads + h) * length;
+  const float* base = qkv + s * length * 3 * e;
+  for (int64_t k = threadIdx.x; k < d; k += blockDim.x) {
+    float d_v = 0.0f, d_k = 0.0f;
+    for (int64_t i = 0; i < length; ++i) {
+      const bool uniform = uniform_rows[i] != 0;
+      const bool allowed = attends(mask, shape.block, i, j);
+      if (!uniform && !allowed) continue;
+      const int64_t score = (head_rows + i) * length + j;
+      d_v = add(d_v, mul(probabilities[score], d_attended[(s * length + i) * e + h * d + k]));
+      if (!uniform) d_k = add(d_k, mul(d_scores[score], base[i * 3 * e + h * d + k]));
+    }
+    d_qkv[(s * length + j) * 3 * e + e + h * d + k] = d_k;
+    d_qkv[(s * length + j) * 3 * e + 2 * e + h * d + k] = d_v;
+  }
+}
+
+// One block per row (prediction): gpt_loss's row, the exponentials in place of the logits, then
+// the logits' gradient.
+__global__ void loss_kernel(int64_t sequences, int64_t length, int64_t vocab, const int32_t* tokens,
+                            float gradient_scale, float* logits, float* row_losses) {
+  const int64_t row = blockIdx.x, s = row / length, t = row % length;
+  float* z = logits + row * vocab;
+  const int32_t target = tokens[s * (length + 1) + t + 1];
+  __shared__ float maximum, sum;
+  if (threadIdx.x == 0) {
+    float m = z[0];
+    for (int64_t w = 1; w < vocab; ++w) m = z[w] > m ? z[w] : m;
+    maximum = m;
+    // The target's logit, read before the exponentials replace it.
+    row_losses[row] = z[target];
+  }
+  __syncthreads();
+  for (int64_t w = threadIdx.x; w < vocab; w += blockDim.x) z[w] = device_portable_expf(sub(z[w], maximum));
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float total = 0.0f;
+    for (int64_t w = 0; w < vocab; ++w) total = add(total, z[w]);
+    sum = total;
+    row_losses[row] = sub(device_portable_logf(total), sub(row_losses[row], maximum));
+  }
+  __syncthreads();
+  for (int64_t w = threadIdx.x; w < vocab; w += blockDim.x) {
+    z[w] = mul(gradient_scale, sub(div(z[w], sum), w == target ? 1.0f : 0.0f));
+  }
+}
+
+__global__ void loss_fold_kernel(int64_t rows, const float* row_losses, float* loss) {
+  float sum = 0.0f;
+  for (int64_t r = 0; r < rows; ++r) sum = add(sum, row_losses[r]);
+  *loss = div(sum, static_cast<float>(rows));
+}
+
+#undef ZEROSIM_GRID_LOOP
+
+// A LayerNorm's forward output and what its backward needs.
+struct DeviceLayerNorm {
+  DeviceArray out, normalized, mean, inverse_std;
+};
+struct DeviceBlock {
+  DeviceLayerNorm ln_1, ln_2;
+  DeviceArray qkv, probabilities, attended, middle, fc, fc_gelu, fc_derivative;
+};
+
+class CudaGptBackend final : public CudaBackendBase {
+ public:
+  CudaGptBackend(const GptSpec& spec, int device, CudaGemm gemm)
+      : CudaBackendBase(device, gemm), spec_(spec), blocks_(static_cast<size_t>(spec.layers)) {
+    for (const ParameterInfo& parameter : gpt_parameters(spec)) element_counts_.push_back(parameter.element_count);
+  }
+
+  Status begin_micro_batch(const MicroBatchInput& batch) override {
+    // The CPU's checks, with its messages: the shape, every token in the vocabulary.
+    ZEROSIM_RETURN_IF_ERROR(gpt_begin_micro_batch(spec_, batch.tokens, batch.samples, batch.sequence_length,
+                                                  batch.causal_mask, host_check_));
+    ZEROSIM_RETURN_IF_ERROR(cuda("cudaSetDevice", cudaSetDevice(device_)));
+    sequences_ = batch.samples;
+    length_ = batch.sequence_length;
+    const int64_t rows = sequences_ * length_, e = spec_.embd, scores = sequences_ * spec_.heads * length_ * length_;
+    // A query that may attend to no key of the sequence attends to all of them uniformly.
+    std::vector<int32_t> uniform_rows(static_cast<size_t>(length_), 1);
+    for (int64_t i = 0; i < length_; ++i) {
+      for (int64_t j = 0; j < length_; ++j) {
+        if (batch.causal_mask[static_cast<size_t>(i * spec_.block + j)] != 0.0f) uniform_rows[static_cast<size_t>(i)] = 0;
+      }
+    }
+    ZEROSIM_RETURN_IF_ERROR(copy_in(tokens_, batch.tokens.data(), batch.tokens.size_bytes(), "tokens"));
+    ZEROSIM_RETURN_IF_ERROR(copy_in(mask_, batch.causal_mask.data(), batch.causal_mask.size_bytes(), "causal mask"));
+    ZEROSIM_RETURN_IF_ERROR(copy_in(uniform_rows_, uniform_rows.data(), uniform_rows.size() * sizeof(int32_t),
+                                    "uniform attention rows"));
+    for (DeviceBlock& block : blocks_) {
+      for (DeviceLayerNorm* norm : {&block.ln_1, &block.ln_2}) ZEROSIM_RETURN_IF_ERROR(reserve_norm(*norm, rows, e));
+      ZEROSIM_RETURN_IF_ERROR(reserve(block.qkv, rows * 3 * e, "qkv"));
+      ZEROSIM_RETURN_IF_ERROR(reserve(block.probabilities, scores, "attention probabilities"));
+      ZEROSIM_RETURN_IF_ERROR(reserve(block.attended, rows * e, "attended values"));
+      ZEROSIM_RETURN_IF_ERROR(reserve(block.middle, rows * e, "residual"));
+      for (DeviceArray* wide : {&block.fc, &block.fc_gelu, &block.fc_derivative}) {
+        ZEROSIM_RETURN_IF_ERROR(reserve(*wide, rows * 4 * e, "MLP activations"));
+      }
+    }
+    ZEROSIM_RETURN_IF_ERROR(reserve_norm(final_norm_, rows, e));
+    ZEROSIM_RETURN_IF_ERROR(reserve(x_, rows * e, "residual stream"));
+    ZEROSIM_RETURN_IF_ERROR(reserve(logits_, rows * spec_.vocab, "logits"));
+    ZEROSIM_RETURN_IF_ERROR(reserve(row_losses_, rows + 1, "row losses"));
+    ZEROSIM_RETURN_IF_ERROR(reserve(d_x_, rows * e, "residual gradient"));
+    ZEROSIM_RETURN_IF_ERROR(reserve(d_scratch_, rows * e, "gradient scratch"));
+    ZEROSIM_RETURN_IF_ERROR(reserve(d_attended_, rows * e, "attended gradient"));
+    ZEROSIM_RETURN_IF_ERROR(reserve(d_wide_, rows * 4 * e, "MLP gradient"));
+    ZEROSIM_RETURN_IF_ERROR(reserve(d_qkv_, rows * 3 * e, "qkv gradient"));
+    ZEROSIM_RETURN_IF_ERROR(reserve(d_p_, scores, "attention gradient"));
+    ZEROSIM_RETURN_IF_ERROR(reserve(d_scores_, scores, "score gradient"));
+    ZEROSIM_RETURN_IF_ERROR(reserve(mean_d_, rows, "LayerNorm gradient statistics"));
+    return reserve(mean_dx_, rows, "LayerNorm gradient statistics");
+  }
+
+  Status forward(int64_t stage, std::span<const std::vector<float>> parameters) override {
+    ZEROSIM_RETURN_IF_ERROR(cuda("cudaSetDevice", cudaSetDevice(device_)));
+    const int64_t rows = sequences_ * length_, e = spec_.embd;
+    if (stage == 0) {
+      ZEROSIM_RETURN_IF_ERROR(stage_parameters(parameters, 0, 2));
+      embeddings_forward_kernel<<<blocks_for(rows * e), kThreads, 0, stream_>>>(
+          sequences_, length_, e, tokens_.as<int32_t>(), param(0), param(1), x_.as<float>());
+      return launched("embeddings_forward_kernel", "the embeddings");
+    }
+    if (stage <= spec_.layers) return in_stage(block_forward(stage - 1, parameters), "h." + std::to_string(stage - 1));
+    if (stage == spec_.layers + 1) {
+      ZEROSIM_RETURN_IF_ERROR(stage_parameters(parameters, gpt_final_norm_parameter(spec_), 2));
+      return in_stage(layer_norm(x_.as<float>(), param(0), param(1), final_norm_), "ln_f");
+    }
+    ZEROSIM_CHECK(stage == spec_.layers + 2, "a forward stage of the plan");
+    ZEROSIM_RETURN_IF_ERROR(stage_parameters(parameters, 0, 1));
+    // logits [rows, vocab] = 0 + ln_f(x) [rows, e] x wte^T (wte is [vocab, e]).
+    ZEROSIM_RETURN_IF_ERROR(cuda("cudaMemsetAsync (logits)", cudaMemsetAsync(logits_.as<float>(), 0,
+                                                                             bytes_of(rows * spec_.vocab), stream_)));
+    return in_stage(product(rows, spec_.vocab, e, {final_norm_.out.as<float>(), false}, {param(0), true},
+                            logits_.as<float>()),
+                    "the head");
+  }
+
+  Result<float> loss(float gradient_scale) override {
+    ZEROSIM_RETURN_IF_ERROR(cuda("cudaSetDevice", cudaSetDevice(device_)));
+    const int64_t rows = sequences_ * length_;
+    float* row_losses = row_losses_.as<float>();
+    loss_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream_>>>(
+        sequences_, length_, spec_.vocab, tokens_.as<int32_t>(), gradient_scale, logits_.as<float>(), row_losses);
+    ZEROSIM_RETURN_IF_ERROR(launched("loss_kernel", "the loss"));
+    loss_fold_kernel<<<1, 1, 0, stream_>>>(rows, row_losses, row_losses + rows);
+    ZEROSIM_RETURN_IF_ERROR(launched("loss_fold_kernel", "the loss"));
+    float loss = 0.0f;
+    ZEROSIM_RETURN_IF_ERROR(cuda("cudaMemcpyAsync (loss)", cudaMemcpyAsync(&loss, row_losses + rows, sizeof(float),
+                                                                         cudaMemcpyDeviceToHost, stream_)));
+    ZEROSIM_RETURN_IF_ERROR(cuda("cudaStreamSynchronize (loss)", cudaStreamSynchronize(stream_)));
+    return loss;
+  }
+
+  Status backward(int64_t stage, std::span<const std::vector<float>> parameters,
+                  std::span<std::vector<float>> gradients) override {
+    ZEROSIM_RETURN_IF_ERROR(cuda("cudaSetDevice", cudaSetDevice(device_)));
+    const std::string where = stage == 0                 ? std::string("the head")
+                              : stage == 1               ? std::string("ln_f")
+                              : stage <= spec_.layers + 1 ? "h." + std::to_string(spec_.layers - (stage - 1))
+                                                          : std::string("the embeddings");
+    ZEROSIM_RETURN_IF_ERROR(in_stage(backward_kernels(stage, parameters, gradients), where));
+    for (size_t k = 0; k < gradients.size(); ++k) {
+      ZEROSIM_RETURN_IF_ERROR(in_stage(cuda("cudaMemcpyAsync (gradients out)",
+                                            cudaMemcpyAsync(gradients[k].data(), gradients_[k].as<float>(),
+                                                            gradients[k].size() * sizeof(float), cudaMemcpyDeviceToHost,
+                                                            stream_)),
+                                       where));
+    }
+    return in_stage(cuda("cudaStreamSynchronize (gradients)", cudaStreamSynchronize(stream_)), where);
+  }
+
+ private:
+  static size_t bytes_of(int64_t floats) { return static_cast<size_t>(std::max<int64_t>(floats, 1)) * sizeof(float); }
+
+  Status reserve(DeviceArray& array, int64_t floats, const char* what) {
+    return cuda((std::string("cudaMalloc (") + what + ")").c_str(), array.reserve(bytes_of(floats)));
+  }
+  Status reserve_norm(DeviceLayerNorm& norm, int64_t rows, int64_t width) {
+    ZEROSIM_RETURN_IF_ERROR(reserve(norm.out, rows * width, "LayerNorm output"));
+    ZEROSIM_RETURN_IF_ERROR(reserve(norm.normalized, rows * width, "LayerNorm cache"));
+    ZEROSIM_RETURN_IF_ERROR(reserve(norm.mean, rows, "LayerNorm cache"));
+    return reserve(norm.inverse_std, rows, "LayerNorm cache");
+  }
+  Status zero(DeviceArray& array, int64_t floats, const char* what) {
+    return cuda((std::string("cudaMemsetAsync (") + what + ")").c_str(),
+                cudaMemsetAsync(array.as<float>(), 0, bytes_of(floats), stream_));
+  }
+  Status copy_in(DeviceArray& array, const void* data, size_t bytes, const char* what) {
+    ZEROSIM_RETURN_IF_ERROR(cuda((std::string("cudaMalloc (") + what + ")").c_str(), array.reserve(bytes)));
+    if (bytes == 0) return Status();
+    return cuda((std::string("cudaMemcpyAsync (") + what + ")").c_str(),
+                cudaMemcpyAsync(array.as<void>(), data, bytes, cudaMemcpyHostToDevice, stream_));
+  }
+  Status launched(const char* kernel, const std::string& where) const {
+    return in_stage(cuda(kernel, cudaGetLastError()), where);
+  }
+  static Status in_stage(Status status, const std::string& where) {
+    if (status.ok()) return status;
+    return Status(status.code(), "transformer " + where + ": " + status.message());
+  }
+
+  // The stage's full tensors, parameters `first`..`first + count` of gpt_parameters, to the device.
+  Status stage_parameters(std::span<const std::vector<float>> parameters, int64_t first, int64_t count) {
+    check_sizes(parameters, first, count);
+    return upload(parameters, parameters_, "cudaMemcpyAsync (stage parameters)");
+  }
+  Status stage_tensors(std::span<const std::vector<float>> parameters, std::span<std::vector<float>> gradients,
+                       int64_t first, int64_t count) {
+    if (!parameters.empty()) ZEROSIM_RETURN_IF_ERROR(stage_parameters(parameters, first, count));
+    const std::span<const std::vector<float>> sums(gradients.data(), gradients.size());
+    check_sizes(sums, first, count);
+    // The gradients' values so far: a tied parameter's second use adds to its first's.
+    return upload(sums, gradients_, "cudaMemcpyAsync (stage gradients)");
+  }
+  void check_sizes(std::span<const std::vector<float>> tensors, int64_t first, int64_t count) const {
+    ZEROSIM_CHECK(static_cast<int64_t>(tensors.size()) == count, "one tensor per parameter of the stage");
+    for (int64_t k = 0; k < count; ++k) {
+      ZEROSIM_CHECK(static_cast<int64_t>(tensors[static_cast<size_t>(k)].size()) ==
+                        element_counts_[static_cast<size_t>(first + k)],
+                    "full tensors");
+    }
+  }
+  const float* param(size_t k) const { return parameters_[k].as<float>(); }
+  float* grad(size_t k) const { return gradients_[k].as<float>(); }
+
+  Status layer_norm(const float* in, const float* gamma, const float* beta, DeviceLayerNorm& norm) {
+    const int64_t rows = sequences_ * length_, e = spec_.embd;
+    const float epsilon = 1.0f / 100000.0f;  // gpt.cpp's Real(1) / Real(100000)
+    layer_norm_statistics_kernel<<<blocks_for(rows), kThreads, 0, stream_>>>(rows, e, in, epsilon, norm.mean.as<float>(),
+                                                                              norm.inverse_std.as<float>());
+    ZEROSIM_RETURN_IF_ERROR(cuda("layer_norm_statistics_kernel", cudaGetLastError()));
+    layer_norm_apply_kernel<<<blocks_for(rows * e), kThreads, 0, stream_>>>(rows, e, in, norm.mean.as<float>(),
+                                                                             norm.inverse_std.as<float>(), gamma, beta,
+                                                                             norm.normalized.as<float>(), norm.out.as<float>());
+    return cuda("layer_norm_apply_kernel", cudaGetLastError());
+  }
+
+  // Adds the LayerNorm's input gradient to d_in, and its parameters' to theirs.
+  Status layer_norm_backward(const DeviceLayerNorm& norm, const float* gamma, const float* d_out, float* gamma_gradient,
+                             float* beta_gradient, float* d_in) {
+    const int64_t rows = sequences_ * length_, e = spec_.embd;
+    const float* normalized = norm.normalized.as<float>();
+    layer_norm_parameter_gradient_kernel<<<blocks_for(e), kThreads, 0, stream_>>>(rows, e, d_out, normalized,
+                                                                                  gamma_gradient, beta_gradient);
+    ZEROSIM_RETURN_IF_ERROR(cuda("layer_norm_parameter_gradient_kernel", cudaGetLastError()));
+    layer_norm_backward_statistics_kernel<<<blocks_for(rows), kThreads, 0, stream_>>>(
+        rows, e, d_out, normalized, gamma, mean_d_.as<float>(), mean_dx_.as<float>());
+    ZEROSIM_RETURN_IF_ERROR(cuda("layer_norm_backward_statistics_kernel", cudaGetLastError()));
+    layer_norm_input_gradient_kernel<<<blocks_for(rows * e), kThreads, 0, stream_>>>(
+        rows, e, d_out, normalized, gamma, norm.inverse_std.as<float>(), mean_d_.as<float>(), mean_dx_.as<float>(), d_in);
+    return cuda("layer_norm_input_gradient_kernel", cudaGetLastError());
+  }
+
+  // out [rows, out_width] = bias + in [rows, in_width] x weight [in_width, out_width].
+  Status conv1d(const float* in, int64_t in_width, const float* weight, const float* bias, int64_t out_width, float* out) {
+    const int64_t rows = sequences_ * length_;
+    broadcast_rows_kernel<<<blocks_for(rows * out_width), kThreads, 0, stream_>>>(rows, out_width, bias, out);
+    ZEROSIM_RETURN_IF_ERROR(cuda("broadcast_rows_kernel", cudaGetLastError()));
+    return product(rows, out_width, in_width, {in, false}, {weight, false}, out);
+  }
+
+  // weight_gradient += in^T d_out, bias_gradient += column sums of d_out, d_in = 0 + d_out weight^T.
+  Status conv1d_backward(const float* in, int64_t in_width, const float* weight, int64_t out_width, const float* d_out,
+                         float* weight_gradient, float* bias_gradient, DeviceArray& d_in) {
+    const int64_t rows = sequences_ * length_;
+    ZEROSIM_RETURN_IF_ERROR(product(in_width, out_width, rows, {in, true}, {d_out, false}, weight_gradient));
+    column_sums_kernel<<<blocks_for(out_width), kThreads, 0, stream_>>>(rows, out_width, d_out, bias_gradient);
+    ZEROSIM_RETURN_IF_ERROR(cuda("column_sums_kernel", cudaGetLastError()));
+    ZEROSIM_RETURN_IF_ERROR(zero(d_in, rows * in_width, "input gradient"));
+    return product(rows, in_width, out_width, {d_out, false}, {weight, true}, d_in.as<float>());
+  }
+
+  AttentionShape attention_shape() const {
+    const int64_t d = spec_.embd / spec_.heads;
+    // gpt.cpp's Real(1) / std::sqrt(Real(d)), on the host.
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    return AttentionShape{sequences_, length_, spec_.heads, d, spec_.embd, spec_.block, scale};
+  }
+
+  Status block_forward(int64_t block, std::span<const std::vector<float>> parameters) {
+    ZEROSIM_RETURN_IF_ERROR(stage_parameters(parameters, gpt_block_first_parameter(block), kGptBlockParameters));
+    const int64_t rows = sequences_ * length_, e = spec_.embd;
+    DeviceBlock& c = blocks_[static_cast<size_t>(block)];
+    ZEROSIM_RETURN_IF_ERROR(layer_norm(x_.as<float>(), param(0), param(1), c.ln_1));
+    ZEROSIM_RETURN_IF_ERROR(conv1d(c.ln_1.out.as<float>(), e, param(2), param(3), 3 * e, c.qkv.as<float>()));
+    const AttentionShape shape = attention_shape();
+    attention_forward_kernel<<<static_cast<unsigned>(sequences_ * spec_.heads * length_), kRowThreads, 0, stream_>>>(
+        shape, c.qkv.as<float>(), mask_.as<float>(), c.probabilities.as<float>(), c.attended.as<float>());
+    ZEROSIM_RETURN_IF_ERROR(cuda("attention_forward_kernel", cudaGetLastError()));
+    ZEROSIM_RETURN_IF_ERROR(conv1d(c.attended.as<float>(), e, param(4), param(5), e, c.middle.as<float>()));
+    add_kernel<<<blocks_for(rows * e), kThreads, 0, stream_>>>(rows * e, x_.as<float>(), c.middle.as<float>());
+    ZEROSIM_RETURN_IF_ERROR(cuda("add_kernel", cudaGetLastError()));
+    ZEROSIM_RETURN_IF_ERROR(layer_norm(c.middle.as<float>(), param(6), param(7), c.ln_2));
+    ZEROSIM_RETURN_IF_ERROR(conv1d(c.ln_2.out.as<float>(), e, param(8), param(9), 4 * e, c.fc.as<float>()));
+    gelu_kernel<<<blocks_for(rows * 4 * e), kThreads, 0, stream_>>>(rows * 4 * e, c.fc.as<float>(), c.fc_gelu.as<float>(),
+                                                                     c.fc_derivative.as<float>());
+    ZEROSIM_RETURN_IF_ERROR(cuda("gelu_kernel", cudaGetLastError()));
+    ZEROSIM_RETURN_IF_ERROR(conv1d(c.fc_gelu.as<float>(), 4 * e, param(10), param(11), e, x_.as<float>()));
+    add_kernel<<<blocks_for(rows * e), kThreads, 0, stream_>>>(rows * e, c.middle.as<float>(), x_.as<float>());
+    return cuda("add_kernel", cudaGetLastError());
+  }
+
+  // Uploads the stage's weights and gradients so far, and enqueues its backward.
+  Status backward_kernels(int64_t stage, std::span<const std::vector<float>> parameters,
+                          std::span<std::vector<float>> gradients) {
+    const int64_t rows = sequences_ * length_, e = spec_.embd, v = spec_.vocab;
+    if (stage == 0) {
+      ZEROSIM_RETURN_IF_ERROR(stage_tensors(parameters, gradients, 0, 1));
+      // d_wte += d_logits^T ln_f(x) (the head's use, first); d_scratch = 0 + d_logits wte.
+      ZEROSIM_RETURN_IF_ERROR(
+          product(v, e, rows, {logits_.as<float>(), true}, {final_norm_.out.as<float>(), false}, grad(0)));
+      ZEROSIM_RETURN_IF_ERROR(zero(d_scratch_, rows * e, "d_scratch"));
+      return product(rows, e, v, {logits_.as<float>(), false}, {param(0), false}, d_scratch_.as<float>());
+    }
+    if (stage == 1) {
+      ZEROSIM_RETURN_IF_ERROR(stage_tensors(parameters, gradients, gpt_final_norm_parameter(spec_), 2));
+      ZEROSIM_RETURN_IF_ERROR(zero(d_x_, rows * e, "d_x"));
+      return layer_norm_backward(final_norm_, param(0), d_scratch_.as<float>(), grad(0), grad(1), d_x_.as<float>());
+    }
+    if (stage <= spec_.layers + 1) {
+      const int64_t block = spec_.layers - (stage - 1);
+      ZEROSIM_RETURN_IF_ERROR(stage_tensors(parameters, gradients, gpt_block_first_parameter(block), kGptBlockParameters));
+      return block_backward(block);
+    }
+    ZEROSIM_CHECK(stage == spec_.layers + 2, "a backward stage of the plan");
+    // No weight: wte's second use and wpe.
+    ZEROSIM_RETURN_IF_ERROR(stage_tensors({}, gradients, 0, 2));
+    embeddings_backward_kernel<<<blocks_for(e), kThreads, 0, stream_>>>(sequences_, length_, e, tokens_.as<int32_t>(),
+                                                                        d_x_.as<float>(), grad(0), grad(1));
+    return cuda("embeddings_backward_kernel", cudaGetLastError());
+  }
+
+  Status block_backward(int64_t block) {
+    const int64_t rows = sequences_ * length_, e = spec_.embd;
+    DeviceBlock& c = blocks_[static_cast<size_t>(block)];
+    // x_out = middle + mlp(ln_2(middle)).
+    ZEROSIM_RETURN_IF_ERROR(conv1d_backward(c.fc_gelu.as<float>(), 4 * e, param(10), e, d_x_.as<float>(), grad(10),
+                                            grad(11), d_wide_));
+    multiply_kernel<<<blocks_for(rows * 4 * e), kThreads, 0, stream_>>>(rows * 4 * e, c.fc_derivative.as<float>(),
+                                                                         d_wide_.as<float>());
+    ZEROSIM_RETURN_IF_ERROR(cuda("multiply_kernel", cudaGetLastError()));
+    ZEROSIM_RETURN_IF_ERROR(conv1d_backward(c.ln_2.out.as<float>(), e, param(8), 4 * e, d_wide_.as<float>(), grad(8),
+                                            grad(9), d_scratch_));
+    ZEROSIM_RETURN_IF_ERROR(
+        layer_norm_backward(c.ln_2, param(6), d_scratch_.as<float>(), grad(6), grad(7), d_x_.as<float>()));  // d_middle
+    // middle = input + proj(attention(ln_1(input))).
+    ZEROSIM_RETURN_IF_ERROR(conv1d_backward(c.attended.as<float>(), e, param(4), e, d_x_.as<float>(), grad(4), grad(5),
+                                            d_attended_));
+    const AttentionShape shape = attention_shape();
+    const unsigned attention_rows = static_cast<unsigned>(sequences_ * spec_.heads * length_);
+    attention_backward_query_kernel<<<attention_rows, kRowThreads, 0, stream_>>>(
+        shape, c.qkv.as<float>(), mask_.as<float>(), uniform_rows_.as<int32_t>(), c.probabilities.as<float>(),
+        d_attended_.as<float>(), d_p_.as<float>(), d_scores_.as<float>(), d_qkv_.as<float>());
+    ZEROSIM_RETURN_IF_ERROR(cuda("attention_backward_query_kernel", cudaGetLastError()));
+    attention_backward_key_kernel<<<attention_rows, kRowThreads, 0, stream_>>>(
+        shape, c.qkv.as<float>(), mask_.as<float>(), uniform_rows_.as<int32_t>(), c.probabilities.as<float>(),
+        d_attended_.as<float>(), d_scores_.as<float>(), d_qkv_.as<float>());
+    ZEROSIM_RETURN_IF_ERROR(cuda("attention_backward_key_kernel", cudaGetLastError()));
+    ZEROSIM_RETURN_IF_ERROR(conv1d_backward(c.ln_1.out.as<float>(), e, param(2), 3 * e, d_qkv_.as<float>(), grad(2),
+                                            grad(3), d_scratch_));
+    return layer_norm_backward(c.ln_1, param(0), d_scratch_.as<float>(), grad(0), grad(1), d_x_.as<float>());  // d_input
+  }
+
+  GptSpec spec_;
+  std::vector<int64_t> element_counts_;
+  GptActivations<float> host_check_;  // begin_micro_batch's checks only
+  int64_t sequences_ = 0, length_ = 0;
+  DeviceArray tokens_, mask_, uniform_rows_;
+  std::vector<DeviceBlock> blocks_;
+  DeviceLayerNorm final_norm_;
+  DeviceArray x_, logits_, row_losses_;  // row_losses_ holds each row's loss, then the mean
+  DeviceArray d_x_, d_scratch_, d_attended_, d_wide_, d_qkv_, d_p_, d_scores_, mean_d_, mean_dx_;
+  std::vector<DeviceArray> parameters_, gradients_;  // the current stage's, on the device
+};
+
+}  // namespace
+
+Result<std::unique_ptr<ComputeBackend>> make_cuda_gpt_backend(const GptSpec& spec, int device, CudaGemm gemm) {
+  ZEROSIM_RETURN_IF_ERROR(validate_gpt_spec(spec));
+  auto backend = std::make_unique<CudaGptBackend>(spec, device, gemm);
+  ZEROSIM_RETURN_IF_ERROR(backend->start());
+  return Result<std::unique_ptr<ComputeBackend>>(std::unique_ptr<ComputeBackend>(std::move(backend)));
+}
+
+}  // namespace zerosim
