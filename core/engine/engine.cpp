@@ -608,7 +608,7 @@ Result<MicroBatchInput> RankEngine::load_micro_batch(int64_t first_position) {
     }
     batch.tokens = micro_batch_tokens_;
     batch.sequence_length = window;
-    batch.causal_mask = buffers_[0];  // transformer.causal_mask
+    batch.causal_mask = buffers_[kCausalMaskBuffer];
     return batch;
   }
   const int64_t features = options_.data.feature_count;
@@ -886,7 +886,7 @@ Status RankEngine::update_running_buffers() {
     for (size_t w = 0; w < vocab; ++w) counts[w] += all_counts[static_cast<size_t>(r) * vocab + w];
   }
   for (int64_t count : counts) total += count;
-  std::vector<float>& frequency = buffers_[1];  // lm_head.target_frequency
+  std::vector<float>& frequency = buffers_[kTargetFrequencyBuffer];
   for (size_t w = 0; w < vocab; ++w) {
     const float observed = static_cast<float>(static_cast<double>(counts[w]) / static_cast<double>(total));
     frequency[w] = frequency[w] * (1.0f - kBufferMomentum) + observed * kBufferMomentum;

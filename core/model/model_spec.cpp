@@ -79,8 +79,8 @@ std::vector<BufferInfo> model_buffers(const ModelSpec& spec) {
 }
 
 std::vector<float> model_buffer_initial_values(const ModelSpec& spec, size_t buffer) {
-  ZEROSIM_CHECK(spec.gpt && buffer < 2, "a buffer of the model");
-  if (buffer == 0) return gpt_causal_mask(*spec.gpt);
+  ZEROSIM_CHECK(spec.gpt && (buffer == kCausalMaskBuffer || buffer == kTargetFrequencyBuffer), "a buffer of the model");
+  if (buffer == kCausalMaskBuffer) return gpt_causal_mask(*spec.gpt);
   // Uniform: every token equally frequent before any batch is seen.
   return std::vector<float>(static_cast<size_t>(spec.gpt->vocab), 1.0f / static_cast<float>(spec.gpt->vocab));
 }

@@ -88,6 +88,9 @@ struct BufferInfo {
   bool persistent = false;
 };
 std::vector<BufferInfo> model_buffers(const ModelSpec& spec);
+// The transformer's buffers' positions in model_buffers.
+inline constexpr size_t kCausalMaskBuffer = 0;
+inline constexpr size_t kTargetFrequencyBuffer = 1;
 // The values a freshly built model gives buffer `buffer` (model_buffers' order).
 std::vector<float> model_buffer_initial_values(const ModelSpec& spec, size_t buffer);
 // The momentum of a running-frequency buffer's update: new = old * (1 - m) + frequency * m.
