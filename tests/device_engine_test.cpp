@@ -137,6 +137,90 @@ TEST(DeviceEngine, SaveAndResumeOnTheGpuIsBitIdenticalAtAnyWorldSizeAndOnTheCpu)
   }
 }
 
+bool partitions_were_resident(const TrainingRun& run) {
+  return std::any_of(run.notes.begin(), run.notes.end(),
+                     [](const std::string& note) { return note.find("partitions stay in the memory") != std::string::npos; });
+}
+
+// One rank with nothing offloaded keeps its partitions in device memory (ResidentState): the
+// run says so, and every step (the host copy refreshed after each by the digests, or only at
+// the end), a save on the GPU and its resume on the GPU and on the CPU, have the host path's
+// bits; the fp16 runs skip overflowing steps there too. With the optimizer on NVMe the
+// partitions stay in host memory (no note).
+TEST(DeviceEngine, ResidentPartitionsHaveTheCpuBitsAndResume) {
+  if (usable_cuda_devices() == 0) GTEST_SKIP() << "no CUDA device";
+  const ComputeDevice cuda = cuda_device();
+  for (const ModelSpec& model : {ModelSpec{{64, 256, 128, 10}}, transformer_model(GptSpec{2, 24, 3, 41, 6})}) {
+    for (Precision precision : {Precision::kFp32, Precision::kFp16, Precision::kBf16}) {
+      SCOPED_TRACE(model_spec_to_string(model) + " " + precision_name(precision));
+      TestDirectory directory;
+      TrainingOptions options = make_options(model, precision, 3, 2, 1, 700, 29);
+      options.digest_every_step = true;
+      Result<TrainingRun> on_cpu = train(options, 6);
+      ASSERT_TRUE(on_cpu.ok()) << on_cpu.status().to_string();
+      EXPECT_FALSE(partitions_were_resident(*on_cpu));
+      if (precision == Precision::kFp16) {
+        EXPECT_TRUE(std::any_of(on_cpu->steps.begin(), on_cpu->steps.end(), [](const StepRecord& r) { return r.skipped; }))
+            << "the fp16 run should see an overflow";
+      }
+      TrainingOptions on_gpu_options = options;
+      on_gpu_options.compute = cuda;
+      Result<TrainingRun> on_gpu = train(on_gpu_options, 6);
+      ASSERT_TRUE(on_gpu.ok()) << on_gpu.status().to_string();
+      EXPECT_TRUE(partitions_were_resident(*on_gpu));
+      EXPECT_EQ(first_step_difference(*on_cpu, *on_gpu), "");
+      EXPECT_EQ(on_cpu->digests.state, on_gpu->digests.state);
+
+      TrainingOptions quiet = on_gpu_options;
+      quiet.digest_every_step = false;
+      Result<TrainingRun> only_at_end = train(quiet, 6);
+      ASSERT_TRUE(only_at_end.ok()) << only_at_end.status().to_string();
+      EXPECT_EQ(only_at_end->digests.state, on_cpu->digests.state);
+
+      CheckpointPlan saving;
+      saving.save_directory = directory.path() + "/checkpoints";
+      saving.save_every_steps = 3;
+      ASSERT_TRUE(train(quiet, 3, saving).ok());
+      for (bool resume_on_gpu : {true, false}) {
+        SCOPED_TRACE(resume_on_gpu ? "resumed on the GPU" : "resumed on the CPU");
+        TrainingOptions resumed_options = resume_on_gpu ? on_gpu_options : options;
+        CheckpointPlan resuming;
+        resuming.resume_directory = saving.save_directory;
+        Result<TrainingRun> resumed = train(resumed_options, 6, resuming);
+        ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
+        ASSERT_EQ(resumed->steps.size(), 3u);
+        EXPECT_EQ(first_differing_component(on_cpu->step_digests[2], resumed->initial_digests), "");
+        for (size_t k = 0; k < 3; ++k) {
+          EXPECT_EQ(first_differing_component(on_cpu->step_digests[3 + k], resumed->step_digests[k]), "") << "step " << 4 + k;
+        }
+      }
+
+      TrainingOptions offloaded = on_gpu_options;
+      place_state(offloaded, 1, directory.path() + "/nvme");
+      Result<TrainingRun> on_host = train(offloaded, 6);
+      ASSERT_TRUE(on_host.ok()) << on_host.status().to_string();
+      EXPECT_FALSE(partitions_were_resident(*on_host));
+      EXPECT_EQ(on_host->digests.state, on_cpu->digests.state);
+    }
+  }
+}
+
+// The fast mode with resident partitions repeats its own bits.
+TEST(DeviceEngine, ResidentPartitionsInFastModeRepeatTheirBits) {
+  if (usable_cuda_devices() == 0) GTEST_SKIP() << "no CUDA device";
+  for (const ModelSpec& model : {ModelSpec{{64, 256, 128, 10}}, transformer_model(GptSpec{2, 64, 2, 97, 12})}) {
+    SCOPED_TRACE(model_spec_to_string(model));
+    TrainingOptions options = make_options(model, Precision::kBf16, 4, 2, 1, 5000, 43);
+    options.compute = cuda_device(CudaGemm::kCublas);
+    options.digest_every_step = true;
+    Result<TrainingRun> first = train(options, 5);
+    Result<TrainingRun> second = train(options, 5);
+    ASSERT_TRUE(first.ok() && second.ok());
+    EXPECT_TRUE(partitions_were_resident(*first));
+    EXPECT_EQ(first_step_difference(*first, *second), "");
+  }
+}
+
 // The fast mode computes the same function: each layer's outputs and gradients agree with the
 // CPU's to fp32 rounding (relative to the largest magnitude of the array; the sums run in another
 // order), so the GEMM operands and transposes are right.

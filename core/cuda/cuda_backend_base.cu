@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "core/cuda/cuda_resident_state.h"
 #include "core/cuda/device_adamw.h"
 
 namespace zerosim {
@@ -64,7 +65,10 @@ __global__ void ordered_product_kernel(int64_t rows, int64_t columns, int64_t in
 
 }  // namespace
 
+CudaBackendBase::CudaBackendBase(int device, CudaGemm gemm) : device_(device), gemm_(gemm) {}
+
 CudaBackendBase::~CudaBackendBase() {
+  resident_.reset();
   cudaSetDevice(device_);
   if (cublas_ != nullptr) blas_library_->destroy(cublas_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
@@ -85,6 +89,11 @@ Status CudaBackendBase::start() {
   ZEROSIM_RETURN_IF_ERROR(cuda("cudaMalloc (cuBLAS workspace)", cublas_workspace_.reserve(kCublasWorkspaceBytes)));
   return blas("cublasSetWorkspace",
               blas_library_->set_workspace(cublas_, cublas_workspace_.as<void>(), kCublasWorkspaceBytes));
+}
+
+ResidentState* CudaBackendBase::resident_state() {
+  if (!resident_) resident_ = std::make_unique<CudaResidentState>(*this);
+  return resident_.get();
 }
 
 std::string CudaBackendBase::name() const {

@@ -26,9 +26,11 @@ struct DeviceOperand {
   bool transposed = false;
 };
 
+class CudaResidentState;
+
 class CudaBackendBase : public ComputeBackend {
  public:
-  CudaBackendBase(int device, CudaGemm gemm) : device_(device), gemm_(gemm) {}
+  CudaBackendBase(int device, CudaGemm gemm);
   ~CudaBackendBase() override;
 
   // Selects the device, makes the stream and, in the fast mode, the cuBLAS handle.
@@ -36,8 +38,17 @@ class CudaBackendBase : public ComputeBackend {
   std::string name() const override;
   Status adam_update(const AdamStepScalars& scalars, float grad_multiplier, float* master, const float* gradient,
                      float* exp_avg, float* exp_avg_sq, size_t count) override;
+  ResidentState* resident_state() override;
 
  protected:
+  friend class CudaResidentState;
+  // The model's stages over device memory: the stage's full fp32 weights (module order), and
+  // for a backward its full gradients, which the stage adds to (the MLP's may write: each of its
+  // parameters has one use). Enqueued on the stream; the callers synchronize.
+  virtual Status forward_on_device(int64_t stage, std::span<const float* const> parameters) = 0;
+  virtual Status backward_on_device(int64_t stage, std::span<const float* const> parameters,
+                                    std::span<float* const> gradients) = 0;
+
   // C [rows, columns] = C + A [rows, inner] x B [inner, columns], row-major on the device,
   // enqueued on the stream. Deterministic mode: each element a left fold over `inner` in order
   // from C's value, separately rounded (the CPU's rows_times_matrix and transposed_rows_product
@@ -59,6 +70,7 @@ class CudaBackendBase : public ComputeBackend {
   static constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
   DeviceArray cublas_workspace_;
   DeviceArray optimizer_state_[4];  // master, gradient, exp_avg, exp_avg_sq of one sub-group
+  std::unique_ptr<CudaResidentState> resident_;
 };
 
 // The transformer's backend (device_gpt_backend.cu), started.

@@ -89,16 +89,10 @@ class CudaComputeBackend final : public CudaBackendBase {
 
   Status forward(int64_t stage, std::span<const std::vector<float>> parameters) override {
     ZEROSIM_CHECK(parameters.size() == 2, "an MLP layer has a weight and a bias");
-    const int64_t layer_index = stage;
-    const std::span<const float> weight = parameters[0], bias = parameters[1];
     ZEROSIM_RETURN_IF_ERROR(cuda("cudaSetDevice", cudaSetDevice(device_)));
-    ZEROSIM_RETURN_IF_ERROR(upload_weights(layer_index, weight, bias));
-    const size_t l = static_cast<size_t>(layer_index);
-    const bool last = l + 1 == inputs_.size();
-    if (gemm_ == CudaGemm::kCublas) return in_layer(layer_index, fast_forward(layer_index));
-    return in_layer(layer_index, device_mlp_layer_forward(shape(layer_index), inputs_[l].as<float>(), weight_.as<float>(),
-                                                          bias_.as<float>(), pre_activations_[l].as<float>(),
-                                                          last ? nullptr : inputs_[l + 1].as<float>(), stream_));
+    ZEROSIM_RETURN_IF_ERROR(upload_weights(stage, parameters[0], parameters[1]));
+    const float* const pointers[2] = {weight_.as<float>(), bias_.as<float>()};
+    return forward_on_device(stage, pointers);
   }
 
   Result<float> loss(float gradient_scale) override {
@@ -131,18 +125,9 @@ class CudaComputeBackend final : public CudaBackendBase {
     ZEROSIM_RETURN_IF_ERROR(upload_weights(layer_index, weight, {}));
     ZEROSIM_RETURN_IF_ERROR(cuda("cudaMalloc (weight gradient)", weight_gradient_.reserve(weight_gradient.size_bytes())));
     ZEROSIM_RETURN_IF_ERROR(cuda("cudaMalloc (bias gradient)", bias_gradient_.reserve(bias_gradient.size_bytes())));
-    const bool first = l == 0;
-    const int next = 1 - current_gradient_;
-    ZEROSIM_RETURN_IF_ERROR(in_layer(
-        layer_index,
-        gemm_ == CudaGemm::kCublas ? fast_backward(layer_index, output_gradients_[current_gradient_].as<float>(),
-                                                   first ? nullptr : output_gradients_[next].as<float>()) :
-        device_mlp_layer_backward(shape(layer_index), inputs_[l].as<float>(), weight_.as<float>(),
-                                  output_gradients_[current_gradient_].as<float>(),
-                                  first ? nullptr : pre_activations_[l - 1].as<float>(), weight_gradient_.as<float>(),
-                                  bias_gradient_.as<float>(), first ? nullptr : output_gradients_[next].as<float>(),
-                                  stream_)));
-    current_gradient_ = next;
+    const float* const weights[2] = {weight_.as<float>(), nullptr};
+    float* const sums[2] = {weight_gradient_.as<float>(), bias_gradient_.as<float>()};
+    ZEROSIM_RETURN_IF_ERROR(backward_on_device(stage, weights, sums));
     ZEROSIM_RETURN_IF_ERROR(cuda("cudaMemcpyAsync (weight gradient)",
                                  cudaMemcpyAsync(weight_gradient.data(), weight_gradient_.as<float>(),
                                                  weight_gradient.size_bytes(), cudaMemcpyDeviceToHost, stream_)));
@@ -152,21 +137,59 @@ class CudaComputeBackend final : public CudaBackendBase {
     return in_layer(layer_index, cuda("cudaStreamSynchronize (layer gradients)", cudaStreamSynchronize(stream_)));
   }
 
+ protected:
+  Status forward_on_device(int64_t stage, std::span<const float* const> parameters) override {
+    ZEROSIM_CHECK(parameters.size() == 2, "an MLP layer has a weight and a bias");
+    const int64_t layer_index = stage;
+    const size_t l = static_cast<size_t>(layer_index);
+    const bool last = l + 1 == inputs_.size();
+    const float* weight = parameters[0];
+    const float* bias = parameters[1];
+    if (gemm_ == CudaGemm::kCublas) return in_layer(layer_index, fast_forward(layer_index, weight, bias));
+    return in_layer(layer_index, device_mlp_layer_forward(shape(layer_index), inputs_[l].as<float>(), weight, bias,
+                                                          pre_activations_[l].as<float>(),
+                                                          last ? nullptr : inputs_[l + 1].as<float>(), stream_));
+  }
+
+  // Writes the layer's weight and bias gradients (each MLP parameter has one use).
+  Status backward_on_device(int64_t stage, std::span<const float* const> parameters,
+                            std::span<float* const> gradients) override {
+    ZEROSIM_CHECK(parameters.size() == 2 && gradients.size() == 2, "an MLP layer has a weight and a bias");
+    const int64_t layer_index = static_cast<int64_t>(inputs_.size()) - 1 - stage;
+    const size_t l = static_cast<size_t>(layer_index);
+    const float* weight = parameters[0];
+    float* weight_gradient = gradients[0];
+    float* bias_gradient = gradients[1];
+    const bool first = l == 0;
+    const int next = 1 - current_gradient_;
+    ZEROSIM_RETURN_IF_ERROR(in_layer(
+        layer_index,
+        gemm_ == CudaGemm::kCublas
+            ? fast_backward(layer_index, weight, output_gradients_[current_gradient_].as<float>(),
+                            first ? nullptr : output_gradients_[next].as<float>(), weight_gradient, bias_gradient)
+            : device_mlp_layer_backward(shape(layer_index), inputs_[l].as<float>(), weight,
+                                        output_gradients_[current_gradient_].as<float>(),
+                                        first ? nullptr : pre_activations_[l - 1].as<float>(), weight_gradient,
+                                        bias_gradient, first ? nullptr : output_gradients_[next].as<float>(), stream_)));
+    current_gradient_ = next;
+    return Status();
+  }
+
  private:
   // Row-major [samples, out] = [samples, in] x [out, in]^T is, to column-major cuBLAS, the
   // [out, samples] product W^T(as stored) x X: op(A) = T on the weight (lda = in).
-  Status fast_forward(int64_t layer_index) {
+  Status fast_forward(int64_t layer_index, const float* weight, const float* bias) {
     const size_t l = static_cast<size_t>(layer_index);
     const DeviceLayerShape s = shape(layer_index);
     float* pre_activation = pre_activations_[l].as<float>();
-    broadcast_bias_kernel<<<blocks_for(s.samples * s.out), kThreads, 0, stream_>>>(s.samples, s.out, bias_.as<float>(),
+    broadcast_bias_kernel<<<blocks_for(s.samples * s.out), kThreads, 0, stream_>>>(s.samples, s.out, bias,
                                                                                  pre_activation);
     ZEROSIM_RETURN_IF_ERROR(cuda("broadcast_bias_kernel", cudaGetLastError()));
     const float one = 1.0f;
     ZEROSIM_RETURN_IF_ERROR(blas("cublasSgemm (forward)",
                                  blas_library_->sgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(s.out),
                                              static_cast<int>(s.samples), static_cast<int>(s.in), &one,
-                                             weight_.as<float>(), static_cast<int>(s.in), inputs_[l].as<float>(),
+                                             weight, static_cast<int>(s.in), inputs_[l].as<float>(),
                                              static_cast<int>(s.in), &one, pre_activation, static_cast<int>(s.out))));
     if (l + 1 == inputs_.size()) return Status();
     relu_kernel<<<blocks_for(s.samples * s.out), kThreads, 0, stream_>>>(s.samples * s.out, pre_activation,
@@ -177,7 +200,8 @@ class CudaComputeBackend final : public CudaBackendBase {
   // dW [out, in] = dZ^T x X (column-major: [in, out] = X(in x samples) x dZ^T), the bias
   // gradient a column sum, and dX [samples, in] = dZ x W (column-major: [in, samples] =
   // W(as stored, in x out) x dZ(out x samples)) masked by the previous layer's ReLU.
-  Status fast_backward(int64_t layer_index, const float* output_gradient, float* previous_output_gradient) {
+  Status fast_backward(int64_t layer_index, const float* weight, const float* output_gradient,
+                       float* previous_output_gradient, float* weight_gradient, float* bias_gradient) {
     const size_t l = static_cast<size_t>(layer_index);
     const DeviceLayerShape s = shape(layer_index);
     const int samples = static_cast<int>(s.samples), in = static_cast<int>(s.in), out = static_cast<int>(s.out);
@@ -185,14 +209,14 @@ class CudaComputeBackend final : public CudaBackendBase {
     ZEROSIM_RETURN_IF_ERROR(blas("cublasSgemm (weight gradient)",
                                  blas_library_->sgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, in, out, samples, &one,
                                              inputs_[l].as<float>(), in, output_gradient, out, &zero,
-                                             weight_gradient_.as<float>(), in)));
+                                             weight_gradient, in)));
     column_sum_kernel<<<blocks_for(s.out), kThreads, 0, stream_>>>(s.samples, s.out, output_gradient,
-                                                                  bias_gradient_.as<float>());
+                                                                  bias_gradient);
     ZEROSIM_RETURN_IF_ERROR(cuda("column_sum_kernel", cudaGetLastError()));
     if (previous_output_gradient == nullptr) return Status();
     ZEROSIM_RETURN_IF_ERROR(blas("cublasSgemm (input gradient)",
                                  blas_library_->sgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, in, samples, out, &one,
-                                             weight_.as<float>(), in, output_gradient, out, &zero,
+                                             weight, in, output_gradient, out, &zero,
                                              previous_output_gradient, in)));
     relu_mask_kernel<<<blocks_for(s.samples * s.in), kThreads, 0, stream_>>>(
         s.samples * s.in, pre_activations_[l - 1].as<float>(), previous_output_gradient);

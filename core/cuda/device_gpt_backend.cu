@@ -413,26 +413,12 @@ class CudaGptBackend final : public CudaBackendBase {
 
   Status forward(int64_t stage, std::span<const std::vector<float>> parameters) override {
     ZEROSIM_RETURN_IF_ERROR(cuda("cudaSetDevice", cudaSetDevice(device_)));
-    const int64_t rows = sequences_ * length_, e = spec_.embd;
-    if (stage == 0) {
-      ZEROSIM_RETURN_IF_ERROR(stage_parameters(parameters, 0, 2));
-      embeddings_forward_kernel<<<blocks_for(rows * e), kThreads, 0, stream_>>>(
-          sequences_, length_, e, tokens_.as<int32_t>(), param(0), param(1), x_.as<float>());
-      return launched("embeddings_forward_kernel", "the embeddings");
-    }
-    if (stage <= spec_.layers) return in_stage(block_forward(stage - 1, parameters), "h." + std::to_string(stage - 1));
-    if (stage == spec_.layers + 1) {
-      ZEROSIM_RETURN_IF_ERROR(stage_parameters(parameters, gpt_final_norm_parameter(spec_), 2));
-      return in_stage(layer_norm(x_.as<float>(), param(0), param(1), final_norm_), "ln_f");
-    }
-    ZEROSIM_CHECK(stage == spec_.layers + 2, "a forward stage of the plan");
-    ZEROSIM_RETURN_IF_ERROR(stage_parameters(parameters, 0, 1));
-    // logits [rows, vocab] = 0 + ln_f(x) [rows, e] x wte^T (wte is [vocab, e]).
-    ZEROSIM_RETURN_IF_ERROR(cuda("cudaMemsetAsync (logits)", cudaMemsetAsync(logits_.as<float>(), 0,
-                                                                             bytes_of(rows * spec_.vocab), stream_)));
-    return in_stage(product(rows, spec_.vocab, e, {final_norm_.out.as<float>(), false}, {param(0), true},
-                            logits_.as<float>()),
-                    "the head");
+    const ParameterRange range = forward_range(stage);
+    check_sizes(parameters, range);
+    ZEROSIM_RETURN_IF_ERROR(upload(parameters, parameters_, "cudaMemcpyAsync (stage parameters)"));
+    std::vector<const float*> pointers;
+    for (size_t k = 0; k < parameters.size(); ++k) pointers.push_back(parameters_[k].as<float>());
+    return forward_on_device(stage, pointers);
   }
 
   Result<float> loss(float gradient_scale) override {
@@ -454,11 +440,19 @@ class CudaGptBackend final : public CudaBackendBase {
   Status backward(int64_t stage, std::span<const std::vector<float>> parameters,
                   std::span<std::vector<float>> gradients) override {
     ZEROSIM_RETURN_IF_ERROR(cuda("cudaSetDevice", cudaSetDevice(device_)));
-    const std::string where = stage == 0                 ? std::string("the head")
-                              : stage == 1               ? std::string("ln_f")
-                              : stage <= spec_.layers + 1 ? "h." + std::to_string(spec_.layers - (stage - 1))
-                                                          : std::string("the embeddings");
-    ZEROSIM_RETURN_IF_ERROR(in_stage(backward_kernels(stage, parameters, gradients), where));
+    const auto [weights, sums] = backward_ranges(stage);
+    check_sizes(parameters, weights);
+    const std::span<const std::vector<float>> gradient_values(gradients.data(), gradients.size());
+    check_sizes(gradient_values, sums);
+    ZEROSIM_RETURN_IF_ERROR(upload(parameters, parameters_, "cudaMemcpyAsync (stage parameters)"));
+    // The gradients' values so far: a tied parameter's second use adds to its first's.
+    ZEROSIM_RETURN_IF_ERROR(upload(gradient_values, gradients_, "cudaMemcpyAsync (stage gradients)"));
+    std::vector<const float*> parameter_pointers;
+    std::vector<float*> gradient_pointers;
+    for (size_t k = 0; k < parameters.size(); ++k) parameter_pointers.push_back(parameters_[k].as<float>());
+    for (size_t k = 0; k < gradients.size(); ++k) gradient_pointers.push_back(gradients_[k].as<float>());
+    ZEROSIM_RETURN_IF_ERROR(backward_on_device(stage, parameter_pointers, gradient_pointers));
+    const std::string where = stage_name(stage);
     for (size_t k = 0; k < gradients.size(); ++k) {
       ZEROSIM_RETURN_IF_ERROR(in_stage(cuda("cudaMemcpyAsync (gradients out)",
                                             cudaMemcpyAsync(gradients[k].data(), gradients_[k].as<float>(),
@@ -467,6 +461,38 @@ class CudaGptBackend final : public CudaBackendBase {
                                        where));
     }
     return in_stage(cuda("cudaStreamSynchronize (gradients)", cudaStreamSynchronize(stream_)), where);
+  }
+
+ protected:
+  Status forward_on_device(int64_t stage, std::span<const float* const> parameters) override {
+    ZEROSIM_CHECK(static_cast<int64_t>(parameters.size()) == forward_range(stage).size(),
+                  "one weight per parameter of the stage");
+    stage_parameters_.assign(parameters.begin(), parameters.end());
+    const int64_t rows = sequences_ * length_, e = spec_.embd;
+    if (stage == 0) {
+      embeddings_forward_kernel<<<blocks_for(rows * e), kThreads, 0, stream_>>>(
+          sequences_, length_, e, tokens_.as<int32_t>(), param(0), param(1), x_.as<float>());
+      return launched("embeddings_forward_kernel", "the embeddings");
+    }
+    if (stage <= spec_.layers) return in_stage(block_forward(stage - 1), "h." + std::to_string(stage - 1));
+    if (stage == spec_.layers + 1) return in_stage(layer_norm(x_.as<float>(), param(0), param(1), final_norm_), "ln_f");
+    // logits [rows, vocab] = 0 + ln_f(x) [rows, e] x wte^T (wte is [vocab, e]).
+    ZEROSIM_RETURN_IF_ERROR(cuda("cudaMemsetAsync (logits)", cudaMemsetAsync(logits_.as<float>(), 0,
+                                                                             bytes_of(rows * spec_.vocab), stream_)));
+    return in_stage(product(rows, spec_.vocab, e, {final_norm_.out.as<float>(), false}, {param(0), true},
+                            logits_.as<float>()),
+                    "the head");
+  }
+
+  Status backward_on_device(int64_t stage, std::span<const float* const> parameters,
+                            std::span<float* const> gradients) override {
+    const auto [weights, sums] = backward_ranges(stage);
+    ZEROSIM_CHECK(static_cast<int64_t>(parameters.size()) == weights.size() &&
+                      static_cast<int64_t>(gradients.size()) == sums.size(),
+                  "one weight and one gradient per parameter of the stage");
+    stage_parameters_.assign(parameters.begin(), parameters.end());
+    stage_gradients_.assign(gradients.begin(), gradients.end());
+    return in_stage(backward_kernels(stage), stage_name(stage));
   }
 
  private:
@@ -499,29 +525,43 @@ class CudaGptBackend final : public CudaBackendBase {
     return Status(status.code(), "transformer " + where + ": " + status.message());
   }
 
-  // The stage's full tensors, parameters `first`..`first + count` of gpt_parameters, to the device.
-  Status stage_parameters(std::span<const std::vector<float>> parameters, int64_t first, int64_t count) {
-    check_sizes(parameters, first, count);
-    return upload(parameters, parameters_, "cudaMemcpyAsync (stage parameters)");
+  // The parameters a forward stage reads (model_plan's gathered range).
+  ParameterRange forward_range(int64_t stage) const {
+    if (stage == 0) return {0, 2};
+    if (stage <= spec_.layers) return {gpt_block_first_parameter(stage - 1), gpt_block_first_parameter(stage)};
+    if (stage == spec_.layers + 1) return {gpt_final_norm_parameter(spec_), gpt_final_norm_parameter(spec_) + 2};
+    ZEROSIM_CHECK(stage == spec_.layers + 2, "a forward stage of the plan");
+    return {0, 1};
   }
-  Status stage_tensors(std::span<const std::vector<float>> parameters, std::span<std::vector<float>> gradients,
-                       int64_t first, int64_t count) {
-    if (!parameters.empty()) ZEROSIM_RETURN_IF_ERROR(stage_parameters(parameters, first, count));
-    const std::span<const std::vector<float>> sums(gradients.data(), gradients.size());
-    check_sizes(sums, first, count);
-    // The gradients' values so far: a tied parameter's second use adds to its first's.
-    return upload(sums, gradients_, "cudaMemcpyAsync (stage gradients)");
+  // The weights a backward stage reads and the gradients it adds to.
+  std::pair<ParameterRange, ParameterRange> backward_ranges(int64_t stage) const {
+    if (stage == 0) return {{0, 1}, {0, 1}};
+    const int64_t ln_f = gpt_final_norm_parameter(spec_);
+    if (stage == 1) return {{ln_f, ln_f + 2}, {ln_f, ln_f + 2}};
+    if (stage <= spec_.layers + 1) {
+      const int64_t block = spec_.layers - (stage - 1);
+      const ParameterRange range{gpt_block_first_parameter(block), gpt_block_first_parameter(block + 1)};
+      return {range, range};
+    }
+    ZEROSIM_CHECK(stage == spec_.layers + 2, "a backward stage of the plan");
+    return {{0, 0}, {0, 2}};  // no weight: wte's second use and wpe
   }
-  void check_sizes(std::span<const std::vector<float>> tensors, int64_t first, int64_t count) const {
-    ZEROSIM_CHECK(static_cast<int64_t>(tensors.size()) == count, "one tensor per parameter of the stage");
-    for (int64_t k = 0; k < count; ++k) {
+  std::string stage_name(int64_t stage) const {
+    if (stage == 0) return "the head";
+    if (stage == 1) return "ln_f";
+    if (stage <= spec_.layers + 1) return "h." + std::to_string(spec_.layers - (stage - 1));
+    return "the embeddings";
+  }
+  void check_sizes(std::span<const std::vector<float>> tensors, ParameterRange range) const {
+    ZEROSIM_CHECK(static_cast<int64_t>(tensors.size()) == range.size(), "one tensor per parameter of the stage");
+    for (int64_t k = 0; k < range.size(); ++k) {
       ZEROSIM_CHECK(static_cast<int64_t>(tensors[static_cast<size_t>(k)].size()) ==
-                        element_counts_[static_cast<size_t>(first + k)],
+                        element_counts_[static_cast<size_t>(range.first + k)],
                     "full tensors");
     }
   }
-  const float* param(size_t k) const { return parameters_[k].as<float>(); }
-  float* grad(size_t k) const { return gradients_[k].as<float>(); }
+  const float* param(size_t k) const { return stage_parameters_[k]; }
+  float* grad(size_t k) const { return stage_gradients_[k]; }
 
   Status layer_norm(const float* in, const float* gamma, const float* beta, DeviceLayerNorm& norm) {
     const int64_t rows = sequences_ * length_, e = spec_.embd;
@@ -577,8 +617,7 @@ class CudaGptBackend final : public CudaBackendBase {
     return AttentionShape{sequences_, length_, spec_.heads, d, spec_.embd, spec_.block, scale};
   }
 
-  Status block_forward(int64_t block, std::span<const std::vector<float>> parameters) {
-    ZEROSIM_RETURN_IF_ERROR(stage_parameters(parameters, gpt_block_first_parameter(block), kGptBlockParameters));
+  Status block_forward(int64_t block) {
     const int64_t rows = sequences_ * length_, e = spec_.embd;
     DeviceBlock& c = blocks_[static_cast<size_t>(block)];
     ZEROSIM_RETURN_IF_ERROR(layer_norm(x_.as<float>(), param(0), param(1), c.ln_1));
@@ -600,12 +639,10 @@ class CudaGptBackend final : public CudaBackendBase {
     return cuda("add_kernel", cudaGetLastError());
   }
 
-  // Uploads the stage's weights and gradients so far, and enqueues its backward.
-  Status backward_kernels(int64_t stage, std::span<const std::vector<float>> parameters,
-                          std::span<std::vector<float>> gradients) {
+  // Enqueues backward stage `stage` over stage_parameters_ and stage_gradients_.
+  Status backward_kernels(int64_t stage) {
     const int64_t rows = sequences_ * length_, e = spec_.embd, v = spec_.vocab;
     if (stage == 0) {
-      ZEROSIM_RETURN_IF_ERROR(stage_tensors(parameters, gradients, 0, 1));
       // d_wte += d_logits^T ln_f(x) (the head's use, first); d_scratch = 0 + d_logits wte.
       ZEROSIM_RETURN_IF_ERROR(
           product(v, e, rows, {logits_.as<float>(), true}, {final_norm_.out.as<float>(), false}, grad(0)));
@@ -613,18 +650,15 @@ class CudaGptBackend final : public CudaBackendBase {
       return product(rows, e, v, {logits_.as<float>(), false}, {param(0), false}, d_scratch_.as<float>());
     }
     if (stage == 1) {
-      ZEROSIM_RETURN_IF_ERROR(stage_tensors(parameters, gradients, gpt_final_norm_parameter(spec_), 2));
       ZEROSIM_RETURN_IF_ERROR(zero(d_x_, rows * e, "d_x"));
       return layer_norm_backward(final_norm_, param(0), d_scratch_.as<float>(), grad(0), grad(1), d_x_.as<float>());
     }
     if (stage <= spec_.layers + 1) {
       const int64_t block = spec_.layers - (stage - 1);
-      ZEROSIM_RETURN_IF_ERROR(stage_tensors(parameters, gradients, gpt_block_first_parameter(block), kGptBlockParameters));
       return block_backward(block);
     }
     ZEROSIM_CHECK(stage == spec_.layers + 2, "a backward stage of the plan");
     // No weight: wte's second use and wpe.
-    ZEROSIM_RETURN_IF_ERROR(stage_tensors({}, gradients, 0, 2));
     embeddings_backward_kernel<<<blocks_for(e), kThreads, 0, stream_>>>(sequences_, length_, e, tokens_.as<int32_t>(),
                                                                         d_x_.as<float>(), grad(0), grad(1));
     return cuda("embeddings_backward_kernel", cudaGetLastError());
@@ -670,7 +704,9 @@ class CudaGptBackend final : public CudaBackendBase {
   DeviceLayerNorm final_norm_;
   DeviceArray x_, logits_, row_losses_;  // row_losses_ holds each row's loss, then the mean
   DeviceArray d_x_, d_scratch_, d_attended_, d_wide_, d_qkv_, d_p_, d_scores_, mean_d_, mean_dx_;
-  std::vector<DeviceArray> parameters_, gradients_;  // the current stage's, on the device
+  std::vector<DeviceArray> parameters_, gradients_;  // a host stage's tensors, uploaded
+  std::vector<const float*> stage_parameters_;  // the current stage's weights and gradients
+  std::vector<float*> stage_gradients_;
 };
 
 }  // namespace

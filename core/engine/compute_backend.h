@@ -24,6 +24,9 @@
 #include "core/model/model_spec.h"
 #include "core/optim/adamw.h"
 #include "core/status.h"
+#include "core/tensor/dtype.h"
+#include "core/zero/exact_square_sum.h"
+#include "core/zero/partition.h"
 
 namespace zerosim {
 
@@ -36,6 +39,46 @@ struct MicroBatchInput {
   std::span<const int32_t> tokens;   // transformer: [samples, sequence_length + 1]
   int64_t sequence_length = 0;       // transformer
   std::span<const float> causal_mask;  // transformer: [block, block]; alive for the micro-batch
+};
+
+// The partitions of a rank kept where its backend computes (a GPU's memory), so that a step
+// moves no state across PCIe: the engine hands the flat partitions over once (after
+// initialization or a load), runs its micro-steps and optimizer steps against them, and takes
+// them back before anything reads the host copy (a save, a digest, a gather of the state).
+//
+// Today for a rank alone in its world (W = 1) with nothing offloaded, the portable numerics,
+// every parameter trainable and no defect switched on (RankEngine decides; the other cases keep
+// the partitions in host memory). At W = 1 a parameter's partition is the whole tensor, so a
+// gather is the cast of its 16-bit values to fp32 and the gradient exchange is the
+// communication dtype's round trip added to the fp32 accumulator: what the host path computes
+// through a world of one, bit for bit.
+class ResidentState {
+ public:
+  virtual ~ResidentState() = default;
+  // Takes this rank's flat partitions (the layout's order, padding included) into the
+  // backend's memory, the gradient accumulator zeroed.
+  virtual Status adopt(const PartitionLayout& layout, DType model_dtype, DType communication_dtype,
+                       std::span<const std::byte> params, std::span<const float> master,
+                       std::span<const float> exp_avg, std::span<const float> exp_avg_sq) = 0;
+  // Writes the partitions back to host memory (same sizes as adopted).
+  virtual Status copy_to_host(std::span<std::byte> params, std::span<float> master, std::span<float> exp_avg,
+                              std::span<float> exp_avg_sq) = 0;
+  // Forward stage `stage` with the plan's `gathered` parameters cast from the resident 16-bit
+  // partitions (ComputeBackend::forward's contract otherwise).
+  virtual Status forward(int64_t stage, ParameterRange gathered) = 0;
+  // Backward stage `stage`: the full gradients of `gradients` live in the backend, zeroed first
+  // where `fresh[k]` (their first use in the micro-batch) and added to otherwise.
+  virtual Status backward(int64_t stage, ParameterRange gathered, ParameterRange gradients,
+                          std::span<const uint8_t> fresh) = 0;
+  // Folds layer `layer`'s full gradients into the fp32 accumulator (their exchange).
+  virtual Status reduce_layer(const LayerRange& layer) = 0;
+  // The exact sum of squares of the accumulator (its non-finite flag is the overflow check).
+  virtual Result<ExactSquareSum> gradient_squares() = 0;
+  // AdamW on [offset, offset + count) of the resident master, accumulator and moments.
+  virtual Status adam_update(const AdamStepScalars& scalars, float grad_multiplier, size_t offset, size_t count) = 0;
+  // The 16-bit parameters of [offset, offset + count) from the master (round to nearest even).
+  virtual Status store_parameters(size_t offset, size_t count) = 0;
+  virtual Status zero_gradients() = 0;
 };
 
 class ComputeBackend {
@@ -63,6 +106,9 @@ class ComputeBackend {
   // (adam_update).
   virtual Status adam_update(const AdamStepScalars& scalars, float grad_multiplier, float* master,
                              const float* gradient, float* exp_avg, float* exp_avg_sq, size_t count) = 0;
+
+  // The partitions kept in the backend's memory (ResidentState), or null when it has none.
+  virtual ResidentState* resident_state() { return nullptr; }
 };
 
 // The CPU backend: the kernels of core/model/mlp.h or core/model/gpt.h, and core/optim/adamw.h

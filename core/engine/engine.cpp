@@ -334,6 +334,34 @@ Status RankEngine::prepare_storage() {
   ZEROSIM_ASSIGN_OR_RETURN(LossScaler loss_scaler, LossScaler::from_config(config.loss_scaler, model_dtype_));
   loss_scaler_.emplace(std::move(loss_scaler));
   counters_ = TrainingCounters{};
+
+  // The partitions stay with the backend only where its resident path computes what the host
+  // path does (compute_backend.h ResidentState): a world of one, nothing offloaded, the portable
+  // numerics, every parameter trainable, no defect switched on.
+  const bool every_parameter_trainable =
+      std::all_of(parameters_.begin(), parameters_.end(), [](const ParameterInfo& p) { return p.requires_grad; });
+  const bool resident_eligible = comm_.world_size() == 1 && config.zero.offload_optimizer.device == OffloadDevice::kNone &&
+                                 param_offload.device == OffloadDevice::kNone &&
+                                 config.numerics == NumericsMode::kPortable && every_parameter_trainable &&
+                                 (env_.defects == nullptr || env_.defects->empty());
+  resident_ = resident_eligible ? compute_->resident_state() : nullptr;
+  resident_adopted_ = false;
+  host_state_stale_ = false;
+  return Status();
+}
+
+Status RankEngine::adopt_resident_state() {
+  if (resident_ == nullptr || resident_adopted_) return Status();
+  ZEROSIM_RETURN_IF_ERROR(resident_->adopt(layout_, model_dtype_, communication_dtype_, param_partition_, master_,
+                                           exp_avg_, exp_avg_sq_));
+  resident_adopted_ = true;
+  return Status();
+}
+
+Status RankEngine::make_host_state_current() {
+  if (!host_state_stale_) return Status();
+  ZEROSIM_RETURN_IF_ERROR(resident_->copy_to_host(param_partition_, master_, exp_avg_, exp_avg_sq_));
+  host_state_stale_ = false;
   return Status();
 }
 
@@ -630,6 +658,23 @@ void RankEngine::untie_after_load(std::vector<std::vector<float>>& tied_use) {
   tied_use[0] = untied_head_copy_;
 }
 
+Status RankEngine::resident_backward_stage(int64_t stage, const BackwardStage& step) {
+  std::vector<uint8_t> fresh;
+  for (int64_t p = step.gradients.first; p < step.gradients.end; ++p) {
+    fresh.push_back(full_gradient_live_[static_cast<size_t>(p)] ? 0 : 1);
+    full_gradient_live_[static_cast<size_t>(p)] = 1;
+  }
+  ZEROSIM_RETURN_IF_ERROR(resident_->backward(stage, step.gathered, step.gradients, fresh));
+  if (step.completes_layer < 0) return Status();
+  const LayerRange& layer = layout_.layers[static_cast<size_t>(step.completes_layer)];
+  ZEROSIM_RETURN_IF_ERROR(resident_->reduce_layer(layer));
+  for (int64_t p = layer.first_parameter; p < layer.end_parameter; ++p) {
+    ZEROSIM_CHECK(full_gradient_live_[static_cast<size_t>(p)], "a layer's gradients are all written before its exchange");
+    full_gradient_live_[static_cast<size_t>(p)] = 0;
+  }
+  return Status();
+}
+
 Result<float> RankEngine::micro_step(int64_t micro_step_index) {
   const ResolvedConfig& config = options_.config;
   const int64_t micro_batch = config.micro_batch_size;
@@ -646,6 +691,10 @@ Result<float> RankEngine::micro_step(int64_t micro_step_index) {
   std::vector<std::vector<float>>& stage_parameters = stage_parameters_scratch_;
   for (size_t stage = 0; stage < plan_.forward.size(); ++stage) {
     const ParameterRange gathered = plan_.forward[stage].gathered;
+    if (resident_ != nullptr) {
+      ZEROSIM_RETURN_IF_ERROR(resident_->forward(static_cast<int64_t>(stage), gathered));
+      continue;
+    }
     if (!gathered.empty()) ZEROSIM_RETURN_IF_ERROR(gather_parameters(gathered, stage_parameters));
     if (plan_.forward[stage].tied_reuse) untie_after_load(stage_parameters);
     ZEROSIM_RETURN_IF_ERROR(compute_->forward(static_cast<int64_t>(stage),
@@ -669,6 +718,10 @@ Result<float> RankEngine::micro_step(int64_t micro_step_index) {
 
   for (size_t stage = 0; stage < plan_.backward.size(); ++stage) {
     const BackwardStage& step = plan_.backward[stage];
+    if (resident_ != nullptr) {
+      ZEROSIM_RETURN_IF_ERROR(resident_backward_stage(static_cast<int64_t>(stage), step));
+      continue;
+    }
     if (!step.gathered.empty()) ZEROSIM_RETURN_IF_ERROR(gather_parameters(step.gathered, stage_parameters));
     if (step.tied_reuse) untie_after_load(stage_parameters);
     for (int64_t p = step.gradients.first; p < step.gradients.end; ++p) {
@@ -713,11 +766,16 @@ Status RankEngine::optimizer_step(StepRecord& record) {
   if (swapper_ && pipeline_read_ && !layout_.sub_groups.empty()) {
     ZEROSIM_RETURN_IF_ERROR(swapper_->prefetch(0, counters_.optimizer_steps));
   }
+  // Resident partitions: the accumulator's exact bins, taken once for the overflow check and the norm.
+  std::optional<ExactSquareSum> resident_squares;
+  if (resident_ != nullptr) {
+    ZEROSIM_ASSIGN_OR_RETURN(resident_squares, resident_->gradient_squares());
+  }
   bool overflow = false;
   if (loss_scaler_->checks_overflow()) {
-    const bool local_non_finite = gradient_swapper_
-                                      ? step_gradient_squares_.saw_non_finite()
-                                      : has_non_finite(gradient_partition_.data(), gradient_partition_.size());
+    const bool local_non_finite = gradient_swapper_    ? step_gradient_squares_.saw_non_finite()
+                                  : resident_squares ? resident_squares->saw_non_finite()
+                                                     : has_non_finite(gradient_partition_.data(), gradient_partition_.size());
     std::array<double, 1> flag = {local_non_finite ? 1.0 : 0.0};
     ZEROSIM_RETURN_IF_ERROR(comm_.all_reduce_max(flag));
     overflow = flag[0] != 0.0;
@@ -729,12 +787,14 @@ Status RankEngine::optimizer_step(StepRecord& record) {
     const Status updated = loss_scaler_->update_scale(overflow);
     if (!updated.ok()) {
       std::fill(gradient_partition_.begin(), gradient_partition_.end(), 0.0f);
+      if (resident_ != nullptr) ZEROSIM_RETURN_IF_ERROR(resident_->zero_gradients());
       return updated;
     }
   }
   const double unscale_by = loss_scaler_->loss_scale();
   auto finish_step = [&](bool skipped) -> Status {
     std::fill(gradient_partition_.begin(), gradient_partition_.end(), 0.0f);
+    if (resident_ != nullptr) ZEROSIM_RETURN_IF_ERROR(resident_->zero_gradients());
     if (!skipped) {
       scheduler_->step();
       optimizer_learning_rate_.reset();  // the scheduler's step sets the optimizer's lr again
@@ -753,7 +813,11 @@ Status RankEngine::optimizer_step(StepRecord& record) {
   // Global norm of the scaled gradient: exact per-rank bins, gathered on rank 0, merged there
   // and broadcast (W x 4 KiB on rank 0 only, 4 KiB elsewhere).
   ExactSquareSum local_sum = step_gradient_squares_;  // filled during the reduce-scatter when swapped
-  if (!gradient_swapper_) local_sum.add_squares(gradient_partition_);
+  if (resident_squares) {
+    local_sum.merge(*resident_squares);
+  } else if (!gradient_swapper_) {
+    local_sum.add_squares(gradient_partition_);
+  }
   constexpr size_t kBinBytes = ExactSquareSum::kSerializedBytes;
   std::vector<std::byte> local_bytes(kBinBytes);
   local_sum.serialize(std::span<std::byte, kBinBytes>(local_bytes.data(), kBinBytes));
@@ -819,6 +883,14 @@ Status RankEngine::optimizer_step(StepRecord& record) {
       }
       gradient = gradient_group_scratch_.data();
     }
+    if (resident_ != nullptr) {
+      for (const auto& [run_offset, run_count] : trainable_runs_by_group_[g]) {
+        ZEROSIM_RETURN_IF_ERROR(resident_->adam_update(scalars, grad_multiplier, offset + run_offset, run_count));
+      }
+      ZEROSIM_RETURN_IF_ERROR(resident_->store_parameters(offset, count));
+      env_.crash_points->hit("optimizer.sub_group_stepped", comm_.rank());
+      continue;
+    }
     // AdamW over the runs of trainable partitions: a frozen parameter has no optimizer state to
     // step (weight decay included). AdamW is elementwise, so the split cannot change a bit.
     for (const auto& [run_offset, run_count] : trainable_runs_by_group_[g]) {
@@ -841,6 +913,9 @@ Status RankEngine::optimizer_step(StepRecord& record) {
 Result<StepRecord> RankEngine::train_step() {
   env_.crash_points->hit("engine.step_begin", comm_.rank());
   const uint64_t step_start_ns = env_.clock->now_ns();
+  ZEROSIM_RETURN_IF_ERROR(adopt_resident_state());
+  // From here the backend's partitions change: the host arrays are behind until copied back.
+  host_state_stale_ = resident_ != nullptr;
   // Cleared only when the step completes: after a failed step the state is mid-step for good.
   step_in_progress_ = true;
   step_gradient_squares_ = ExactSquareSum{};
@@ -989,6 +1064,7 @@ void finish_digests(const FullTrainingState& state, ComponentDigests& digests) {
 
 Status RankEngine::for_each_partition_state(
     const std::function<Status(int64_t parameter, const PartitionStateView&)>& visit) {
+  ZEROSIM_RETURN_IF_ERROR(make_host_state_current());
   const size_t element_bytes = dtype_size_bytes(model_dtype_);
   std::vector<std::byte> swapped_params;
   for (size_t g = 0; g < layout_.sub_groups.size(); ++g) {
@@ -1273,6 +1349,10 @@ Status run_one_rank(const TrainingOptions& options, int64_t step_count, int rank
     run.loaded_checkpoint_step = engine.loaded_checkpoint_step();
     run.notes.insert(run.notes.end(), notes.begin(), notes.end());
     if (!engine.swap_engine_note().empty()) run.notes.push_back(engine.swap_engine_note());
+    if (engine.partitions_resident()) {
+      run.notes.push_back("the partitions stay in the memory of the " + options.compute.name +
+                          " device (one rank, nothing offloaded): a step moves no state across PCIe");
+    }
   }
   // A resumed run does not save its starting point again into the directory it came from.
   // The full state at options.capture_state_at_step, kept on rank 0 (a diagnosis's input).

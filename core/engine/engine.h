@@ -264,11 +264,15 @@ class RankEngine {
   const PartitionLayout& layout() const { return layout_; }
   const TrainingCounters& counters() const { return counters_; }
   // This rank's flat partitions (padding included), for tests of the layout; each is empty
-  // when that state is swapped to NVMe.
+  // when that state is swapped to NVMe (and behind the backend's when partitions_resident()).
   std::span<const std::byte> param_partition() const { return param_partition_; }
   std::span<const float> master_partition() const { return master_; }
   std::span<const float> exp_avg_partition() const { return exp_avg_; }
   std::span<const float> exp_avg_sq_partition() const { return exp_avg_sq_; }
+  // Whether the compute backend keeps this rank's partitions (ResidentState); then the host
+  // arrays above are current only after something read the state through the engine (a save,
+  // gather_state, a fingerprint).
+  bool partitions_resident() const { return resident_ != nullptr; }
   // Set when the swapper fell back from O_DIRECT to the pread/pwrite engine: one line to log.
   const std::string& swap_engine_note() const { return swap_engine_note_; }
 
@@ -331,6 +335,8 @@ class RankEngine {
   // (ds_config.h NumericsMode). Collective.
   Status exchange_layer_gradient(int64_t micro_step_index, size_t chunk_elements, std::span<float> accumulator);
   Result<float> micro_step(int64_t micro_step_index);
+  // A backward stage of the plan on the resident partitions, and its layer's exchange.
+  Status resident_backward_stage(int64_t stage, const BackwardStage& step);
   // The defect tied_weight_untied_on_load, at a tied parameter's second use (nothing otherwise).
   void untie_after_load(std::vector<std::vector<float>>& tied_use);
   Status optimizer_step(StepRecord& record);
@@ -385,6 +391,16 @@ class RankEngine {
   int64_t loaded_checkpoint_step_ = -1;
 
   std::unique_ptr<ComputeBackend> compute_;
+  // The partitions kept by the backend (ResidentState in compute_backend.h), when it can and
+  // this run allows (prepare_storage says when); null: the host arrays above are the state.
+  ResidentState* resident_ = nullptr;
+  bool resident_adopted_ = false;  // the backend holds the current partitions
+  bool host_state_stale_ = false;  // the backend's are newer than the host arrays
+  // Before a step: hands the host arrays to the backend unless it holds them already.
+  Status adopt_resident_state();
+  // Before anything reads the host arrays (a save, a gather of the state, a fingerprint, a
+  // reset): copies the backend's partitions back when they are newer.
+  Status make_host_state_current();
   // Scratch reused across micro-steps.
   std::vector<float> micro_batch_input_;
   std::vector<int32_t> micro_batch_labels_;

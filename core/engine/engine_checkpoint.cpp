@@ -617,6 +617,9 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
 // compared against, so it works on the live state and shares none of the loader's steps.
 Status RankEngine::reset_as_loaded(const CheckpointLoadOptions& load) {
   ZEROSIM_CHECK(!step_in_progress_, "reset_as_loaded between steps only");
+  // The reset reads and rewrites the host arrays; the backend adopts them again before the next step.
+  ZEROSIM_RETURN_IF_ERROR(make_host_state_current());
+  resident_adopted_ = false;
   const double checkpoint_learning_rate = next_step_learning_rate();
   // A fresh engine's scheduler: what a load that does not restore it leaves, and (its lr) the
   // learning rate of a fresh optimizer.

@@ -64,6 +64,7 @@ class DefectSet {
   }
   void enable(Defect defect) { bits_ |= uint64_t{1} << static_cast<uint32_t>(defect); }
   bool has(Defect defect) const { return (bits_ >> static_cast<uint32_t>(defect)) & 1u; }
+  bool empty() const { return bits_ == 0; }
 
  private:
   uint64_t bits_ = 0;

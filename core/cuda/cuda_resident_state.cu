@@ -1,0 +1,192 @@
+#include "core/cuda/cuda_resident_state.h"
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "core/cuda/device_adamw.h"
+#include "core/cuda/device_cast.h"
+#include "core/cuda/device_square_sum.h"
+
+namespace zerosim {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void accumulate_kernel(int64_t count, const float* values, float* accumulator) {
+  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < count;
+       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    accumulator[k] = __fadd_rn(accumulator[k], values[k]);
+  }
+}
+
+int blocks_for(int64_t work) {
+  const int64_t blocks = (work + kThreads - 1) / kThreads;
+  return static_cast<int>(blocks < 65535 ? blocks : 65535);
+}
+
+}  // namespace
+
+Status CudaResidentState::adopt(const PartitionLayout& layout, DType model_dtype, DType communication_dtype,
+                                std::span<const std::byte> params, std::span<const float> master,
+                                std::span<const float> exp_avg, std::span<const float> exp_avg_sq) {
+  ZEROSIM_CHECK(layout.world_size == 1, "resident partitions are for a world of one");
+  const size_t count = static_cast<size_t>(layout.flat_element_count);
+  ZEROSIM_CHECK(params.size() == count * dtype_size_bytes(model_dtype) && master.size() == count &&
+                    exp_avg.size() == count && exp_avg_sq.size() == count,
+                "the partitions match the layout");
+  layout_ = layout;
+  model_dtype_ = model_dtype;
+  communication_dtype_ = communication_dtype;
+  ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaSetDevice", cudaSetDevice(backend_.device_)));
+  struct Copy {
+    DeviceArray* array;
+    const void* source;
+    size_t bytes;
+  };
+  for (const Copy& copy : {Copy{&params_, params.data(), params.size()}, Copy{&master_, master.data(), master.size_bytes()},
+                           Copy{&exp_avg_, exp_avg.data(), exp_avg.size_bytes()},
+                           Copy{&exp_avg_sq_, exp_avg_sq.data(), exp_avg_sq.size_bytes()}}) {
+    ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaMalloc (resident partitions)", copy.array->reserve(copy.bytes)));
+    if (copy.bytes == 0) continue;
+    ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaMemcpyAsync (resident partitions in)",
+                                          cudaMemcpyAsync(copy.array->as<void>(), copy.source, copy.bytes,
+                                                          cudaMemcpyHostToDevice, backend_.stream_)));
+  }
+  ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaMalloc (gradient accumulator)", accumulator_.reserve(count * sizeof(float))));
+  full_gradients_.resize(layout.parameters.size());
+  adopted_ = true;
+  ZEROSIM_RETURN_IF_ERROR(zero_gradients());
+  return synchronize("cudaStreamSynchronize (resident partitions in)");
+}
+
+Status CudaResidentState::copy_to_host(std::span<std::byte> params, std::span<float> master, std::span<float> exp_avg,
+                                       std::span<float> exp_avg_sq) {
+  ZEROSIM_CHECK(adopted_, "partitions adopted before they are copied back");
+  ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaSetDevice", cudaSetDevice(backend_.device_)));
+  struct Copy {
+    void* destination;
+    const DeviceArray* array;
+    size_t bytes;
+  };
+  for (const Copy& copy : {Copy{params.data(), &params_, params.size()}, Copy{master.data(), &master_, master.size_bytes()},
+                           Copy{exp_avg.data(), &exp_avg_, exp_avg.size_bytes()},
+                           Copy{exp_avg_sq.data(), &exp_avg_sq_, exp_avg_sq.size_bytes()}}) {
+    if (copy.bytes == 0) continue;
+    ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaMemcpyAsync (resident partitions out)",
+                                          cudaMemcpyAsync(copy.destination, copy.array->as<void>(), copy.bytes,
+                                                          cudaMemcpyDeviceToHost, backend_.stream_)));
+  }
+  return synchronize("cudaStreamSynchronize (resident partitions out)");
+}
+
+Status CudaResidentState::gather(ParameterRange range) {
+  const size_t slots = static_cast<size_t>(range.size());
+  if (gathered_.size() < slots) gathered_.resize(slots);
+  gathered_pointers_.resize(slots);
+  const size_t element_bytes = dtype_size_bytes(model_dtype_);
+  for (int64_t p = range.first; p < range.end; ++p) {
+    const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
+    ZEROSIM_CHECK(partition.partition_size == partition.element_count, "a world of one holds whole tensors");
+    DeviceArray& slot = gathered_[static_cast<size_t>(p - range.first)];
+    ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaMalloc (gathered weights)",
+                                          slot.reserve(static_cast<size_t>(partition.element_count) * sizeof(float))));
+    ZEROSIM_RETURN_IF_ERROR(device_cast_to_fp32(model_dtype_,
+                                                params_.as<std::byte>() + static_cast<size_t>(partition.flat_offset) * element_bytes,
+                                                slot.as<float>(), partition.element_count, backend_.stream_));
+    gathered_pointers_[static_cast<size_t>(p - range.first)] = slot.as<float>();
+  }
+  return Status();
+}
+
+Status CudaResidentState::forward(int64_t stage, ParameterRange gathered) {
+  ZEROSIM_CHECK(adopted_, "partitions adopted before a step");
+  ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaSetDevice", cudaSetDevice(backend_.device_)));
+  ZEROSIM_RETURN_IF_ERROR(gather(gathered));
+  return backend_.forward_on_device(stage, gathered_pointers_);
+}
+
+Status CudaResidentState::backward(int64_t stage, ParameterRange gathered, ParameterRange gradients,
+                                   std::span<const uint8_t> fresh) {
+  ZEROSIM_CHECK(adopted_, "partitions adopted before a step");
+  ZEROSIM_CHECK(fresh.size() == static_cast<size_t>(gradients.size()), "one fresh flag per gradient");
+  ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaSetDevice", cudaSetDevice(backend_.device_)));
+  ZEROSIM_RETURN_IF_ERROR(gather(gathered));
+  std::vector<float*> pointers;
+  for (int64_t p = gradients.first; p < gradients.end; ++p) {
+    const size_t bytes = static_cast<size_t>(layout_.parameters[static_cast<size_t>(p)].element_count) * sizeof(float);
+    DeviceArray& gradient = full_gradients_[static_cast<size_t>(p)];
+    ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaMalloc (full gradient)", gradient.reserve(bytes)));
+    if (fresh[static_cast<size_t>(p - gradients.first)]) {
+      ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaMemsetAsync (full gradient)",
+                                            cudaMemsetAsync(gradient.as<void>(), 0, bytes, backend_.stream_)));
+    }
+    pointers.push_back(gradient.as<float>());
+  }
+  return backend_.backward_on_device(stage, gathered_pointers_, pointers);
+}
+
+Status CudaResidentState::reduce_layer(const LayerRange& layer) {
+  ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaSetDevice", cudaSetDevice(backend_.device_)));
+  const size_t comm_bytes = dtype_size_bytes(communication_dtype_);
+  for (int64_t p = layer.first_parameter; p < layer.end_parameter; ++p) {
+    const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
+    const int64_t count = partition.element_count;
+    const float* gradient = full_gradients_[static_cast<size_t>(p)].as<float>();
+    ZEROSIM_CHECK(gradient != nullptr || count == 0, "a layer's gradients exist before its exchange");
+    if (count == 0) continue;
+    // The exchange sends the gradient in the communication dtype and the owner adds it, widened,
+    // to its fp32 accumulator.
+    ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaMalloc (exchange round trip)",
+                                          round_trip_bytes_.reserve(static_cast<size_t>(count) * comm_bytes)));
+    ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaMalloc (exchange round trip)",
+                                          round_trip_values_.reserve(static_cast<size_t>(count) * sizeof(float))));
+    ZEROSIM_RETURN_IF_ERROR(device_cast_from_fp32(communication_dtype_, gradient, round_trip_bytes_.as<std::byte>(), count,
+                                                  backend_.stream_));
+    ZEROSIM_RETURN_IF_ERROR(device_cast_to_fp32(communication_dtype_, round_trip_bytes_.as<std::byte>(),
+                                                round_trip_values_.as<float>(), count, backend_.stream_));
+    accumulate_kernel<<<blocks_for(count), kThreads, 0, backend_.stream_>>>(
+        count, round_trip_values_.as<float>(), accumulator_.as<float>() + partition.flat_offset);
+    ZEROSIM_RETURN_IF_ERROR(backend_.cuda("accumulate_kernel", cudaGetLastError()));
+  }
+  return Status();
+}
+
+Result<ExactSquareSum> CudaResidentState::gradient_squares() {
+  ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaSetDevice", cudaSetDevice(backend_.device_)));
+  ExactSquareSum sum;
+  ZEROSIM_RETURN_IF_ERROR(device_add_squares(accumulator_.as<float>(), layout_.flat_element_count, sum, backend_.stream_));
+  return sum;
+}
+
+Status CudaResidentState::adam_update(const AdamStepScalars& scalars, float grad_multiplier, size_t offset,
+                                      size_t count) {
+  if (count == 0) return Status();
+  ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaSetDevice", cudaSetDevice(backend_.device_)));
+  const DeviceAdamTensor tensor{master_.as<float>() + offset, accumulator_.as<float>() + offset,
+                                exp_avg_.as<float>() + offset, exp_avg_sq_.as<float>() + offset,
+                                static_cast<int64_t>(count)};
+  return device_adam_update(scalars, grad_multiplier, std::span<const DeviceAdamTensor>(&tensor, 1), backend_.stream_);
+}
+
+Status CudaResidentState::store_parameters(size_t offset, size_t count) {
+  if (count == 0) return Status();
+  ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaSetDevice", cudaSetDevice(backend_.device_)));
+  return device_cast_from_fp32(model_dtype_, master_.as<float>() + offset,
+                               params_.as<std::byte>() + offset * dtype_size_bytes(model_dtype_),
+                               static_cast<int64_t>(count), backend_.stream_);
+}
+
+Status CudaResidentState::zero_gradients() {
+  ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaSetDevice", cudaSetDevice(backend_.device_)));
+  return backend_.cuda("cudaMemsetAsync (gradient accumulator)",
+                       cudaMemsetAsync(accumulator_.as<void>(), 0,
+                                       static_cast<size_t>(layout_.flat_element_count) * sizeof(float), backend_.stream_));
+}
+
+Status CudaResidentState::synchronize(const char* what) {
+  return backend_.cuda(what, cudaStreamSynchronize(backend_.stream_));
+}
+
+}  // namespace zerosim

@@ -1,0 +1,55 @@
+// ResidentState (core/engine/compute_backend.h) on a CUDA device: the rank's flat partitions
+// (16-bit parameters, fp32 master, moments and gradient accumulator) in device memory, the
+// gathers as device casts, the gradient exchange of a world of one as the communication dtype's
+// round trip added on the device, the norm's exact bins, AdamW and the parameter casts by the
+// kernels that already hold the CPU's bits (device_cast.h, device_square_sum.h, device_adamw.h).
+//
+// Memory: the partitions, one gathered stage's fp32 weights (slots reused across stages), and a
+// full fp32 gradient per parameter, allocated at first use and kept (a world of one holds the
+// whole model's gradients anyway, in its accumulator).
+// Host code, included by the CUDA backend's .cu files only.
+#pragma once
+
+#include <vector>
+
+#include "core/cuda/cuda_backend_base.h"
+#include "core/cuda/device_array.h"
+
+namespace zerosim {
+
+class CudaResidentState final : public ResidentState {
+ public:
+  explicit CudaResidentState(CudaBackendBase& backend) : backend_(backend) {}
+
+  Status adopt(const PartitionLayout& layout, DType model_dtype, DType communication_dtype,
+               std::span<const std::byte> params, std::span<const float> master, std::span<const float> exp_avg,
+               std::span<const float> exp_avg_sq) override;
+  Status copy_to_host(std::span<std::byte> params, std::span<float> master, std::span<float> exp_avg,
+                      std::span<float> exp_avg_sq) override;
+  Status forward(int64_t stage, ParameterRange gathered) override;
+  Status backward(int64_t stage, ParameterRange gathered, ParameterRange gradients,
+                  std::span<const uint8_t> fresh) override;
+  Status reduce_layer(const LayerRange& layer) override;
+  Result<ExactSquareSum> gradient_squares() override;
+  Status adam_update(const AdamStepScalars& scalars, float grad_multiplier, size_t offset, size_t count) override;
+  Status store_parameters(size_t offset, size_t count) override;
+  Status zero_gradients() override;
+
+ private:
+  // Casts the 16-bit partitions of `range` into the gathered slots; their device pointers.
+  Status gather(ParameterRange range);
+  Status synchronize(const char* what);
+
+  CudaBackendBase& backend_;
+  PartitionLayout layout_;
+  DType model_dtype_ = DType::kFp32;
+  DType communication_dtype_ = DType::kFp32;
+  bool adopted_ = false;
+  DeviceArray params_, master_, exp_avg_, exp_avg_sq_, accumulator_;
+  std::vector<DeviceArray> gathered_;        // one stage's full fp32 weights, by slot
+  std::vector<const float*> gathered_pointers_;
+  std::vector<DeviceArray> full_gradients_;  // by parameter
+  DeviceArray round_trip_bytes_, round_trip_values_;  // a gradient through the communication dtype
+};
+
+}  // namespace zerosim
