@@ -2,11 +2,15 @@
 
 #include <cuda_runtime.h>
 
+#include <unistd.h>
+
+#include <cstring>
 #include <string>
 
 #include "core/cuda/device_adamw.h"
 #include "core/cuda/device_cast.h"
 #include "core/cuda/device_square_sum.h"
+#include "core/tensor/dtype_bits.h"
 
 namespace zerosim {
 
@@ -14,10 +18,32 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void accumulate_kernel(int64_t count, const float* values, float* accumulator) {
+constexpr int kMaxSources = 64;
+
+// Every rank's chunk of one owner's partition, in rank order.
+struct FoldSources {
+  const float* chunks[kMaxSources];
+  int count;
+};
+
+// The value a communication dtype carries for `value` (the host's cast_from_fp32 then
+// cast_to_fp32: the same integer functions).
+__device__ float through_dtype(int dtype, float value) {
+  if (dtype == static_cast<int>(DType::kFp32)) return value;
+  const uint32_t bits = __float_as_uint(value);
+  const uint32_t widened = dtype == static_cast<int>(DType::kFp16) ? fp16_bits_to_fp32_bits(fp32_bits_to_fp16_bits(bits))
+                                                                   : bf16_bits_to_fp32_bits(fp32_bits_to_bf16_bits(bits));
+  return __uint_as_float(widened);
+}
+
+// accumulator[k] = accumulator[k] + chunk_0[k] + chunk_1[k] + ..., left to right, each chunk's
+// value through the communication dtype (ThreadComm's reduce_scatter_accumulate).
+__global__ void fold_chunks_kernel(int64_t count, int dtype, FoldSources sources, float* accumulator) {
   for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < count;
        k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    accumulator[k] = __fadd_rn(accumulator[k], values[k]);
+    float sum = accumulator[k];
+    for (int s = 0; s < sources.count; ++s) sum = __fadd_rn(sum, through_dtype(dtype, sources.chunks[s][k]));
+    accumulator[k] = sum;
   }
 }
 
@@ -28,10 +54,11 @@ int blocks_for(int64_t work) {
 
 }  // namespace
 
-Status CudaResidentState::adopt(const PartitionLayout& layout, DType model_dtype, DType communication_dtype,
-                                std::span<const std::byte> params, std::span<const float> master,
-                                std::span<const float> exp_avg, std::span<const float> exp_avg_sq) {
-  ZEROSIM_CHECK(layout.world_size == 1, "resident partitions are for a world of one");
+Result<bool> CudaResidentState::adopt(Comm& comm, const PartitionLayout& layout, DType model_dtype,
+                                      DType communication_dtype, std::span<const std::byte> params,
+                                      std::span<const float> master, std::span<const float> exp_avg,
+                                      std::span<const float> exp_avg_sq) {
+  ZEROSIM_CHECK(layout.world_size == comm.world_size(), "the layout is the world's");
   const size_t count = static_cast<size_t>(layout.flat_element_count);
   ZEROSIM_CHECK(params.size() == count * dtype_size_bytes(model_dtype) && master.size() == count &&
                     exp_avg.size() == count && exp_avg_sq.size() == count,
@@ -56,9 +83,28 @@ Status CudaResidentState::adopt(const PartitionLayout& layout, DType model_dtype
   }
   ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaMalloc (gradient accumulator)", accumulator_.reserve(count * sizeof(float))));
   full_gradients_.resize(layout.parameters.size());
+  comm_ = &comm;
   adopted_ = true;
   ZEROSIM_RETURN_IF_ERROR(zero_gradients());
-  return synchronize("cudaStreamSynchronize (resident partitions in)");
+  ZEROSIM_RETURN_IF_ERROR(synchronize("cudaStreamSynchronize (resident partitions in)"));
+  // Who may read whose memory: the same process and the same device, for every rank.
+  struct Identity {
+    int64_t process;
+    int64_t device;
+    const std::byte* params;
+  };
+  const Identity mine{static_cast<int64_t>(::getpid()), backend_.device_, params_.as<std::byte>()};
+  std::vector<Identity> everyone(static_cast<size_t>(comm.world_size()));
+  ZEROSIM_RETURN_IF_ERROR(comm.all_gather(std::as_bytes(std::span<const Identity>(&mine, 1)),
+                                          std::as_writable_bytes(std::span<Identity>(everyone))));
+  peer_params_.clear();
+  bool shared = comm.world_size() <= kMaxSources;
+  for (const Identity& rank : everyone) {
+    shared = shared && rank.process == mine.process && rank.device == mine.device;
+    peer_params_.push_back(rank.params);
+  }
+  if (!shared) adopted_ = false;
+  return shared;
 }
 
 Status CudaResidentState::copy_to_host(std::span<std::byte> params, std::span<float> master, std::span<float> exp_avg,
@@ -88,13 +134,17 @@ Status CudaResidentState::gather(ParameterRange range) {
   const size_t element_bytes = dtype_size_bytes(model_dtype_);
   for (int64_t p = range.first; p < range.end; ++p) {
     const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
-    ZEROSIM_CHECK(partition.partition_size == partition.element_count, "a world of one holds whole tensors");
     DeviceArray& slot = gathered_[static_cast<size_t>(p - range.first)];
     ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaMalloc (gathered weights)",
                                           slot.reserve(static_cast<size_t>(partition.element_count) * sizeof(float))));
-    ZEROSIM_RETURN_IF_ERROR(device_cast_to_fp32(model_dtype_,
-                                                params_.as<std::byte>() + static_cast<size_t>(partition.flat_offset) * element_bytes,
-                                                slot.as<float>(), partition.element_count, backend_.stream_));
+    // Every rank's owned elements, cast from its 16-bit partition where they sit in the tensor.
+    for (int source = 0; source < layout_.world_size; ++source) {
+      const int64_t owned = partition.owned_count(source);
+      if (owned == 0) continue;
+      ZEROSIM_RETURN_IF_ERROR(device_cast_to_fp32(
+          model_dtype_, peer_params_[static_cast<size_t>(source)] + static_cast<size_t>(partition.flat_offset) * element_bytes,
+          slot.as<float>() + partition.owned_begin(source), owned, backend_.stream_));
+    }
     gathered_pointers_[static_cast<size_t>(p - range.first)] = slot.as<float>();
   }
   return Status();
@@ -129,28 +179,38 @@ Status CudaResidentState::backward(int64_t stage, ParameterRange gathered, Param
 
 Status CudaResidentState::reduce_layer(const LayerRange& layer) {
   ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaSetDevice", cudaSetDevice(backend_.device_)));
-  const size_t comm_bytes = dtype_size_bytes(communication_dtype_);
+  const int world_size = layout_.world_size;
+  const int rank = comm_->rank();
+  // Publish this rank's full gradients of the layer, complete, by address.
+  std::vector<const float*> mine;
+  for (int64_t p = layer.first_parameter; p < layer.end_parameter; ++p) {
+    const float* gradient = full_gradients_[static_cast<size_t>(p)].as<float>();
+    ZEROSIM_CHECK(gradient != nullptr || layout_.parameters[static_cast<size_t>(p)].element_count == 0,
+                  "a layer's gradients exist before its exchange");
+    mine.push_back(gradient);
+  }
+  ZEROSIM_RETURN_IF_ERROR(synchronize("cudaStreamSynchronize (layer gradients complete)"));
+  std::vector<const float*> everyone(mine.size() * static_cast<size_t>(world_size));
+  ZEROSIM_RETURN_IF_ERROR(comm_->all_gather(std::as_bytes(std::span<const float* const>(mine)),
+                                            std::as_writable_bytes(std::span<const float*>(everyone))));
   for (int64_t p = layer.first_parameter; p < layer.end_parameter; ++p) {
     const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
-    const int64_t count = partition.element_count;
-    const float* gradient = full_gradients_[static_cast<size_t>(p)].as<float>();
-    ZEROSIM_CHECK(gradient != nullptr || count == 0, "a layer's gradients exist before its exchange");
-    if (count == 0) continue;
-    // The exchange sends the gradient in the communication dtype and the owner adds it, widened,
-    // to its fp32 accumulator.
-    ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaMalloc (exchange round trip)",
-                                          round_trip_bytes_.reserve(static_cast<size_t>(count) * comm_bytes)));
-    ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaMalloc (exchange round trip)",
-                                          round_trip_values_.reserve(static_cast<size_t>(count) * sizeof(float))));
-    ZEROSIM_RETURN_IF_ERROR(device_cast_from_fp32(communication_dtype_, gradient, round_trip_bytes_.as<std::byte>(), count,
-                                                  backend_.stream_));
-    ZEROSIM_RETURN_IF_ERROR(device_cast_to_fp32(communication_dtype_, round_trip_bytes_.as<std::byte>(),
-                                                round_trip_values_.as<float>(), count, backend_.stream_));
-    accumulate_kernel<<<blocks_for(count), kThreads, 0, backend_.stream_>>>(
-        count, round_trip_values_.as<float>(), accumulator_.as<float>() + partition.flat_offset);
-    ZEROSIM_RETURN_IF_ERROR(backend_.cuda("accumulate_kernel", cudaGetLastError()));
+    const int64_t owned = partition.owned_count(rank);
+    if (owned == 0) continue;  // padding: the host path adds zeros there
+    FoldSources sources{};
+    sources.count = world_size;
+    for (int source = 0; source < world_size; ++source) {
+      sources.chunks[source] =
+          everyone[static_cast<size_t>(source) * mine.size() + static_cast<size_t>(p - layer.first_parameter)] +
+          partition.owned_begin(rank);
+    }
+    fold_chunks_kernel<<<blocks_for(owned), kThreads, 0, backend_.stream_>>>(
+        owned, static_cast<int>(communication_dtype_), sources, accumulator_.as<float>() + partition.flat_offset);
+    ZEROSIM_RETURN_IF_ERROR(backend_.cuda("fold_chunks_kernel", cudaGetLastError()));
   }
-  return Status();
+  // No rank may write its gradients again (the next micro-step) while another reads them.
+  ZEROSIM_RETURN_IF_ERROR(synchronize("cudaStreamSynchronize (layer exchange)"));
+  return comm_->barrier();
 }
 
 Result<ExactSquareSum> CudaResidentState::gradient_squares() {
@@ -183,6 +243,11 @@ Status CudaResidentState::zero_gradients() {
   return backend_.cuda("cudaMemsetAsync (gradient accumulator)",
                        cudaMemsetAsync(accumulator_.as<void>(), 0,
                                        static_cast<size_t>(layout_.flat_element_count) * sizeof(float), backend_.stream_));
+}
+
+Status CudaResidentState::end_step() {
+  ZEROSIM_RETURN_IF_ERROR(synchronize("cudaStreamSynchronize (optimizer step)"));
+  return comm_->barrier();
 }
 
 Status CudaResidentState::synchronize(const char* what) {

@@ -1,8 +1,17 @@
 // ResidentState (core/engine/compute_backend.h) on a CUDA device: the rank's flat partitions
 // (16-bit parameters, fp32 master, moments and gradient accumulator) in device memory, the
-// gathers as device casts, the gradient exchange of a world of one as the communication dtype's
-// round trip added on the device, the norm's exact bins, AdamW and the parameter casts by the
-// kernels that already hold the CPU's bits (device_cast.h, device_square_sum.h, device_adamw.h).
+// norm's exact bins, AdamW and the parameter casts by the kernels that already hold the CPU's
+// bits (device_cast.h, device_square_sum.h, device_adamw.h).
+//
+// The ranks of a world share memory when they are threads of one process on one device (W
+// ranks on one GPU): each reads the others' buffers directly. A gather casts every rank's
+// 16-bit partition into the full tensor; a layer's exchange publishes each rank's full
+// gradient pointers (one all-gather of addresses over the host Comm), and each owner folds the
+// W chunks of its partition in rank order, each rounded through the communication dtype, into
+// its accumulator. Ordering: a rank synchronizes its stream before it publishes and before the
+// barrier that ends a collective, so no rank reads a buffer being written or overwrites one
+// being read; end_step does the same for the partitions the optimizer step rewrote. Ranks in
+// other processes or on other devices are refused at adopt (the host path serves them).
 //
 // Memory: the partitions, one gathered stage's fp32 weights (slots reused across stages), and a
 // full fp32 gradient per parameter, allocated at first use and kept (a world of one holds the
@@ -21,9 +30,9 @@ class CudaResidentState final : public ResidentState {
  public:
   explicit CudaResidentState(CudaBackendBase& backend) : backend_(backend) {}
 
-  Status adopt(const PartitionLayout& layout, DType model_dtype, DType communication_dtype,
-               std::span<const std::byte> params, std::span<const float> master, std::span<const float> exp_avg,
-               std::span<const float> exp_avg_sq) override;
+  Result<bool> adopt(Comm& comm, const PartitionLayout& layout, DType model_dtype, DType communication_dtype,
+                     std::span<const std::byte> params, std::span<const float> master, std::span<const float> exp_avg,
+                     std::span<const float> exp_avg_sq) override;
   Status copy_to_host(std::span<std::byte> params, std::span<float> master, std::span<float> exp_avg,
                       std::span<float> exp_avg_sq) override;
   Status forward(int64_t stage, ParameterRange gathered) override;
@@ -34,6 +43,7 @@ class CudaResidentState final : public ResidentState {
   Status adam_update(const AdamStepScalars& scalars, float grad_multiplier, size_t offset, size_t count) override;
   Status store_parameters(size_t offset, size_t count) override;
   Status zero_gradients() override;
+  Status end_step() override;
 
  private:
   // Casts the 16-bit partitions of `range` into the gathered slots; their device pointers.
@@ -41,6 +51,8 @@ class CudaResidentState final : public ResidentState {
   Status synchronize(const char* what);
 
   CudaBackendBase& backend_;
+  Comm* comm_ = nullptr;
+  std::vector<const std::byte*> peer_params_;  // every rank's 16-bit partitions, by rank
   PartitionLayout layout_;
   DType model_dtype_ = DType::kFp32;
   DType communication_dtype_ = DType::kFp32;
@@ -49,7 +61,6 @@ class CudaResidentState final : public ResidentState {
   std::vector<DeviceArray> gathered_;        // one stage's full fp32 weights, by slot
   std::vector<const float*> gathered_pointers_;
   std::vector<DeviceArray> full_gradients_;  // by parameter
-  DeviceArray round_trip_bytes_, round_trip_values_;  // a gradient through the communication dtype
 };
 
 }  // namespace zerosim

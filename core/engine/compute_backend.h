@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env/comm.h"
 #include "core/model/model_spec.h"
 #include "core/optim/adamw.h"
 #include "core/status.h"
@@ -46,20 +47,24 @@ struct MicroBatchInput {
 // initialization or a load), runs its micro-steps and optimizer steps against them, and takes
 // them back before anything reads the host copy (a save, a digest, a gather of the state).
 //
-// Today for a rank alone in its world (W = 1) with nothing offloaded, the portable numerics,
-// every parameter trainable and no defect switched on (RankEngine decides; the other cases keep
-// the partitions in host memory). At W = 1 a parameter's partition is the whole tensor, so a
-// gather is the cast of its 16-bit values to fp32 and the gradient exchange is the
-// communication dtype's round trip added to the fp32 accumulator: what the host path computes
-// through a world of one, bit for bit.
+// Used for ranks with nothing offloaded, the portable numerics, every parameter trainable and
+// no defect switched on (RankEngine decides; the other cases keep the partitions in host
+// memory), whose backends can read each other's memory (adopt says). The collectives then
+// work on device buffers with the host path's arithmetic: a gather casts every rank's 16-bit
+// partition into the full fp32 tensor; a layer's exchange adds, to each owner's fp32
+// accumulator, every rank's gradient chunk rounded through the communication dtype, in rank
+// order (Comm::reduce_scatter_accumulate's fold); so the bits are the host path's at any W.
 class ResidentState {
  public:
   virtual ~ResidentState() = default;
   // Takes this rank's flat partitions (the layout's order, padding included) into the
-  // backend's memory, the gradient accumulator zeroed.
-  virtual Status adopt(const PartitionLayout& layout, DType model_dtype, DType communication_dtype,
-                       std::span<const std::byte> params, std::span<const float> master,
-                       std::span<const float> exp_avg, std::span<const float> exp_avg_sq) = 0;
+  // backend's memory, the gradient accumulator zeroed. Collective over `comm` (the run's
+  // ranks), which the resident collectives use from then on to meet: false (on every rank)
+  // when the ranks' backends cannot read each other's memory (other processes or devices);
+  // the partitions then stay in host memory.
+  virtual Result<bool> adopt(Comm& comm, const PartitionLayout& layout, DType model_dtype, DType communication_dtype,
+                             std::span<const std::byte> params, std::span<const float> master,
+                             std::span<const float> exp_avg, std::span<const float> exp_avg_sq) = 0;
   // Writes the partitions back to host memory (same sizes as adopted).
   virtual Status copy_to_host(std::span<std::byte> params, std::span<float> master, std::span<float> exp_avg,
                               std::span<float> exp_avg_sq) = 0;
@@ -70,7 +75,8 @@ class ResidentState {
   // where `fresh[k]` (their first use in the micro-batch) and added to otherwise.
   virtual Status backward(int64_t stage, ParameterRange gathered, ParameterRange gradients,
                           std::span<const uint8_t> fresh) = 0;
-  // Folds layer `layer`'s full gradients into the fp32 accumulator (their exchange).
+  // Layer `layer`'s exchange: its full gradients on every rank folded into the owners' fp32
+  // accumulators. Collective.
   virtual Status reduce_layer(const LayerRange& layer) = 0;
   // The exact sum of squares of the accumulator (its non-finite flag is the overflow check).
   virtual Result<ExactSquareSum> gradient_squares() = 0;
@@ -79,6 +85,9 @@ class ResidentState {
   // The 16-bit parameters of [offset, offset + count) from the master (round to nearest even).
   virtual Status store_parameters(size_t offset, size_t count) = 0;
   virtual Status zero_gradients() = 0;
+  // After an optimizer step's updates: every rank's new 16-bit partitions are complete before
+  // any rank's next gather reads them. Collective.
+  virtual Status end_step() = 0;
 };
 
 class ComputeBackend {

@@ -336,11 +336,11 @@ Status RankEngine::prepare_storage() {
   counters_ = TrainingCounters{};
 
   // The partitions stay with the backend only where its resident path computes what the host
-  // path does (compute_backend.h ResidentState): a world of one, nothing offloaded, the portable
-  // numerics, every parameter trainable, no defect switched on.
+  // path does (compute_backend.h ResidentState): nothing offloaded, the portable numerics, every
+  // parameter trainable, no defect switched on (and, adopt says, ranks that share memory).
   const bool every_parameter_trainable =
       std::all_of(parameters_.begin(), parameters_.end(), [](const ParameterInfo& p) { return p.requires_grad; });
-  const bool resident_eligible = comm_.world_size() == 1 && config.zero.offload_optimizer.device == OffloadDevice::kNone &&
+  const bool resident_eligible = config.zero.offload_optimizer.device == OffloadDevice::kNone &&
                                  param_offload.device == OffloadDevice::kNone &&
                                  config.numerics == NumericsMode::kPortable && every_parameter_trainable &&
                                  (env_.defects == nullptr || env_.defects->empty());
@@ -352,8 +352,12 @@ Status RankEngine::prepare_storage() {
 
 Status RankEngine::adopt_resident_state() {
   if (resident_ == nullptr || resident_adopted_) return Status();
-  ZEROSIM_RETURN_IF_ERROR(resident_->adopt(layout_, model_dtype_, communication_dtype_, param_partition_, master_,
-                                           exp_avg_, exp_avg_sq_));
+  ZEROSIM_ASSIGN_OR_RETURN(const bool adopted, resident_->adopt(comm_, layout_, model_dtype_, communication_dtype_,
+                                                                param_partition_, master_, exp_avg_, exp_avg_sq_));
+  if (!adopted) {
+    resident_ = nullptr;  // ranks that cannot share device memory: the host path, for the whole run
+    return Status();
+  }
   resident_adopted_ = true;
   return Status();
 }
@@ -907,6 +911,7 @@ Status RankEngine::optimizer_step(StepRecord& record) {
   // Every write has completed when the step returns (DeepSpeed writes the last sub-group
   // synchronously for the same reason).
   if (swapper_) ZEROSIM_RETURN_IF_ERROR(swapper_->flush());
+  if (resident_ != nullptr) ZEROSIM_RETURN_IF_ERROR(resident_->end_step());
   return finish_step(false);
 }
 
@@ -1349,10 +1354,6 @@ Status run_one_rank(const TrainingOptions& options, int64_t step_count, int rank
     run.loaded_checkpoint_step = engine.loaded_checkpoint_step();
     run.notes.insert(run.notes.end(), notes.begin(), notes.end());
     if (!engine.swap_engine_note().empty()) run.notes.push_back(engine.swap_engine_note());
-    if (engine.partitions_resident()) {
-      run.notes.push_back("the partitions stay in the memory of the " + options.compute.name +
-                          " device (one rank, nothing offloaded): a step moves no state across PCIe");
-    }
   }
   // A resumed run does not save its starting point again into the directory it came from.
   // The full state at options.capture_state_at_step, kept on rank 0 (a diagnosis's input).
@@ -1487,6 +1488,10 @@ Status run_one_rank(const TrainingOptions& options, int64_t step_count, int rank
   }
   ZEROSIM_ASSIGN_OR_RETURN(FullTrainingState state, engine.gather_state());
   if (rank == 0) run.final_state = std::move(state);
+  if (rank == 0 && engine.partitions_resident()) {
+    run.notes.push_back("the partitions stayed in the memory of the " + options.compute.name +
+                        " device (nothing offloaded): a step moved no state across PCIe");
+  }
   abort_on_failure.succeeded = true;
   return Status();
 }
