@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -67,19 +68,31 @@ __global__ void embeddings_backward_kernel(int64_t sequences, int64_t length, in
 }
 
 // Each row's mean and inverse standard deviation (the CPU's folds over the width).
+__device__ void layer_norm_row_statistics(const float* x, int64_t width, float epsilon, float* mean, float* inverse_std) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < width; ++i) sum = add(sum, x[i]);
+  const float m = div(sum, static_cast<float>(width));
+  float variance = 0.0f;
+  for (int64_t i = 0; i < width; ++i) variance = add(variance, mul(sub(x[i], m), sub(x[i], m)));
+  variance = div(variance, static_cast<float>(width));
+  *mean = m;
+  *inverse_std = div(1.0f, __fsqrt_rn(add(variance, epsilon)));
+}
+
+// One thread per row, reading the row from global memory (rows wider than shared memory).
 __global__ void layer_norm_statistics_kernel(int64_t rows, int64_t width, const float* in, float epsilon, float* mean,
                                              float* inverse_std) {
-  ZEROSIM_GRID_LOOP(r, rows) {
-    const float* x = in + r * width;
-    float sum = 0.0f;
-    for (int64_t i = 0; i < width; ++i) sum = add(sum, x[i]);
-    const float m = div(sum, static_cast<float>(width));
-    float variance = 0.0f;
-    for (int64_t i = 0; i < width; ++i) variance = add(variance, mul(sub(x[i], m), sub(x[i], m)));
-    variance = div(variance, static_cast<float>(width));
-    mean[r] = m;
-    inverse_std[r] = div(1.0f, __fsqrt_rn(add(variance, epsilon)));
-  }
+  ZEROSIM_GRID_LOOP(r, rows) { layer_norm_row_statistics(in + r * width, width, epsilon, mean + r, inverse_std + r); }
+}
+
+// One block per row: the block stages the row in shared memory (coalesced loads), one thread folds it.
+__global__ void layer_norm_statistics_staged_kernel(int64_t width, const float* in, float epsilon, float* mean,
+                                                    float* inverse_std) {
+  extern __shared__ float staged[];
+  const int64_t r = blockIdx.x;
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) staged[i] = in[r * width + i];
+  __syncthreads();
+  if (threadIdx.x == 0) layer_norm_row_statistics(staged, width, epsilon, mean + r, inverse_std + r);
 }
 
 __global__ void layer_norm_apply_kernel(int64_t rows, int64_t width, const float* in, const float* mean,
@@ -109,19 +122,38 @@ __global__ void layer_norm_parameter_gradient_kernel(int64_t rows, int64_t width
 }
 
 // Per row: mean(d_hat) and mean(d_hat x_hat), d_hat = d_out gamma.
+__device__ void layer_norm_row_gradient_statistics(const float* d_out, const float* normalized, const float* gamma,
+                                                   int64_t width, float* mean_d, float* mean_dx) {
+  float sum_d = 0.0f, sum_dx = 0.0f;
+  for (int64_t i = 0; i < width; ++i) {
+    const float d_hat = mul(d_out[i], gamma[i]);
+    sum_d = add(sum_d, d_hat);
+    sum_dx = add(sum_dx, mul(d_hat, normalized[i]));
+  }
+  *mean_d = div(sum_d, static_cast<float>(width));
+  *mean_dx = div(sum_dx, static_cast<float>(width));
+}
+
 __global__ void layer_norm_backward_statistics_kernel(int64_t rows, int64_t width, const float* d_out,
                                                       const float* normalized, const float* gamma, float* mean_d,
                                                       float* mean_dx) {
   ZEROSIM_GRID_LOOP(r, rows) {
-    float sum_d = 0.0f, sum_dx = 0.0f;
-    for (int64_t i = 0; i < width; ++i) {
-      const float d_hat = mul(d_out[r * width + i], gamma[i]);
-      sum_d = add(sum_d, d_hat);
-      sum_dx = add(sum_dx, mul(d_hat, normalized[r * width + i]));
-    }
-    mean_d[r] = div(sum_d, static_cast<float>(width));
-    mean_dx[r] = div(sum_dx, static_cast<float>(width));
+    layer_norm_row_gradient_statistics(d_out + r * width, normalized + r * width, gamma, width, mean_d + r, mean_dx + r);
   }
+}
+
+// One block per row, d_hat's two factors of the row staged in shared memory.
+__global__ void layer_norm_backward_statistics_staged_kernel(int64_t width, const float* d_out,
+                                                             const float* normalized, const float* gamma,
+                                                             float* mean_d, float* mean_dx) {
+  extern __shared__ float staged[];
+  const int64_t r = blockIdx.x;
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
+    staged[i] = d_out[r * width + i];
+    staged[width + i] = normalized[r * width + i];
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) layer_norm_row_gradient_statistics(staged, staged + width, gamma, width, mean_d + r, mean_dx + r);
 }
 
 __global__ void layer_norm_input_gradient_kernel(int64_t rows, int64_t width, const float* d_out,
@@ -563,11 +595,23 @@ class CudaGptBackend final : public CudaBackendBase {
   const float* param(size_t k) const { return stage_parameters_[k]; }
   float* grad(size_t k) const { return stage_gradients_[k]; }
 
+  // Whether `copies` rows of the embedding fit a block's default shared memory (48 KiB), and the
+  // rows fit one launch: then a row's folds read it from shared memory.
+  bool staged_rows_fit(int64_t copies) const {
+    return copies * spec_.embd * static_cast<int64_t>(sizeof(float)) <= 48 * 1024 &&
+           sequences_ * length_ <= std::numeric_limits<int>::max();
+  }
+
   Status layer_norm(const float* in, const float* gamma, const float* beta, DeviceLayerNorm& norm) {
     const int64_t rows = sequences_ * length_, e = spec_.embd;
     const float epsilon = 1.0f / 100000.0f;  // gpt.cpp's Real(1) / Real(100000)
-    layer_norm_statistics_kernel<<<blocks_for(rows), kThreads, 0, stream_>>>(rows, e, in, epsilon, norm.mean.as<float>(),
-                                                                              norm.inverse_std.as<float>());
+    if (staged_rows_fit(1)) {
+      layer_norm_statistics_staged_kernel<<<static_cast<unsigned>(rows), kRowThreads, e * sizeof(float), stream_>>>(
+          e, in, epsilon, norm.mean.as<float>(), norm.inverse_std.as<float>());
+    } else {
+      layer_norm_statistics_kernel<<<blocks_for(rows), kThreads, 0, stream_>>>(rows, e, in, epsilon, norm.mean.as<float>(),
+                                                                                norm.inverse_std.as<float>());
+    }
     ZEROSIM_RETURN_IF_ERROR(cuda("layer_norm_statistics_kernel", cudaGetLastError()));
     layer_norm_apply_kernel<<<blocks_for(rows * e), kThreads, 0, stream_>>>(rows, e, in, norm.mean.as<float>(),
                                                                              norm.inverse_std.as<float>(), gamma, beta,
@@ -583,8 +627,14 @@ class CudaGptBackend final : public CudaBackendBase {
     layer_norm_parameter_gradient_kernel<<<blocks_for(e), kThreads, 0, stream_>>>(rows, e, d_out, normalized,
                                                                                   gamma_gradient, beta_gradient);
     ZEROSIM_RETURN_IF_ERROR(cuda("layer_norm_parameter_gradient_kernel", cudaGetLastError()));
-    layer_norm_backward_statistics_kernel<<<blocks_for(rows), kThreads, 0, stream_>>>(
-        rows, e, d_out, normalized, gamma, mean_d_.as<float>(), mean_dx_.as<float>());
+    if (staged_rows_fit(2)) {
+      layer_norm_backward_statistics_staged_kernel<<<static_cast<unsigned>(rows), kRowThreads, 2 * e * sizeof(float),
+                                                     stream_>>>(e, d_out, normalized, gamma, mean_d_.as<float>(),
+                                                                mean_dx_.as<float>());
+    } else {
+      layer_norm_backward_statistics_kernel<<<blocks_for(rows), kThreads, 0, stream_>>>(
+          rows, e, d_out, normalized, gamma, mean_d_.as<float>(), mean_dx_.as<float>());
+    }
     ZEROSIM_RETURN_IF_ERROR(cuda("layer_norm_backward_statistics_kernel", cudaGetLastError()));
     layer_norm_input_gradient_kernel<<<blocks_for(rows * e), kThreads, 0, stream_>>>(
         rows, e, d_out, normalized, gamma, norm.inverse_std.as<float>(), mean_d_.as<float>(), mean_dx_.as<float>(), d_in);
