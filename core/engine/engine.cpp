@@ -351,6 +351,7 @@ Status RankEngine::adopt_resident_state() {
     return Status();
   }
   resident_adopted_ = true;
+  resident_used_ = true;
   return Status();
 }
 

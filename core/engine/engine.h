@@ -264,15 +264,16 @@ class RankEngine {
   const PartitionLayout& layout() const { return layout_; }
   const TrainingCounters& counters() const { return counters_; }
   // This rank's flat partitions (padding included), for tests of the layout; each is empty
-  // when that state is swapped to NVMe (and behind the backend's when partitions_resident()).
-  std::span<const std::byte> param_partition() const { return param_partition_; }
-  std::span<const float> master_partition() const { return master_; }
-  std::span<const float> exp_avg_partition() const { return exp_avg_; }
-  std::span<const float> exp_avg_sq_partition() const { return exp_avg_sq_; }
-  // Whether the compute backend keeps this rank's partitions (ResidentState); then the host
-  // arrays above are current only after something read the state through the engine (a save,
-  // gather_state, a fingerprint).
-  bool partitions_resident() const { return resident_ != nullptr; }
+  // when that state is swapped to NVMe (and checked not stale when partitions_were_resident()).
+  std::span<const std::byte> param_partition() const { return host_partition(param_partition_); }
+  std::span<const float> master_partition() const { return host_partition(master_); }
+  std::span<const float> exp_avg_partition() const { return host_partition(exp_avg_); }
+  std::span<const float> exp_avg_sq_partition() const { return host_partition(exp_avg_sq_); }
+  // Whether the compute backend has held this rank's partitions (ResidentState) for a step;
+  // then the host arrays above are current only after something read the state through the
+  // engine (a save, gather_state, a fingerprint), and the accessors refuse to hand them out
+  // stale.
+  bool partitions_were_resident() const { return resident_ != nullptr && resident_used_; }
   // Set when the swapper fell back from O_DIRECT to the pread/pwrite engine: one line to log.
   const std::string& swap_engine_note() const { return swap_engine_note_; }
 
@@ -395,6 +396,12 @@ class RankEngine {
   // this run allows (prepare_storage says when); null: the host arrays above are the state.
   ResidentState* resident_ = nullptr;
   bool resident_adopted_ = false;  // the backend holds the current partitions
+  bool resident_used_ = false;      // it has held them for a step of this run
+  template <typename T>
+  std::span<const T> host_partition(const std::vector<T>& partition) const {
+    ZEROSIM_CHECK(!host_state_stale_, "the host partitions are read after the backend's newer ones are copied back");
+    return partition;
+  }
   bool host_state_stale_ = false;  // the backend's are newer than the host arrays
   // Before a step: hands the host arrays to the backend unless it holds them already.
   Status adopt_resident_state();
