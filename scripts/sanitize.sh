@@ -24,7 +24,8 @@ case "$kind" in
     build="$root/build-tsan"
     flags="-O1 -g0"
     sanitize="thread"
-    targets=(comm_test async_io_test optimizer_swapper_test partition_swapper_test checkpoint_test sim_world_test engine_test)
+    targets=(comm_test async_io_test optimizer_swapper_test partition_swapper_test checkpoint_test sim_world_test engine_test
+             resident_state_test)
     tests=(-R "^(ThreadComm|AsyncIo|AsyncIoProperty|FaultyDisk|OptimizerSwapper|OptimizerSwapperFault|PartitionSwapper|Checkpoint|CheckpointLoader|CheckpointProperty|CheckpointRetention|CheckpointShards|SimWorld|Engine|EngineProperty|ResidentState)\.")
     ;;
   *) echo "sanitize: expected address or thread, got $kind" >&2; exit 2 ;;
