@@ -4,21 +4,23 @@
 // device_adamw.h, so the device writes the CPU backend's bits.
 //
 // Where the data lives: the micro-batch's activations and the logits' gradient stay in device
-// memory from begin_micro_batch to the last backward stage; each layer's gathered weights come
-// from the engine's host gather and its gradients go back to the engine's host exchange; AdamW
-// copies a sub-group's four arrays in and three back. That is ZeRO-3 with the partitions kept
-// in host memory (as offload_param/offload_optimizer "cpu" and "nvme" keep them): the engine's
-// swap, exchange and checkpoint code is the CPU backend's, byte for byte. Partitions resident
-// in device memory with the collectives on NCCL are not wired to the engine yet.
+// memory from begin_micro_batch to the last backward stage. The partitions either live in
+// device memory too (the backend's ResidentState, cuda_resident_state.h: gathers, the layer
+// exchange, the norm's bins and AdamW on the device, for ranks that share one GPU with nothing
+// offloaded), or in host memory (every other run, as offload_param/offload_optimizer "cpu" and
+// "nvme" keep them): then each stage's gathered weights come from the engine's host gather, its
+// gradients go back to the engine's host exchange, and AdamW copies a sub-group's four arrays in
+// and three back, so the engine's swap, exchange and checkpoint code is the CPU backend's.
 //
 // Two modes (CudaGemm):
 //   * deterministic (the default): the kernels above, the CPU backend's bits;
-//   * cuBLAS ("--device cuda-fast"): the layer products are fp32 cublasSgemm calls (pedantic
-//     math: no TF32), with the bias, ReLU and bias-gradient kernels around them. Not the CPU's
-//     bits. Still reproducible: cuBLAS gives the same bits at every run on GPUs of the same
-//     architecture and SM count with a workspace of the handle's own, and every micro-batch's
-//     products have the same shapes at any world size, so save, resume and a change of world
-//     size are bit-identical within the mode, on the same GPU model.
+//   * cuBLAS ("--device cuda-fast"): the dense products (the MLP's layers, the transformer's
+//     Conv1D layers and tied head) are fp32 cublasSgemm calls (pedantic math: no TF32), every
+//     other kernel as in the deterministic mode. Not the CPU's bits. Still reproducible: cuBLAS
+//     gives the same bits at every run on GPUs of the same architecture and SM count with a
+//     workspace of the handle's own, and every micro-batch's products have the same shapes at
+//     any world size, so save, resume and a change of world size are bit-identical within the
+//     mode, on the same GPU model.
 //
 // Device memory grows to the largest layer and micro-batch seen and is kept. Every error names
 // the CUDA call, the device and the layer.
