@@ -338,6 +338,7 @@ Status RankEngine::prepare_storage() {
                                  (env_.defects == nullptr || env_.defects->empty());
   resident_ = resident_eligible ? compute_->resident_state() : nullptr;
   resident_adopted_ = false;
+  resident_used_ = false;
   host_state_stale_ = false;
   return Status();
 }
