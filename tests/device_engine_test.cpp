@@ -40,28 +40,6 @@ void place_state(TrainingOptions& options, int placement, const std::string& nvm
   optimizer.buffer_count = 9;
 }
 
-Result<TrainingRun> train(const TrainingOptions& options, int64_t steps, const CheckpointPlan& plan = {}) {
-  RealEnv real_env;
-  return run_training(options, steps, real_env.env(), plan);
-}
-
-// The first step (0 = after initialization or load) whose digests or loss differ, and what.
-std::string first_step_difference(const TrainingRun& expected, const TrainingRun& actual) {
-  if (expected.steps.size() != actual.steps.size()) return "step count";
-  const std::string initial = first_differing_component(expected.initial_digests, actual.initial_digests);
-  if (!initial.empty()) return "initial state: " + initial;
-  for (size_t k = 0; k < expected.steps.size(); ++k) {
-    const std::string component = first_differing_component(expected.step_digests[k], actual.step_digests[k]);
-    if (!component.empty()) return "step " + std::to_string(k + 1) + ": " + component;
-    if (std::memcmp(&expected.steps[k].loss, &actual.steps[k].loss, sizeof(float)) != 0) {
-      return "step " + std::to_string(k + 1) + ": loss " + std::to_string(expected.steps[k].loss) + " vs " +
-             std::to_string(actual.steps[k].loss);
-    }
-    if (expected.steps[k].grad_norm != actual.steps[k].grad_norm) return "step " + std::to_string(k + 1) + ": grad norm";
-  }
-  return "";
-}
-
 TEST(DeviceEngine, EveryConfigurationHasTheCpuBitsAtEveryStep) {
   if (usable_cuda_devices() == 0) GTEST_SKIP() << "no CUDA device";
   const ComputeDevice cuda = cuda_device();
@@ -75,11 +53,11 @@ TEST(DeviceEngine, EveryConfigurationHasTheCpuBitsAtEveryStep) {
           TrainingOptions options = make_options(model, precision, 3, 2, world_size, 700, 29);
           options.digest_every_step = true;
           place_state(options, placement, directory.path() + "/cpu");
-          Result<TrainingRun> on_cpu = train(options, 6);
+          Result<TrainingRun> on_cpu = train_on_real_env(options, 6);
           ASSERT_TRUE(on_cpu.ok()) << on_cpu.status().to_string();
           options.compute = cuda;
           place_state(options, placement, directory.path() + "/cuda");
-          Result<TrainingRun> on_gpu = train(options, 6);
+          Result<TrainingRun> on_gpu = train_on_real_env(options, 6);
           ASSERT_TRUE(on_gpu.ok()) << on_gpu.status().to_string();
           EXPECT_EQ(first_step_difference(*on_cpu, *on_gpu), "");
           EXPECT_EQ(on_cpu->digests.state, on_gpu->digests.state);
@@ -100,13 +78,13 @@ TEST(DeviceEngine, SaveAndResumeOnTheGpuIsBitIdenticalAtAnyWorldSizeAndOnTheCpu)
     options.compute = cuda_device();
     options.digest_every_step = true;
     place_state(options, 1, directory.path() + "/nvme");
-    Result<TrainingRun> reference = train(options, 8);
+    Result<TrainingRun> reference = train_on_real_env(options, 8);
     ASSERT_TRUE(reference.ok()) << reference.status().to_string();
 
     CheckpointPlan saving;
     saving.save_directory = directory.path() + "/checkpoints";
     saving.save_every_steps = 4;
-    ASSERT_TRUE(train(options, 4, saving).ok());
+    ASSERT_TRUE(train_on_real_env(options, 4, saving).ok());
 
     // Resume at W' in {2, 1, 4} on the GPU (the train batch kept, the accumulation following W'),
     // and at W' = 2 on the CPU.
@@ -122,7 +100,7 @@ TEST(DeviceEngine, SaveAndResumeOnTheGpuIsBitIdenticalAtAnyWorldSizeAndOnTheCpu)
       CheckpointPlan resuming;
       resuming.resume_directory = saving.save_directory;
       resuming.resume_tag = "global_step4";
-      Result<TrainingRun> resumed = train(resumed_options, 8, resuming);
+      Result<TrainingRun> resumed = train_on_real_env(resumed_options, 8, resuming);
       ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
       ASSERT_EQ(resumed->steps.size(), 4u);
       EXPECT_EQ(first_differing_component(reference->step_digests[3], resumed->initial_digests), "");
@@ -135,11 +113,6 @@ TEST(DeviceEngine, SaveAndResumeOnTheGpuIsBitIdenticalAtAnyWorldSizeAndOnTheCpu)
       EXPECT_EQ(reference->digests.state, resumed->digests.state);
     }
   }
-}
-
-bool partitions_were_resident(const TrainingRun& run) {
-  return std::any_of(run.notes.begin(), run.notes.end(),
-                     [](const std::string& note) { return note.find("partitions stayed in the memory") != std::string::npos; });
 }
 
 // Ranks with nothing offloaded keep their partitions in device memory (ResidentState; W ranks
@@ -161,9 +134,9 @@ TEST(DeviceEngine, ResidentPartitionsHaveTheCpuBitsAndResume) {
       options.digest_every_step = true;
       // fp16: a scale that overflows in the first steps of both models, then fits (2^16 never does here).
       if (precision == Precision::kFp16) options.config.loss_scaler.initial_scale_power = 20;
-      Result<TrainingRun> on_cpu = train(options, 6);
+      Result<TrainingRun> on_cpu = train_on_real_env(options, 6);
       ASSERT_TRUE(on_cpu.ok()) << on_cpu.status().to_string();
-      EXPECT_FALSE(partitions_were_resident(*on_cpu));
+      EXPECT_FALSE(notes_say_partitions_were_resident(*on_cpu));
       if (precision == Precision::kFp16 && world_size == 1) {
         EXPECT_TRUE(std::any_of(on_cpu->steps.begin(), on_cpu->steps.end(), [](const StepRecord& r) { return r.skipped; }))
             << "the fp16 run should see an overflow";
@@ -171,28 +144,28 @@ TEST(DeviceEngine, ResidentPartitionsHaveTheCpuBitsAndResume) {
       }
       TrainingOptions on_gpu_options = options;
       on_gpu_options.compute = cuda;
-      Result<TrainingRun> on_gpu = train(on_gpu_options, 6);
+      Result<TrainingRun> on_gpu = train_on_real_env(on_gpu_options, 6);
       ASSERT_TRUE(on_gpu.ok()) << on_gpu.status().to_string();
-      EXPECT_TRUE(partitions_were_resident(*on_gpu));
+      EXPECT_TRUE(notes_say_partitions_were_resident(*on_gpu));
       EXPECT_EQ(first_step_difference(*on_cpu, *on_gpu), "");
       EXPECT_EQ(on_cpu->digests.state, on_gpu->digests.state);
 
       TrainingOptions quiet = on_gpu_options;
       quiet.digest_every_step = false;
-      Result<TrainingRun> only_at_end = train(quiet, 6);
+      Result<TrainingRun> only_at_end = train_on_real_env(quiet, 6);
       ASSERT_TRUE(only_at_end.ok()) << only_at_end.status().to_string();
       EXPECT_EQ(only_at_end->digests.state, on_cpu->digests.state);
 
       CheckpointPlan saving;
       saving.save_directory = directory.path() + "/checkpoints";
       saving.save_every_steps = 3;
-      ASSERT_TRUE(train(quiet, 3, saving).ok());
+      ASSERT_TRUE(train_on_real_env(quiet, 3, saving).ok());
       for (bool resume_on_gpu : {true, false}) {
         SCOPED_TRACE(resume_on_gpu ? "resumed on the GPU" : "resumed on the CPU");
         TrainingOptions resumed_options = resume_on_gpu ? on_gpu_options : options;
         CheckpointPlan resuming;
         resuming.resume_directory = saving.save_directory;
-        Result<TrainingRun> resumed = train(resumed_options, 6, resuming);
+        Result<TrainingRun> resumed = train_on_real_env(resumed_options, 6, resuming);
         ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
         ASSERT_EQ(resumed->steps.size(), 3u);
         EXPECT_EQ(first_differing_component(on_cpu->step_digests[2], resumed->initial_digests), "");
@@ -203,9 +176,9 @@ TEST(DeviceEngine, ResidentPartitionsHaveTheCpuBitsAndResume) {
 
       TrainingOptions offloaded = on_gpu_options;
       place_state(offloaded, 1, directory.path() + "/nvme");
-      Result<TrainingRun> on_host = train(offloaded, 6);
+      Result<TrainingRun> on_host = train_on_real_env(offloaded, 6);
       ASSERT_TRUE(on_host.ok()) << on_host.status().to_string();
-      EXPECT_FALSE(partitions_were_resident(*on_host));
+      EXPECT_FALSE(notes_say_partitions_were_resident(*on_host));
       EXPECT_EQ(on_host->digests.state, on_cpu->digests.state);
     }
   }
@@ -219,10 +192,10 @@ TEST(DeviceEngine, ResidentPartitionsInFastModeRepeatTheirBits) {
     TrainingOptions options = make_options(model, Precision::kBf16, 4, 2, 1, 5000, 43);
     options.compute = cuda_device(CudaGemm::kCublas);
     options.digest_every_step = true;
-    Result<TrainingRun> first = train(options, 5);
-    Result<TrainingRun> second = train(options, 5);
+    Result<TrainingRun> first = train_on_real_env(options, 5);
+    Result<TrainingRun> second = train_on_real_env(options, 5);
     ASSERT_TRUE(first.ok() && second.ok());
-    EXPECT_TRUE(partitions_were_resident(*first));
+    EXPECT_TRUE(notes_say_partitions_were_resident(*first));
     EXPECT_EQ(first_step_difference(*first, *second), "");
   }
 }
@@ -293,14 +266,14 @@ TEST(DeviceEngine, FastModeIsReproducibleAndResumesBitIdentically) {
     TrainingOptions options = make_options(model, Precision::kBf16, 4, 2, 2, 5000, 43);
     options.compute = cuda_device(CudaGemm::kCublas);
     options.digest_every_step = true;
-    Result<TrainingRun> reference = train(options, 8);
+    Result<TrainingRun> reference = train_on_real_env(options, 8);
     ASSERT_TRUE(reference.ok()) << reference.status().to_string();
-    Result<TrainingRun> again = train(options, 8);
+    Result<TrainingRun> again = train_on_real_env(options, 8);
     ASSERT_TRUE(again.ok()) << again.status().to_string();
     EXPECT_EQ(first_step_difference(*reference, *again), "");
     TrainingOptions deterministic = options;
     deterministic.compute = cuda_device();
-    Result<TrainingRun> exact = train(deterministic, 8);
+    Result<TrainingRun> exact = train_on_real_env(deterministic, 8);
     ASSERT_TRUE(exact.ok()) << exact.status().to_string();
     // Another summation order: not the same bits (else the mode would not be using cuBLAS), the
     // same training to a few ULP of the loss.
@@ -310,7 +283,7 @@ TEST(DeviceEngine, FastModeIsReproducibleAndResumesBitIdentically) {
     CheckpointPlan saving;
     saving.save_directory = directory.path() + "/checkpoints";
     saving.save_every_steps = 4;
-    ASSERT_TRUE(train(options, 4, saving).ok());
+    ASSERT_TRUE(train_on_real_env(options, 4, saving).ok());
     for (int resume_world_size : {2, 1}) {
       SCOPED_TRACE("resume at W=" + std::to_string(resume_world_size));
       TrainingOptions resumed_options = options;
@@ -319,7 +292,7 @@ TEST(DeviceEngine, FastModeIsReproducibleAndResumesBitIdentically) {
                                                            (options.config.micro_batch_size * resume_world_size);
       CheckpointPlan resuming;
       resuming.resume_directory = saving.save_directory;
-      Result<TrainingRun> resumed = train(resumed_options, 8, resuming);
+      Result<TrainingRun> resumed = train_on_real_env(resumed_options, 8, resuming);
       ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
       ASSERT_EQ(resumed->steps.size(), 4u);
       for (size_t k = 0; k < 4; ++k) {

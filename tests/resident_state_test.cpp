@@ -190,34 +190,6 @@ ComputeDevice resident_cpu(ProtocolCounts& counts) {
                        }};
 }
 
-Result<TrainingRun> train(const TrainingOptions& options, int64_t steps, const CheckpointPlan& plan = {}) {
-  RealEnv real_env;
-  return run_training(options, steps, real_env.env(), plan);
-}
-
-// The first step whose digests or loss differ (or the final state), named; "" when none does.
-std::string first_step_difference(const TrainingRun& expected, const TrainingRun& actual) {
-  if (expected.steps.size() != actual.steps.size()) return "step count";
-  const std::string initial = first_differing_component(expected.initial_digests, actual.initial_digests);
-  if (!initial.empty()) return "initial state: " + initial;
-  for (size_t k = 0; k < expected.step_digests.size() && k < actual.step_digests.size(); ++k) {
-    const std::string component = first_differing_component(expected.step_digests[k], actual.step_digests[k]);
-    if (!component.empty()) return "step " + std::to_string(k + 1) + ": " + component;
-    if (std::memcmp(&expected.steps[k].loss, &actual.steps[k].loss, sizeof(float)) != 0) {
-      return "step " + std::to_string(k + 1) + ": loss";
-    }
-  }
-  const std::string final_component = first_differing_component(expected.digests, actual.digests);
-  return final_component.empty() ? "" : "final state: " + final_component;
-}
-
-bool says_resident(const TrainingRun& run) {
-  for (const std::string& note : run.notes) {
-    if (note.find("partitions stayed in the memory") != std::string::npos) return true;
-  }
-  return false;
-}
-
 struct Case {
   ModelSpec model;
   Precision precision;
@@ -256,13 +228,13 @@ TEST(ResidentState, StepsAgainstResidentPartitionsHaveTheHostPathsBits) {
       on_host.digest_every_step = digest_every_step;
       TrainingOptions resident = on_host;
       resident.compute = resident_cpu(counts);
-      Result<TrainingRun> expected = train(on_host, 6);
-      Result<TrainingRun> actual = train(resident, 6);
+      Result<TrainingRun> expected = train_on_real_env(on_host, 6);
+      Result<TrainingRun> actual = train_on_real_env(resident, 6);
       ASSERT_TRUE(expected.ok()) << expected.status().to_string();
       ASSERT_TRUE(actual.ok()) << actual.status().to_string();
       EXPECT_EQ(first_step_difference(*expected, *actual), "");
-      EXPECT_TRUE(says_resident(*actual));
-      EXPECT_FALSE(says_resident(*expected));
+      EXPECT_TRUE(notes_say_partitions_were_resident(*actual));
+      EXPECT_FALSE(notes_say_partitions_were_resident(*expected));
       // Handed over once per rank; copied back per digest (or once, for the final gather).
       EXPECT_EQ(counts.adopts.load(), test.world_size);
       EXPECT_EQ(counts.copies_to_host.load(), test.world_size * (digest_every_step ? 6 : 1));
@@ -286,20 +258,20 @@ TEST(ResidentState, SavesLoadsAndResetsMoveThePartitionsBetweenBackendAndHost) {
       host_saves.save_directory = directory.path() + "/host";
       resident_saves.save_directory = directory.path() + "/resident";
       host_saves.save_every_steps = resident_saves.save_every_steps = 2;
-      Result<TrainingRun> expected = train(on_host, 5, host_saves);
-      Result<TrainingRun> actual = train(resident, 5, resident_saves);
+      Result<TrainingRun> expected = train_on_real_env(on_host, 5, host_saves);
+      Result<TrainingRun> actual = train_on_real_env(resident, 5, resident_saves);
       ASSERT_TRUE(expected.ok() && actual.ok()) << expected.status().to_string() << actual.status().to_string();
       EXPECT_EQ(first_step_difference(*expected, *actual), "");
 
       // The resident run's checkpoint, resumed on both.
       CheckpointPlan resume;
       resume.resume_directory = resident_saves.save_directory;
-      Result<TrainingRun> resumed_on_host = train(on_host, 8, resume);
-      Result<TrainingRun> resumed_resident = train(resident, 8, resume);
+      Result<TrainingRun> resumed_on_host = train_on_real_env(on_host, 8, resume);
+      Result<TrainingRun> resumed_resident = train_on_real_env(resident, 8, resume);
       ASSERT_TRUE(resumed_on_host.ok() && resumed_resident.ok())
           << resumed_on_host.status().to_string() << resumed_resident.status().to_string();
       EXPECT_EQ(first_step_difference(*resumed_on_host, *resumed_resident), "") << "resumed";
-      EXPECT_TRUE(says_resident(*resumed_resident));
+      EXPECT_TRUE(notes_say_partitions_were_resident(*resumed_resident));
 
       // reset_as_loaded (a fresh optimizer, or the module only) at the start and after step 2.
       for (int64_t after_step : {int64_t{0}, int64_t{2}}) {
@@ -308,8 +280,8 @@ TEST(ResidentState, SavesLoadsAndResetsMoveThePartitionsBetweenBackendAndHost) {
           reset.reset_as_loaded_after_step = after_step;
           reset.reset_as_loaded_options.optimizer_states = false;
           reset.reset_as_loaded_options.module_only = module_only;
-          Result<TrainingRun> reset_on_host = train(on_host, 5, reset);
-          Result<TrainingRun> reset_resident = train(resident, 5, reset);
+          Result<TrainingRun> reset_on_host = train_on_real_env(on_host, 5, reset);
+          Result<TrainingRun> reset_resident = train_on_real_env(resident, 5, reset);
           ASSERT_TRUE(reset_on_host.ok() && reset_resident.ok())
               << reset_on_host.status().to_string() << reset_resident.status().to_string();
           EXPECT_EQ(first_step_difference(*reset_on_host, *reset_resident), "")
@@ -324,10 +296,10 @@ TEST(ResidentState, ARunWithoutAStepNeverHandsThePartitionsOverNorSaysSo) {
   ProtocolCounts counts;
   TrainingOptions options = options_for(cases().front());
   options.compute = resident_cpu(counts);
-  Result<TrainingRun> run = train(options, 0);
+  Result<TrainingRun> run = train_on_real_env(options, 0);
   ASSERT_TRUE(run.ok()) << run.status().to_string();
   EXPECT_EQ(counts.adopts.load(), 0);
-  EXPECT_FALSE(says_resident(*run));
+  EXPECT_FALSE(notes_say_partitions_were_resident(*run));
 }
 
 TEST(ResidentState, OffloadAndFrozenParametersKeepThePartitionsOnTheHost) {
@@ -347,10 +319,10 @@ TEST(ResidentState, OffloadAndFrozenParametersKeepThePartitionsOnTheHost) {
     } else {
       options.frozen_parameters = {"layers.0.bias"};
     }
-    Result<TrainingRun> run = train(options, 3);
+    Result<TrainingRun> run = train_on_real_env(options, 3);
     ASSERT_TRUE(run.ok()) << run.status().to_string();
     EXPECT_EQ(counts.adopts.load(), 0);
-    EXPECT_FALSE(says_resident(*run));
+    EXPECT_FALSE(notes_say_partitions_were_resident(*run));
   }
 }
 

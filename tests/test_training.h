@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -63,6 +64,44 @@ inline TrainingRun train_or_fail(const TrainingOptions& options, int64_t steps) 
   Result<TrainingRun> run = run_training(options, steps, real_env.env());
   EXPECT_TRUE(run.ok()) << run.status().to_string();
   return run.ok() ? std::move(run).value() : TrainingRun{};
+}
+
+// A run on the real machine's seams (disk, clock), with checkpoints as `plan` says.
+inline Result<TrainingRun> train_on_real_env(const TrainingOptions& options, int64_t steps,
+                                             const CheckpointPlan& plan = {}) {
+  RealEnv real_env;
+  return run_training(options, steps, real_env.env(), plan);
+}
+
+// The first difference between two runs of the same steps, named ("" when none): the initial
+// state, then step by step the state's digests (when both runs kept them), the loss's bits and
+// the grad norm, then the final state.
+inline std::string first_step_difference(const TrainingRun& expected, const TrainingRun& actual) {
+  if (expected.steps.size() != actual.steps.size()) return "step count";
+  const std::string initial = first_differing_component(expected.initial_digests, actual.initial_digests);
+  if (!initial.empty()) return "initial state: " + initial;
+  for (size_t k = 0; k < expected.steps.size(); ++k) {
+    const std::string step = "step " + std::to_string(k + 1) + ": ";
+    if (k < expected.step_digests.size() && k < actual.step_digests.size()) {
+      const std::string component = first_differing_component(expected.step_digests[k], actual.step_digests[k]);
+      if (!component.empty()) return step + component;
+    }
+    if (std::memcmp(&expected.steps[k].loss, &actual.steps[k].loss, sizeof(float)) != 0) {
+      return step + "loss " + std::to_string(expected.steps[k].loss) + " vs " + std::to_string(actual.steps[k].loss);
+    }
+    if (expected.steps[k].grad_norm != actual.steps[k].grad_norm) return step + "grad norm";
+  }
+  const std::string final_component = first_differing_component(expected.digests, actual.digests);
+  return final_component.empty() ? "" : "final state: " + final_component;
+}
+
+// Whether the run's notes say its partitions stayed in the compute device's memory
+// (ResidentState).
+inline bool notes_say_partitions_were_resident(const TrainingRun& run) {
+  for (const std::string& note : run.notes) {
+    if (note.find("partitions stayed in the memory") != std::string::npos) return true;
+  }
+  return false;
 }
 
 // Names the first component that differs, so a failure says what was lost.
