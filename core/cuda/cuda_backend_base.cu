@@ -154,6 +154,14 @@ Status CudaBackendBase::product(int64_t rows, int64_t columns, int64_t inner, De
   return cuda("ordered_product_kernel", cudaGetLastError());
 }
 
+Result<float> CudaBackendBase::loss_to_host(const float* device_loss) {
+  float loss = 0.0f;
+  ZEROSIM_RETURN_IF_ERROR(cuda("cudaMemcpyAsync (loss)",
+                               cudaMemcpyAsync(&loss, device_loss, sizeof(float), cudaMemcpyDeviceToHost, stream_)));
+  ZEROSIM_RETURN_IF_ERROR(cuda("cudaStreamSynchronize (loss)", cudaStreamSynchronize(stream_)));
+  return loss;
+}
+
 Status CudaBackendBase::cuda(const char* call, cudaError_t error) const {
   if (error == cudaSuccess) return Status();
   return failed_precondition(std::string(call) + " on CUDA device " + std::to_string(device_) + ": " +

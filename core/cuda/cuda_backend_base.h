@@ -55,6 +55,9 @@ class CudaBackendBase : public ComputeBackend {
   // bits); fast mode: cublasSgemm with beta = 1.
   Status product(int64_t rows, int64_t columns, int64_t inner, DeviceOperand a, DeviceOperand b, float* c);
 
+  // The micro-batch's loss, one device float, once the stream has computed it (waits for it).
+  Result<float> loss_to_host(const float* device_loss);
+
   Status cuda(const char* call, cudaError_t error) const;
   Status blas(const char* call, cublasStatus_t status) const;
   // Copies host tensors into device arrays (grown as needed), in order, on the stream.

@@ -104,11 +104,7 @@ class CudaComputeBackend final : public CudaBackendBase {
                                                          output_gradients_[0].as<float>(), sample_losses,
                                                          sample_losses + samples_, stream_));
     current_gradient_ = 0;
-    float loss = 0.0f;
-    ZEROSIM_RETURN_IF_ERROR(cuda("cudaMemcpyAsync (loss)", cudaMemcpyAsync(&loss, sample_losses + samples_, sizeof(float),
-                                                                         cudaMemcpyDeviceToHost, stream_)));
-    ZEROSIM_RETURN_IF_ERROR(cuda("cudaStreamSynchronize (loss)", cudaStreamSynchronize(stream_)));
-    return loss;
+    return loss_to_host(sample_losses + samples_);
   }
 
   Status backward(int64_t stage, std::span<const std::vector<float>> parameters,

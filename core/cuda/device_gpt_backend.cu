@@ -462,11 +462,7 @@ class CudaGptBackend final : public CudaBackendBase {
     ZEROSIM_RETURN_IF_ERROR(launched("loss_kernel", "the loss"));
     loss_fold_kernel<<<1, 1, 0, stream_>>>(rows, row_losses, row_losses + rows);
     ZEROSIM_RETURN_IF_ERROR(launched("loss_fold_kernel", "the loss"));
-    float loss = 0.0f;
-    ZEROSIM_RETURN_IF_ERROR(cuda("cudaMemcpyAsync (loss)", cudaMemcpyAsync(&loss, row_losses + rows, sizeof(float),
-                                                                         cudaMemcpyDeviceToHost, stream_)));
-    ZEROSIM_RETURN_IF_ERROR(cuda("cudaStreamSynchronize (loss)", cudaStreamSynchronize(stream_)));
-    return loss;
+    return loss_to_host(row_losses + rows);
   }
 
   Status backward(int64_t stage, std::span<const std::vector<float>> parameters,
