@@ -395,7 +395,10 @@ struct DeviceBlock {
 class CudaGptBackend final : public CudaBackendBase {
  public:
   CudaGptBackend(const GptSpec& spec, int device, CudaGemm gemm)
-      : CudaBackendBase(device, gemm), spec_(spec), blocks_(static_cast<size_t>(spec.layers)) {
+      : CudaBackendBase(device, gemm),
+        spec_(spec),
+        plan_(model_plan(transformer_model(spec))),
+        blocks_(static_cast<size_t>(spec.layers)) {
     for (const ParameterInfo& parameter : gpt_parameters(spec)) element_counts_.push_back(parameter.element_count);
   }
 
@@ -553,26 +556,16 @@ class CudaGptBackend final : public CudaBackendBase {
     return Status(status.code(), "transformer " + where + ": " + status.message());
   }
 
-  // The parameters a forward stage reads (model_plan's gathered range).
+  // The parameters a forward stage reads, and the weights a backward stage reads and the
+  // gradients it adds to: the plan's ranges, which the engine gathers.
   ParameterRange forward_range(int64_t stage) const {
-    if (stage == 0) return {0, 2};
-    if (stage <= spec_.layers) return {gpt_block_first_parameter(stage - 1), gpt_block_first_parameter(stage)};
-    if (stage == spec_.layers + 1) return {gpt_final_norm_parameter(spec_), gpt_final_norm_parameter(spec_) + 2};
-    ZEROSIM_CHECK(stage == spec_.layers + 2, "a forward stage of the plan");
-    return {0, 1};
+    ZEROSIM_CHECK(stage >= 0 && stage < static_cast<int64_t>(plan_.forward.size()), "a forward stage of the plan");
+    return plan_.forward[static_cast<size_t>(stage)].gathered;
   }
-  // The weights a backward stage reads and the gradients it adds to.
   std::pair<ParameterRange, ParameterRange> backward_ranges(int64_t stage) const {
-    if (stage == 0) return {{0, 1}, {0, 1}};
-    const int64_t ln_f = gpt_final_norm_parameter(spec_);
-    if (stage == 1) return {{ln_f, ln_f + 2}, {ln_f, ln_f + 2}};
-    if (stage <= spec_.layers + 1) {
-      const int64_t block = spec_.layers - (stage - 1);
-      const ParameterRange range{gpt_block_first_parameter(block), gpt_block_first_parameter(block + 1)};
-      return {range, range};
-    }
-    ZEROSIM_CHECK(stage == spec_.layers + 2, "a backward stage of the plan");
-    return {{0, 0}, {0, 2}};  // no weight: wte's second use and wpe
+    ZEROSIM_CHECK(stage >= 0 && stage < static_cast<int64_t>(plan_.backward.size()), "a backward stage of the plan");
+    const BackwardStage& step = plan_.backward[static_cast<size_t>(stage)];
+    return {step.gathered, step.gradients};
   }
   std::string stage_name(int64_t stage) const {
     if (stage == 0) return "the head";
@@ -742,6 +735,7 @@ class CudaGptBackend final : public CudaBackendBase {
   }
 
   GptSpec spec_;
+  ModelPlan plan_;
   std::vector<int64_t> element_counts_;
   GptActivations<float> host_check_;  // begin_micro_batch's checks only
   int64_t sequences_ = 0, length_ = 0;
