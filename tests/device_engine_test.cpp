@@ -119,8 +119,8 @@ TEST(DeviceEngine, SaveAndResumeOnTheGpuIsBitIdenticalAtAnyWorldSizeAndOnTheCpu)
 // share the GPU and read each other's partitions and gradients there): the run says so, and
 // every step (the host copy refreshed after each by the digests, or only at
 // the end), a save on the GPU and its resume on the GPU and on the CPU, have the host path's
-// bits; the fp16 runs skip overflowing steps there too. With the optimizer on NVMe the
-// partitions stay in host memory (no note).
+// bits; the fp16 runs skip overflowing steps there too. With the optimizer offloaded (cpu or
+// NVMe) the 16-bit parameters and gradients stay on the GPU and AdamW steps on the CPU.
 TEST(DeviceEngine, ResidentPartitionsHaveTheCpuBitsAndResume) {
   if (usable_cuda_devices() == 0) GTEST_SKIP() << "no CUDA device";
   const ComputeDevice cuda = cuda_device();
@@ -174,12 +174,29 @@ TEST(DeviceEngine, ResidentPartitionsHaveTheCpuBitsAndResume) {
         }
       }
 
-      TrainingOptions offloaded = on_gpu_options;
-      place_state(offloaded, 1, directory.path() + "/nvme");
-      Result<TrainingRun> on_host = train_on_real_env(offloaded, 6);
-      ASSERT_TRUE(on_host.ok()) << on_host.status().to_string();
-      EXPECT_FALSE(notes_say_partitions_were_resident(*on_host));
-      EXPECT_EQ(on_host->digests.state, on_cpu->digests.state);
+      // The offloaded optimizer (cpu, nvme): parameters and gradients stay on the GPU, master and
+      // moments on the host, AdamW on the CPU, in several sub-groups; the CPU's bits at every
+      // step, and a save there resumed on the CPU device.
+      for (OffloadDevice device : {OffloadDevice::kCpu, OffloadDevice::kNvme}) {
+        SCOPED_TRACE(std::string("optimizer offloaded to ") + offload_device_name(device));
+        TrainingOptions offloaded = on_gpu_options;
+        place_state(offloaded, 1, directory.path() + "/nvme-" + offload_device_name(device));
+        offloaded.config.zero.offload_optimizer.device = device;
+        offloaded.config.zero.sub_group_size = 3000;
+        Result<TrainingRun> partly_resident = train_on_real_env(offloaded, 6);
+        ASSERT_TRUE(partly_resident.ok()) << partly_resident.status().to_string();
+        EXPECT_TRUE(notes_say_partitions_were_resident(*partly_resident));
+        EXPECT_EQ(first_step_difference(*on_cpu, *partly_resident), "");
+        CheckpointPlan offloaded_saving;
+        offloaded_saving.save_directory = directory.path() + "/offloaded-" + offload_device_name(device);
+        offloaded_saving.save_every_steps = 3;
+        ASSERT_TRUE(train_on_real_env(offloaded, 3, offloaded_saving).ok());
+        CheckpointPlan resuming;
+        resuming.resume_directory = offloaded_saving.save_directory;
+        Result<TrainingRun> resumed_on_cpu = train_on_real_env(options, 6, resuming);
+        ASSERT_TRUE(resumed_on_cpu.ok()) << resumed_on_cpu.status().to_string();
+        EXPECT_EQ(resumed_on_cpu->digests.state, on_cpu->digests.state);
+      }
     }
   }
 }

@@ -29,6 +29,7 @@ namespace {
 
 struct ProtocolCounts {
   std::atomic<int> adopts{0}, copies_to_host{0}, steps_ended{0};
+  std::atomic<int> optimizer_states_adopted{0}, gradient_copies{0}, parameter_copies{0};
 };
 
 class HostResidentState final : public ResidentState {
@@ -47,7 +48,8 @@ class HostResidentState final : public ResidentState {
     master_.assign(master.begin(), master.end());
     exp_avg_.assign(exp_avg.begin(), exp_avg.end());
     exp_avg_sq_.assign(exp_avg_sq.begin(), exp_avg_sq.end());
-    accumulator_.assign(master.size(), 0.0f);
+    if (!master.empty()) ++counts_.optimizer_states_adopted;
+    accumulator_.assign(static_cast<size_t>(layout.flat_element_count), 0.0f);
     full_gradients_.resize(layout.parameters.size());
     const std::byte* mine = params_.data();
     peer_params_.assign(static_cast<size_t>(comm.world_size()), nullptr);
@@ -58,10 +60,21 @@ class HostResidentState final : public ResidentState {
   Status copy_to_host(std::span<std::byte> params, std::span<float> master, std::span<float> exp_avg,
                       std::span<float> exp_avg_sq) override {
     ++counts_.copies_to_host;
+    EXPECT_EQ(master.size(), master_.size()) << "the optimizer's state is copied back from where it was adopted";
     std::copy(params_.begin(), params_.end(), params.begin());
     std::copy(master_.begin(), master_.end(), master.begin());
     std::copy(exp_avg_.begin(), exp_avg_.end(), exp_avg.begin());
     std::copy(exp_avg_sq_.begin(), exp_avg_sq_.end(), exp_avg_sq.begin());
+    return Status();
+  }
+  Status gradients_to_host(size_t offset, std::span<float> destination) override {
+    ++counts_.gradient_copies;
+    std::copy_n(accumulator_.begin() + static_cast<std::ptrdiff_t>(offset), destination.size(), destination.begin());
+    return Status();
+  }
+  Status parameters_from_host(size_t offset, std::span<const std::byte> params) override {
+    ++counts_.parameter_copies;
+    std::copy(params.begin(), params.end(), params_.begin() + static_cast<std::ptrdiff_t>(offset * dtype_size_bytes(model_dtype_)));
     return Status();
   }
   Status forward(int64_t stage, ParameterRange gathered) override {
@@ -111,11 +124,13 @@ class HostResidentState final : public ResidentState {
     return sum;
   }
   Status adam_update(const AdamStepScalars& scalars, float grad_multiplier, size_t offset, size_t count) override {
+    EXPECT_FALSE(master_.empty()) << "AdamW asked of a backend that does not hold the optimizer's state";
     zerosim::adam_update(best_simd_path(), scalars, grad_multiplier, master_.data() + offset,
                          accumulator_.data() + offset, exp_avg_.data() + offset, exp_avg_sq_.data() + offset, count);
     return Status();
   }
   Status store_parameters(size_t offset, size_t count) override {
+    EXPECT_FALSE(master_.empty()) << "16-bit parameters asked from a master the backend does not hold";
     cast_from_fp32(model_dtype_, master_.data() + offset, params_.data() + offset * dtype_size_bytes(model_dtype_),
                    count);
     return Status();
@@ -302,20 +317,69 @@ TEST(ResidentState, ARunWithoutAStepNeverHandsThePartitionsOverNorSaysSo) {
   EXPECT_FALSE(notes_say_partitions_were_resident(*run));
 }
 
-TEST(ResidentState, OffloadAndFrozenParametersKeepThePartitionsOnTheHost) {
+// An offloaded optimizer (cpu, or nvme with its swapper) keeps master and moments on the host
+// and steps them on the CPU; the backend keeps the 16-bit parameters and the accumulator, hands
+// each sub-group's gradients over and takes its new parameters back: the host path's bits, the
+// host state never behind (nothing is copied back for a digest or a save), and the saves resume.
+TEST(ResidentState, AnOffloadedOptimizerStepsOnTheHostAgainstResidentParametersAndGradients) {
+  for (const Case& test : {Case{ModelSpec{{64, 256, 128, 10}}, Precision::kBf16, 2},
+                           Case{ModelSpec{{64, 256, 128, 10}}, Precision::kFp16, 1},
+                           Case{transformer_model(GptSpec{2, 24, 3, 41, 6}), Precision::kFp32, 3}}) {
+    for (OffloadDevice device : {OffloadDevice::kCpu, OffloadDevice::kNvme}) {
+      SCOPED_TRACE(describe(test) + ", optimizer offloaded to " + offload_device_name(device));
+      TestDirectory directory;
+      ProtocolCounts counts;
+      TrainingOptions on_host = options_for(test);
+      on_host.digest_every_step = true;
+      on_host.config.zero.offload_optimizer.device = device;
+      // Several sub-groups, so that the copies go sub-group by sub-group.
+      on_host.config.zero.sub_group_size = 5000;
+      if (device == OffloadDevice::kNvme) {
+        on_host.config.zero.offload_optimizer.nvme_path = directory.path() + "/swap";
+        on_host.config.zero.offload_optimizer.buffer_count = 9;
+      }
+      TrainingOptions resident = on_host;
+      resident.compute = resident_cpu(counts);
+      CheckpointPlan host_saves, resident_saves;
+      host_saves.save_directory = directory.path() + "/host";
+      resident_saves.save_directory = directory.path() + "/resident";
+      host_saves.save_every_steps = resident_saves.save_every_steps = 2;
+      Result<TrainingRun> expected = train_on_real_env(on_host, 5, host_saves);
+      Result<TrainingRun> actual = train_on_real_env(resident, 5, resident_saves);
+      ASSERT_TRUE(expected.ok() && actual.ok()) << expected.status().to_string() << actual.status().to_string();
+      EXPECT_EQ(first_step_difference(*expected, *actual), "");
+      EXPECT_TRUE(notes_say_partitions_were_resident(*actual));
+      EXPECT_EQ(counts.adopts.load(), test.world_size);
+      EXPECT_EQ(counts.optimizer_states_adopted.load(), 0);
+      EXPECT_EQ(counts.copies_to_host.load(), 0);
+      EXPECT_GT(counts.gradient_copies.load(), test.world_size * 2);
+      EXPECT_EQ(counts.gradient_copies.load(), counts.parameter_copies.load());
+
+      CheckpointPlan resume;
+      resume.resume_directory = resident_saves.save_directory;
+      Result<TrainingRun> resumed_on_host = train_on_real_env(on_host, 7, resume);
+      Result<TrainingRun> resumed_resident = train_on_real_env(resident, 7, resume);
+      ASSERT_TRUE(resumed_on_host.ok() && resumed_resident.ok())
+          << resumed_on_host.status().to_string() << resumed_resident.status().to_string();
+      EXPECT_EQ(first_step_difference(*resumed_on_host, *resumed_resident), "") << "resumed";
+    }
+  }
+}
+
+TEST(ResidentState, OffloadedParametersAndFrozenParametersKeepThePartitionsOnTheHost) {
   const Case test{ModelSpec{{64, 256, 128, 10}}, Precision::kBf16, 2};
   TestDirectory directory;
-  for (int variant = 0; variant < 3; ++variant) {
-    SCOPED_TRACE("variant " + std::to_string(variant));
+  for (bool offload_parameters : {true, false}) {
+    SCOPED_TRACE(offload_parameters ? "parameters on NVMe" : "a frozen parameter");
     ProtocolCounts counts;
     TrainingOptions options = options_for(test);
     options.compute = resident_cpu(counts);
-    if (variant == 0) {
+    if (offload_parameters) {
       options.config.zero.offload_optimizer.device = OffloadDevice::kNvme;
       options.config.zero.offload_optimizer.nvme_path = directory.path();
       options.config.zero.offload_optimizer.buffer_count = 9;
-    } else if (variant == 1) {
-      options.config.zero.offload_optimizer.device = OffloadDevice::kCpu;
+      options.config.zero.offload_param.device = OffloadDevice::kNvme;
+      options.config.zero.offload_param.nvme_path = directory.path();
     } else {
       options.frozen_parameters = {"layers.0.bias"};
     }

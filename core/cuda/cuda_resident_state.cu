@@ -54,69 +54,99 @@ int blocks_for(int64_t work) {
 
 }  // namespace
 
+CudaResidentState::CudaResidentState(CudaBackendBase& backend)
+    : backend_(backend), mine_(std::make_shared<PeerVisible>()) {}
+
+CudaResidentState::~CudaResidentState() {
+  // Nothing this rank queued may still read a peer's buffers when it lets go of them.
+  cudaSetDevice(backend_.device_);
+  if (backend_.stream_ != nullptr) cudaStreamSynchronize(backend_.stream_);
+  peers_.clear();
+}
+
 Result<bool> CudaResidentState::adopt(Comm& comm, const PartitionLayout& layout, DType model_dtype,
                                       DType communication_dtype, std::span<const std::byte> params,
                                       std::span<const float> master, std::span<const float> exp_avg,
                                       std::span<const float> exp_avg_sq) {
   ZEROSIM_CHECK(layout.world_size == comm.world_size(), "the layout is the world's");
   const size_t count = static_cast<size_t>(layout.flat_element_count);
-  ZEROSIM_CHECK(params.size() == count * dtype_size_bytes(model_dtype) && master.size() == count &&
-                    exp_avg.size() == count && exp_avg_sq.size() == count,
+  const bool holds_optimizer = !master.empty();
+  ZEROSIM_CHECK(params.size() == count * dtype_size_bytes(model_dtype) &&
+                    (holds_optimizer ? master.size() == count && exp_avg.size() == count && exp_avg_sq.size() == count
+                                     : master.empty() && exp_avg.empty() && exp_avg_sq.empty()),
                 "the partitions match the layout");
+  // Who may read whose memory: the same process and the same device, for every rank. Asked
+  // before anything is allocated, so that a refusal costs no device memory.
+  struct Identity {
+    int64_t process;
+    int64_t device;
+  };
+  const Identity me{static_cast<int64_t>(::getpid()), backend_.device_};
+  std::vector<Identity> everyone(static_cast<size_t>(comm.world_size()));
+  ZEROSIM_RETURN_IF_ERROR(comm.all_gather(std::as_bytes(std::span<const Identity>(&me, 1)),
+                                          std::as_writable_bytes(std::span<Identity>(everyone))));
+  bool shared = comm.world_size() <= kMaxSources;
+  for (const Identity& rank : everyone) shared = shared && rank.process == me.process && rank.device == me.device;
+  if (!shared) {
+    adopted_ = false;
+    return false;
+  }
+
   layout_ = layout;
   model_dtype_ = model_dtype;
   communication_dtype_ = communication_dtype;
+  holds_optimizer_ = holds_optimizer;
   ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaSetDevice", cudaSetDevice(backend_.device_)));
   struct Copy {
     DeviceArray* array;
     const void* source;
     size_t bytes;
   };
-  for (const Copy& copy : {Copy{&params_, params.data(), params.size()}, Copy{&master_, master.data(), master.size_bytes()},
+  for (const Copy& copy : {Copy{&mine_->params, params.data(), params.size()},
+                           Copy{&master_, master.data(), master.size_bytes()},
                            Copy{&exp_avg_, exp_avg.data(), exp_avg.size_bytes()},
                            Copy{&exp_avg_sq_, exp_avg_sq.data(), exp_avg_sq.size_bytes()}}) {
-    ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaMalloc (resident partitions)", copy.array->reserve(copy.bytes)));
     if (copy.bytes == 0) continue;
+    ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaMalloc (resident partitions)", copy.array->reserve(copy.bytes)));
     ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaMemcpyAsync (resident partitions in)",
                                           cudaMemcpyAsync(copy.array->as<void>(), copy.source, copy.bytes,
                                                           cudaMemcpyHostToDevice, backend_.stream_)));
   }
   ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaMalloc (gradient accumulator)", accumulator_.reserve(count * sizeof(float))));
-  full_gradients_.resize(layout.parameters.size());
+  mine_->full_gradients.resize(layout.parameters.size());
   comm_ = &comm;
   adopted_ = true;
   ZEROSIM_RETURN_IF_ERROR(zero_gradients());
   ZEROSIM_RETURN_IF_ERROR(synchronize("cudaStreamSynchronize (resident partitions in)"));
-  // Who may read whose memory: the same process and the same device, for every rank.
-  struct Identity {
-    int64_t process;
-    int64_t device;
-    const std::byte* params;
-  };
-  const Identity mine{static_cast<int64_t>(::getpid()), backend_.device_, params_.as<std::byte>()};
-  std::vector<Identity> everyone(static_cast<size_t>(comm.world_size()));
-  ZEROSIM_RETURN_IF_ERROR(comm.all_gather(std::as_bytes(std::span<const Identity>(&mine, 1)),
-                                          std::as_writable_bytes(std::span<Identity>(everyone))));
+  // Every rank takes a share of every rank's readable buffers (same process: the addresses of
+  // their owners are valid here); the barrier keeps each owner alive until all have taken theirs.
+  const std::shared_ptr<PeerVisible>* my_owner = &mine_;
+  std::vector<const std::shared_ptr<PeerVisible>*> owners(static_cast<size_t>(comm.world_size()));
+  ZEROSIM_RETURN_IF_ERROR(comm.all_gather(std::as_bytes(std::span<const std::shared_ptr<PeerVisible>* const>(&my_owner, 1)),
+                                          std::as_writable_bytes(std::span<const std::shared_ptr<PeerVisible>*>(owners))));
+  peers_.clear();
   peer_params_.clear();
-  bool shared = comm.world_size() <= kMaxSources;
-  for (const Identity& rank : everyone) {
-    shared = shared && rank.process == mine.process && rank.device == mine.device;
-    peer_params_.push_back(rank.params);
+  for (const std::shared_ptr<PeerVisible>* owner : owners) {
+    peers_.push_back(*owner);
+    peer_params_.push_back(peers_.back()->params.as<std::byte>());
   }
-  if (!shared) adopted_ = false;
-  return shared;
+  ZEROSIM_RETURN_IF_ERROR(comm.barrier());
+  return true;
 }
 
 Status CudaResidentState::copy_to_host(std::span<std::byte> params, std::span<float> master, std::span<float> exp_avg,
                                        std::span<float> exp_avg_sq) {
   ZEROSIM_CHECK(adopted_, "partitions adopted before they are copied back");
+  ZEROSIM_CHECK(holds_optimizer_ || (master.empty() && exp_avg.empty() && exp_avg_sq.empty()),
+                "the optimizer's state is copied back only from where it is kept");
   ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaSetDevice", cudaSetDevice(backend_.device_)));
   struct Copy {
     void* destination;
     const DeviceArray* array;
     size_t bytes;
   };
-  for (const Copy& copy : {Copy{params.data(), &params_, params.size()}, Copy{master.data(), &master_, master.size_bytes()},
+  for (const Copy& copy : {Copy{params.data(), &mine_->params, params.size()},
+                           Copy{master.data(), &master_, master.size_bytes()},
                            Copy{exp_avg.data(), &exp_avg_, exp_avg.size_bytes()},
                            Copy{exp_avg_sq.data(), &exp_avg_sq_, exp_avg_sq.size_bytes()}}) {
     if (copy.bytes == 0) continue;
@@ -166,7 +196,7 @@ Status CudaResidentState::backward(int64_t stage, ParameterRange gathered, Param
   std::vector<float*> pointers;
   for (int64_t p = gradients.first; p < gradients.end; ++p) {
     const size_t bytes = static_cast<size_t>(layout_.parameters[static_cast<size_t>(p)].element_count) * sizeof(float);
-    DeviceArray& gradient = full_gradients_[static_cast<size_t>(p)];
+    DeviceArray& gradient = mine_->full_gradients[static_cast<size_t>(p)];
     ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaMalloc (full gradient)", gradient.reserve(bytes)));
     if (fresh[static_cast<size_t>(p - gradients.first)]) {
       ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaMemsetAsync (full gradient)",
@@ -184,7 +214,7 @@ Status CudaResidentState::reduce_layer(const LayerRange& layer) {
   // Publish this rank's full gradients of the layer, complete, by address.
   std::vector<const float*> mine;
   for (int64_t p = layer.first_parameter; p < layer.end_parameter; ++p) {
-    const float* gradient = full_gradients_[static_cast<size_t>(p)].as<float>();
+    const float* gradient = mine_->full_gradients[static_cast<size_t>(p)].as<float>();
     ZEROSIM_CHECK(gradient != nullptr || layout_.parameters[static_cast<size_t>(p)].element_count == 0,
                   "a layer's gradients exist before its exchange");
     mine.push_back(gradient);
@@ -222,6 +252,7 @@ Result<ExactSquareSum> CudaResidentState::gradient_squares() {
 
 Status CudaResidentState::adam_update(const AdamStepScalars& scalars, float grad_multiplier, size_t offset,
                                       size_t count) {
+  ZEROSIM_CHECK(holds_optimizer_, "AdamW on the device only where the optimizer's state is kept");
   if (count == 0) return Status();
   ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaSetDevice", cudaSetDevice(backend_.device_)));
   const DeviceAdamTensor tensor{master_.as<float>() + offset, accumulator_.as<float>() + offset,
@@ -231,11 +262,37 @@ Status CudaResidentState::adam_update(const AdamStepScalars& scalars, float grad
 }
 
 Status CudaResidentState::store_parameters(size_t offset, size_t count) {
+  ZEROSIM_CHECK(holds_optimizer_, "16-bit parameters from a master kept on the device");
   if (count == 0) return Status();
   ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaSetDevice", cudaSetDevice(backend_.device_)));
   return device_cast_from_fp32(model_dtype_, master_.as<float>() + offset,
-                               params_.as<std::byte>() + offset * dtype_size_bytes(model_dtype_),
+                               mine_->params.as<std::byte>() + offset * dtype_size_bytes(model_dtype_),
                                static_cast<int64_t>(count), backend_.stream_);
+}
+
+Status CudaResidentState::gradients_to_host(size_t offset, std::span<float> destination) {
+  ZEROSIM_CHECK(adopted_ && offset + destination.size() <= static_cast<size_t>(layout_.flat_element_count),
+                "gradients copied out of the adopted accumulator");
+  if (destination.empty()) return Status();
+  ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaSetDevice", cudaSetDevice(backend_.device_)));
+  ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaMemcpyAsync (gradients to the host)",
+                                        cudaMemcpyAsync(destination.data(), accumulator_.as<float>() + offset,
+                                                        destination.size_bytes(), cudaMemcpyDeviceToHost,
+                                                        backend_.stream_)));
+  return synchronize("cudaStreamSynchronize (gradients to the host)");
+}
+
+Status CudaResidentState::parameters_from_host(size_t offset, std::span<const std::byte> params) {
+  const size_t element_bytes = dtype_size_bytes(model_dtype_);
+  ZEROSIM_CHECK(adopted_ && params.size() % element_bytes == 0 &&
+                    offset + params.size() / element_bytes <= static_cast<size_t>(layout_.flat_element_count),
+                "parameters copied into the adopted partitions");
+  if (params.empty()) return Status();
+  ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaSetDevice", cudaSetDevice(backend_.device_)));
+  // From pageable memory the call returns once the source is staged, so the host may reuse it.
+  return backend_.cuda("cudaMemcpyAsync (parameters from the host)",
+                       cudaMemcpyAsync(mine_->params.as<std::byte>() + offset * element_bytes, params.data(),
+                                       params.size(), cudaMemcpyHostToDevice, backend_.stream_));
 }
 
 Status CudaResidentState::zero_gradients() {

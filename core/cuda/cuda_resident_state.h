@@ -13,12 +13,21 @@
 // being read; end_step does the same for the partitions the optimizer step rewrote. Ranks in
 // other processes or on other devices are refused at adopt (the host path serves them).
 //
+// Lifetime: the buffers other ranks read (the 16-bit partitions, the full gradients) are owned
+// jointly by every rank of the world from adopt on, and each rank waits for its stream before it
+// lets go of them: a rank that fails and is destroyed mid-step cannot free memory that a peer's
+// queued gather or fold still reads.
+//
+// The offloaded optimizer's placement (adopt given no master or moments): the 16-bit partitions
+// and the accumulator only; gradients_to_host and parameters_from_host are the sub-group copies.
+//
 // Memory: the partitions, one gathered stage's fp32 weights (slots reused across stages), and a
 // full fp32 gradient per parameter, allocated at first use and kept (a world of one holds the
 // whole model's gradients anyway, in its accumulator).
 // Host code, included by the CUDA backend's .cu files only.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "core/cuda/cuda_backend_base.h"
@@ -28,7 +37,10 @@ namespace zerosim {
 
 class CudaResidentState final : public ResidentState {
  public:
-  explicit CudaResidentState(CudaBackendBase& backend) : backend_(backend) {}
+  explicit CudaResidentState(CudaBackendBase& backend);
+  ~CudaResidentState() override;
+  CudaResidentState(const CudaResidentState&) = delete;
+  CudaResidentState& operator=(const CudaResidentState&) = delete;
 
   Result<bool> adopt(Comm& comm, const PartitionLayout& layout, DType model_dtype, DType communication_dtype,
                      std::span<const std::byte> params, std::span<const float> master, std::span<const float> exp_avg,
@@ -42,10 +54,18 @@ class CudaResidentState final : public ResidentState {
   Result<ExactSquareSum> gradient_squares() override;
   Status adam_update(const AdamStepScalars& scalars, float grad_multiplier, size_t offset, size_t count) override;
   Status store_parameters(size_t offset, size_t count) override;
+  Status gradients_to_host(size_t offset, std::span<float> destination) override;
+  Status parameters_from_host(size_t offset, std::span<const std::byte> params) override;
   Status zero_gradients() override;
   Status end_step() override;
 
  private:
+  // What other ranks of the world read, kept alive by every rank that may read it.
+  struct PeerVisible {
+    DeviceArray params;                       // the 16-bit partitions
+    std::vector<DeviceArray> full_gradients;  // by parameter
+  };
+
   // Casts the 16-bit partitions of `range` into the gathered slots; their device pointers.
   Status gather(ParameterRange range);
   Status synchronize(const char* what);
@@ -57,10 +77,12 @@ class CudaResidentState final : public ResidentState {
   DType model_dtype_ = DType::kFp32;
   DType communication_dtype_ = DType::kFp32;
   bool adopted_ = false;
-  DeviceArray params_, master_, exp_avg_, exp_avg_sq_, accumulator_;
-  std::vector<DeviceArray> gathered_;        // one stage's full fp32 weights, by slot
+  bool holds_optimizer_ = false;  // master and moments too (the optimizer is not offloaded)
+  std::shared_ptr<PeerVisible> mine_;
+  std::vector<std::shared_ptr<PeerVisible>> peers_;  // every rank's (this one's included), by rank
+  DeviceArray master_, exp_avg_, exp_avg_sq_, accumulator_;
+  std::vector<DeviceArray> gathered_;  // one stage's full fp32 weights, by slot
   std::vector<const float*> gathered_pointers_;
-  std::vector<DeviceArray> full_gradients_;  // by parameter
 };
 
 }  // namespace zerosim

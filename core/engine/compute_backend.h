@@ -47,9 +47,16 @@ struct MicroBatchInput {
 // initialization or a load), runs its micro-steps and optimizer steps against them, and takes
 // them back before anything reads the host copy (a save, a digest, a gather of the state).
 //
-// Used for ranks with nothing offloaded, the portable numerics, every parameter trainable and
-// no defect switched on (RankEngine decides; the other cases keep the partitions in host
-// memory), whose backends can read each other's memory (adopt says). The collectives then
+// Used for ranks whose parameters are not offloaded, with the portable numerics, every
+// parameter trainable and no defect switched on (RankEngine decides; the other cases keep the
+// partitions in host memory), whose backends can read each other's memory (adopt says).
+//
+// Two placements. Optimizer not offloaded: the backend holds everything (16-bit parameters,
+// fp32 master, moments, gradient accumulator) and steps the optimizer itself. Optimizer
+// offloaded (cpu or nvme; ZeRO-Offload's and ZeRO-Infinity's placement): the backend holds the
+// 16-bit parameters and the gradient accumulator; the host keeps master and moments (in memory
+// or swapped), takes each sub-group's gradients with gradients_to_host, steps AdamW on the CPU
+// and returns the new 16-bit parameters with parameters_from_host. The collectives then
 // work on device buffers with the host path's arithmetic: a gather casts every rank's 16-bit
 // partition into the full fp32 tensor; a layer's exchange adds, to each owner's fp32
 // accumulator, every rank's gradient chunk rounded through the communication dtype, in rank
@@ -58,14 +65,17 @@ class ResidentState {
  public:
   virtual ~ResidentState() = default;
   // Takes this rank's flat partitions (the layout's order, padding included) into the
-  // backend's memory, the gradient accumulator zeroed. Collective over `comm` (the run's
-  // ranks), which the resident collectives use from then on to meet: false (on every rank)
-  // when the ranks' backends cannot read each other's memory (other processes or devices);
-  // the partitions then stay in host memory.
+  // backend's memory, the gradient accumulator zeroed. `master`, `exp_avg` and `exp_avg_sq`
+  // empty: the optimizer's state stays with the host (the offloaded placement above).
+  // Collective over `comm` (the run's ranks), which the resident collectives use from then on
+  // to meet: false (on every rank, before anything is allocated) when the ranks' backends
+  // cannot read each other's memory (other processes or devices); the partitions then stay in
+  // host memory.
   virtual Result<bool> adopt(Comm& comm, const PartitionLayout& layout, DType model_dtype, DType communication_dtype,
                              std::span<const std::byte> params, std::span<const float> master,
                              std::span<const float> exp_avg, std::span<const float> exp_avg_sq) = 0;
-  // Writes the partitions back to host memory (same sizes as adopted).
+  // Writes the partitions back to host memory (same sizes as adopted; the optimizer's empty
+  // when it stays with the host).
   virtual Status copy_to_host(std::span<std::byte> params, std::span<float> master, std::span<float> exp_avg,
                               std::span<float> exp_avg_sq) = 0;
   // Forward stage `stage` with the plan's `gathered` parameters cast from the resident 16-bit
@@ -84,6 +94,12 @@ class ResidentState {
   virtual Status adam_update(const AdamStepScalars& scalars, float grad_multiplier, size_t offset, size_t count) = 0;
   // The 16-bit parameters of [offset, offset + count) from the master (round to nearest even).
   virtual Status store_parameters(size_t offset, size_t count) = 0;
+  // The offloaded placement: the accumulator's [offset, offset + destination.size()) in host
+  // memory (complete when the call returns), and the 16-bit parameters of [offset, offset +
+  // count) from host memory (`params` holds count elements of the model dtype; the host's
+  // buffer may change once the call returns).
+  virtual Status gradients_to_host(size_t offset, std::span<float> destination) = 0;
+  virtual Status parameters_from_host(size_t offset, std::span<const std::byte> params) = 0;
   virtual Status zero_gradients() = 0;
   // After an optimizer step's updates: every rank's new 16-bit partitions are complete before
   // any rank's next gather reads them. Collective.

@@ -328,15 +328,16 @@ Status RankEngine::prepare_storage() {
   counters_ = TrainingCounters{};
 
   // The partitions stay with the backend only where its resident path computes what the host
-  // path does (compute_backend.h ResidentState): nothing offloaded, the portable numerics, every
-  // parameter trainable, no defect switched on (and, adopt says, ranks that share memory).
+  // path does (compute_backend.h ResidentState): parameters not offloaded, the portable
+  // numerics, every parameter trainable, no defect switched on (and, adopt says, ranks that
+  // share memory). An offloaded optimizer keeps its state here and steps on the CPU.
   const bool every_parameter_trainable =
       std::all_of(parameters_.begin(), parameters_.end(), [](const ParameterInfo& p) { return p.requires_grad; });
-  const bool resident_eligible = config.zero.offload_optimizer.device == OffloadDevice::kNone &&
-                                 param_offload.device == OffloadDevice::kNone &&
+  const bool resident_eligible = param_offload.device == OffloadDevice::kNone &&
                                  config.numerics == NumericsMode::kPortable && every_parameter_trainable &&
                                  (env_.defects == nullptr || env_.defects->empty());
   resident_ = resident_eligible ? compute_->resident_state() : nullptr;
+  resident_holds_optimizer_ = config.zero.offload_optimizer.device == OffloadDevice::kNone;
   resident_adopted_ = false;
   resident_used_ = false;
   host_state_stale_ = false;
@@ -345,8 +346,13 @@ Status RankEngine::prepare_storage() {
 
 Status RankEngine::adopt_resident_state() {
   if (resident_ == nullptr || resident_adopted_) return Status();
-  ZEROSIM_ASSIGN_OR_RETURN(const bool adopted, resident_->adopt(comm_, layout_, model_dtype_, communication_dtype_,
-                                                                param_partition_, master_, exp_avg_, exp_avg_sq_));
+  // An offloaded optimizer's state stays here: the backend takes the 16-bit parameters only.
+  const std::span<const float> none;
+  ZEROSIM_ASSIGN_OR_RETURN(const bool adopted,
+                           resident_->adopt(comm_, layout_, model_dtype_, communication_dtype_, param_partition_,
+                                            resident_holds_optimizer_ ? std::span<const float>(master_) : none,
+                                            resident_holds_optimizer_ ? std::span<const float>(exp_avg_) : none,
+                                            resident_holds_optimizer_ ? std::span<const float>(exp_avg_sq_) : none));
   if (!adopted) {
     resident_ = nullptr;  // ranks that cannot share device memory: the host path, for the whole run
     return Status();
@@ -771,9 +777,9 @@ Status RankEngine::optimizer_step(StepRecord& record) {
   }
   bool overflow = false;
   if (loss_scaler_->checks_overflow()) {
-    const bool local_non_finite = gradient_swapper_    ? step_gradient_squares_.saw_non_finite()
-                                  : resident_squares ? resident_squares->saw_non_finite()
-                                                     : has_non_finite(gradient_partition_.data(), gradient_partition_.size());
+    const bool local_non_finite = resident_squares    ? resident_squares->saw_non_finite()
+                                  : gradient_swapper_ ? step_gradient_squares_.saw_non_finite()
+                                                      : has_non_finite(gradient_partition_.data(), gradient_partition_.size());
     std::array<double, 1> flag = {local_non_finite ? 1.0 : 0.0};
     ZEROSIM_RETURN_IF_ERROR(comm_.all_reduce_max(flag));
     overflow = flag[0] != 0.0;
@@ -866,8 +872,21 @@ Status RankEngine::optimizer_step(StepRecord& record) {
       exp_avg_sq = state.exp_avg_sq.data();
       env_.crash_points->hit("swap.sub_group_swapped_in", comm_.rank());
     }
+    if (resident_ != nullptr && resident_holds_optimizer_) {
+      for (const auto& [run_offset, run_count] : trainable_runs_by_group_[g]) {
+        ZEROSIM_RETURN_IF_ERROR(resident_->adam_update(scalars, grad_multiplier, offset + run_offset, run_count));
+      }
+      ZEROSIM_RETURN_IF_ERROR(resident_->store_parameters(offset, count));
+      env_.crash_points->hit("optimizer.sub_group_stepped", comm_.rank());
+      continue;
+    }
     const float* gradient = gradient_swapper_ ? nullptr : gradient_partition_.data() + offset;
-    if (gradient_swapper_) {
+    if (resident_ != nullptr) {
+      // The offloaded optimizer: the sub-group's gradients come from the backend's accumulator.
+      gradient_group_scratch_.resize(count);
+      ZEROSIM_RETURN_IF_ERROR(resident_->gradients_to_host(offset, gradient_group_scratch_));
+      gradient = gradient_group_scratch_.data();
+    } else if (gradient_swapper_) {
       gradient_group_scratch_.resize(count);
       const int64_t final_version =
           counters_.global_steps * options_.config.gradient_accumulation_steps + options_.config.gradient_accumulation_steps - 1;
@@ -881,21 +900,25 @@ Status RankEngine::optimizer_step(StepRecord& record) {
       }
       gradient = gradient_group_scratch_.data();
     }
-    if (resident_ != nullptr) {
-      for (const auto& [run_offset, run_count] : trainable_runs_by_group_[g]) {
-        ZEROSIM_RETURN_IF_ERROR(resident_->adam_update(scalars, grad_multiplier, offset + run_offset, run_count));
-      }
-      ZEROSIM_RETURN_IF_ERROR(resident_->store_parameters(offset, count));
-      env_.crash_points->hit("optimizer.sub_group_stepped", comm_.rank());
-      continue;
-    }
     // AdamW over the runs of trainable partitions: a frozen parameter has no optimizer state to
     // step (weight decay included). AdamW is elementwise, so the split cannot change a bit.
+    // With resident partitions the state here is the offloaded optimizer's, stepped on the CPU
+    // as ZeRO-Offload's CPU Adam does (the host path's arithmetic, so the same bits).
     for (const auto& [run_offset, run_count] : trainable_runs_by_group_[g]) {
+      if (resident_ != nullptr) {
+        adam_update(simd_path_, scalars, grad_multiplier, master + run_offset, gradient + run_offset, exp_avg + run_offset,
+                    exp_avg_sq + run_offset, run_count);
+        continue;
+      }
       ZEROSIM_RETURN_IF_ERROR(compute_->adam_update(scalars, grad_multiplier, master + run_offset, gradient + run_offset,
                                                     exp_avg + run_offset, exp_avg_sq + run_offset, run_count));
     }
     ZEROSIM_RETURN_IF_ERROR(store_parameters(group, master, counters_.optimizer_steps));
+    if (resident_ != nullptr) {
+      const size_t element_bytes = dtype_size_bytes(model_dtype_);
+      ZEROSIM_RETURN_IF_ERROR(resident_->parameters_from_host(
+          offset, std::span<const std::byte>(param_partition_).subspan(offset * element_bytes, count * element_bytes)));
+    }
     if (swapper_) {
       ZEROSIM_RETURN_IF_ERROR(swapper_->release(static_cast<int>(g), counters_.optimizer_steps));
       env_.crash_points->hit("swap.sub_group_swap_out_submitted", comm_.rank());
@@ -914,7 +937,9 @@ Result<StepRecord> RankEngine::train_step() {
   const uint64_t step_start_ns = env_.clock->now_ns();
   ZEROSIM_RETURN_IF_ERROR(adopt_resident_state());
   // From here the backend's partitions change: the host arrays are behind until copied back.
-  host_state_stale_ = resident_ != nullptr;
+  // (With an offloaded optimizer the host keeps the master and moments and receives every new
+  // 16-bit parameter: it is never behind between steps.)
+  host_state_stale_ = resident_ != nullptr && resident_holds_optimizer_;
   // Cleared only when the step completes: after a failed step the state is mid-step for good.
   step_in_progress_ = true;
   step_gradient_squares_ = ExactSquareSum{};

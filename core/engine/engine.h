@@ -397,6 +397,7 @@ class RankEngine {
   ResidentState* resident_ = nullptr;
   bool resident_adopted_ = false;  // the backend holds the current partitions
   bool resident_used_ = false;      // it has held them for a step of this run
+  bool resident_holds_optimizer_ = false;  // master and moments too (the optimizer is not offloaded)
   template <typename T>
   std::span<const T> host_partition(const std::vector<T>& partition) const {
     ZEROSIM_CHECK(!host_state_stale_, "the host partitions are read after the backend's newer ones are copied back");

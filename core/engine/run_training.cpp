@@ -218,9 +218,17 @@ Status run_one_rank(const TrainingOptions& options, int64_t step_count, int rank
   ZEROSIM_ASSIGN_OR_RETURN(FullTrainingState state, engine.gather_state());
   if (rank == 0) run.final_state = std::move(state);
   if (rank == 0 && engine.partitions_were_resident()) {
-    run.notes.push_back("the partitions stayed in the memory of the " + options.compute.name +
-                        " device between steps (nothing offloaded): a step moved only its micro-batches, losses "
-                        "and norm bins across PCIe, and the state only when it was saved or digested");
+    if (options.config.zero.offload_optimizer.device == OffloadDevice::kNone) {
+      run.notes.push_back("the partitions stayed in the memory of the " + options.compute.name +
+                          " device between steps (nothing offloaded): a step moved only its micro-batches, losses "
+                          "and norm bins across PCIe, and the state only when it was saved or digested");
+    } else {
+      run.notes.push_back("the 16-bit parameters and the gradient partitions stayed in the memory of the " +
+                          options.compute.name + " device; the offloaded optimizer (" +
+                          offload_device_name(options.config.zero.offload_optimizer.device) +
+                          ") kept master and moments on the host and stepped AdamW on the CPU: a step moved each "
+                          "sub-group's gradients to the host and its new 16-bit parameters back");
+    }
   }
   abort_on_failure.succeeded = true;
   return Status();
