@@ -6,7 +6,16 @@
 //            gradient partitions read;
 //   offload: the optimizer phase with the state swapped through libaio.
 // Each is the median over the steps after the first. Flags: --dir D --hidden N --steps K
-// --sub-group-size N.
+// --sub-group-size N --device cpu|cuda.
+//
+// --device cuda (the GPU machine): the 16-bit parameters and the gradients stay on the GPU,
+// master and moments on the host or NVMe, AdamW on the CPU (ZeRO-Offload / ZeRO-Infinity):
+//   CPU Adam: the optimizer phase of the CPU device with the state in memory;
+//   copies + CPU Adam: the GPU run with the optimizer offloaded to cpu (each sub-group's
+//            gradients to the host, its new 16-bit parameters back, AdamW between);
+//   I/O:     the optimizer state read and written (the gradients never go to NVMe there);
+//   offload: the GPU run with the optimizer on NVMe.
+// and the ratio offload / max(I/O, copies + CPU Adam), with max(I/O, CPU Adam) beside it.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cuda/device_compute_backend.h"
 #include "core/engine/engine.h"
 
 namespace {
@@ -49,12 +59,14 @@ int main(int argc, char** argv) {
   int64_t hidden = 2048;
   int64_t steps = 6;
   int64_t sub_group_size = 1 << 20;
+  std::string device = "cpu";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--dir") directory = argv[i + 1];
     else if (flag == "--hidden") hidden = std::atoll(argv[i + 1]);
     else if (flag == "--steps") steps = std::atoll(argv[i + 1]);
     else if (flag == "--sub-group-size") sub_group_size = std::atoll(argv[i + 1]);
+    else if (flag == "--device") device = argv[i + 1];
     else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
@@ -82,7 +94,24 @@ int main(int argc, char** argv) {
     for (size_t s = 1; s < run->steps.size(); ++s) times.push_back(static_cast<double>(run->steps[s].optimizer_ns) * 1e-6);
     return times;
   };
+  if (device != "cpu" && device != "cuda") {
+    std::fprintf(stderr, "--device %s: expected cpu or cuda\n", device.c_str());
+    return 2;
+  }
   const double compute_ms = median_ms(optimizer_times(in_memory, "in-memory"));
+  double copies_and_adam_ms = 0.0;
+  const bool on_gpu = device == "cuda";
+  if (on_gpu) {
+    Result<ComputeBackendFactory> factory = cuda_compute_backend_factory(CudaGemm::kDeterministic);
+    if (!factory.ok()) {
+      std::fprintf(stderr, "%s\n", factory.status().to_string().c_str());
+      return 3;
+    }
+    on_nvme.compute = ComputeDevice{"cuda", std::move(factory).value()};
+    TrainingOptions on_cpu_memory = on_nvme;
+    on_cpu_memory.config.zero.offload_optimizer.device = OffloadDevice::kCpu;
+    copies_and_adam_ms = median_ms(optimizer_times(on_cpu_memory, "cpu-offloaded"));
+  }
   const double offload_ms = median_ms(optimizer_times(on_nvme, "nvme"));
 
   // I/O alone: the same sub-groups through the same swapper, with the same pipelining.
@@ -132,7 +161,7 @@ int main(int argc, char** argv) {
     for (size_t g = 0; g < layout.sub_groups.size(); ++g) {
       if (!(*swapper)->acquire(static_cast<int>(g), step).ok()) return 1;
       if (g + 1 < layout.sub_groups.size() && !(*swapper)->prefetch(static_cast<int>(g + 1), step).ok()) return 1;
-      for (int64_t p = layout.sub_groups[g].first_parameter; p < layout.sub_groups[g].end_parameter; ++p) {
+      for (int64_t p = layout.sub_groups[g].first_parameter; !on_gpu && p < layout.sub_groups[g].end_parameter; ++p) {
         gradient_bytes.resize(static_cast<size_t>(layout.parameters[static_cast<size_t>(p)].partition_size) * sizeof(float));
         if (!(*gradients)->read(static_cast<int>(p), 0, gradient_bytes).ok()) return 1;
       }
@@ -142,16 +171,21 @@ int main(int argc, char** argv) {
     io_times.push_back(static_cast<double>(clock->now_ns() - start) * 1e-6);
   }
   const double io_ms = median_ms(io_times);
-  const double bound_ms = std::max(io_ms, compute_ms);
+  const double bound_ms = std::max(io_ms, on_gpu ? copies_and_adam_ms : compute_ms);
   int64_t elements = 0;
   for (const SubGroup& group : layout.sub_groups) elements += group.element_count;
   std::printf("offload_step_bench: %lld parameters in %zu sub-groups, optimizer state %.1f MiB on %s\n",
               static_cast<long long>(elements), layout.sub_groups.size(), elements * 12.0 / 1048576.0,
               directory.c_str());
-  std::printf("  compute (state in memory)   %8.2f ms\n", compute_ms);
-  std::printf("  I/O alone                   %8.2f ms  (state read + written, gradients read: %.0f MB/s)\n", io_ms,
-              elements * (12.0 * 2 + 4.0) / (io_ms * 1e-3) / 1e6);
-  std::printf("  offloaded step              %8.2f ms\n", offload_ms);
-  std::printf("  offloaded / max(I/O, compute) = %.3f (goal <= 1.15)\n", offload_ms / bound_ms);
+  std::printf("  compute (CPU, state in memory) %8.2f ms\n", compute_ms);
+  if (on_gpu) std::printf("  copies + CPU Adam (GPU run, optimizer offloaded to cpu) %8.2f ms\n", copies_and_adam_ms);
+  std::printf("  I/O alone                   %8.2f ms  (state read + written%s: %.0f MB/s)\n", io_ms,
+              on_gpu ? "" : ", gradients read", elements * (12.0 * 2 + (on_gpu ? 0.0 : 4.0)) / (io_ms * 1e-3) / 1e6);
+  std::printf("  offloaded step (%s)        %8.2f ms\n", device.c_str(), offload_ms);
+  std::printf("  offloaded / max(I/O, %s) = %.3f (goal <= 1.15)\n", on_gpu ? "copies + CPU Adam" : "compute",
+              offload_ms / bound_ms);
+  if (on_gpu) {
+    std::printf("  offloaded / max(I/O, CPU Adam alone) = %.3f\n", offload_ms / std::max(io_ms, compute_ms));
+  }
   return 0;
 }

@@ -101,14 +101,24 @@ int main(int argc, char** argv) {
   }
   // The optimizer phase's share (overflow check, norm, AdamW, parameter casts) shows where a
   // step's time goes: the rest is the micro-steps (gathers, compute, gradient exchange).
-  std::vector<double> step_ms, optimizer_ms;
+  // The split: each phase's median over the same steps (rank 0's clock).
+  std::vector<double> step_ms, optimizer_ms, data_ms, forward_ms, backward_ms, other_ms;
   for (size_t k = 2; k < run->steps.size(); ++k) {
-    step_ms.push_back(static_cast<double>(run->steps[k].step_ns) / 1e6);
-    optimizer_ms.push_back(static_cast<double>(run->steps[k].optimizer_ns) / 1e6);
+    const StepRecord& record = run->steps[k];
+    step_ms.push_back(static_cast<double>(record.step_ns) / 1e6);
+    optimizer_ms.push_back(static_cast<double>(record.optimizer_ns) / 1e6);
+    data_ms.push_back(static_cast<double>(record.data_ns) / 1e6);
+    forward_ms.push_back(static_cast<double>(record.forward_ns) / 1e6);
+    backward_ms.push_back(static_cast<double>(record.backward_ns) / 1e6);
+    other_ms.push_back(static_cast<double>(record.step_ns - record.optimizer_ns - record.data_ns - record.forward_ns -
+                                           record.backward_ns) /
+                       1e6);
   }
-  std::sort(step_ms.begin(), step_ms.end());
-  std::sort(optimizer_ms.begin(), optimizer_ms.end());
-  const double median = step_ms[step_ms.size() / 2];
+  auto median_of = [](std::vector<double>& values) {
+    std::sort(values.begin(), values.end());
+    return values[values.size() / 2];
+  };
+  const double median = median_of(step_ms);
   int64_t parameters = 0;
   for (const ParameterInfo& parameter : model_parameters(*model)) parameters += parameter.element_count;
   const nlohmann::json output = {{"engine", "zerosim"},
@@ -120,7 +130,11 @@ int main(int argc, char** argv) {
                                  {"global_batch", config.train_batch_size},
                                  {"sequence_length", model->is_transformer() ? options.data.feature_count : 0},
                                  {"step_ms_median", median},
-                                 {"optimizer_ms_median", optimizer_ms[optimizer_ms.size() / 2]},
+                                 {"optimizer_ms_median", median_of(optimizer_ms)},
+                                 {"data_ms_median", median_of(data_ms)},
+                                 {"forward_ms_median", median_of(forward_ms)},
+                                 {"backward_and_exchange_ms_median", median_of(backward_ms)},
+                                 {"host_other_ms_median", median_of(other_ms)},
                                  {"samples_per_s", static_cast<double>(config.train_batch_size) / (median / 1e3)},
                                  {"final_loss", run->steps.back().loss}};
   std::printf("%s\n", output.dump().c_str());

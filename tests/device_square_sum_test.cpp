@@ -28,6 +28,7 @@ TEST(DeviceSquareSum, GivesTheCpuBinsForAnyValuesAndSizes) {
   std::mt19937 random(13);
   std::uniform_int_distribution<uint32_t> any_bits;
   std::normal_distribution<float> normal(0.0f, 1.0f);
+  DeviceSquareSummer reused;  // one scratch across every size, growing and shrinking
   for (const size_t count : {size_t{1}, size_t{1000}, size_t{65536}, size_t{65539}, size_t{5000003}}) {
     for (const int kind : {0, 1, 2}) {  // gradients; arbitrary bit patterns (denormals, huge, inf, NaN); finite extremes
       SCOPED_TRACE(testing::Message() << count << " values of kind " << kind);
@@ -44,11 +45,16 @@ TEST(DeviceSquareSum, GivesTheCpuBinsForAnyValuesAndSizes) {
       cudaMemcpy(device, values.data(), count * sizeof(float), cudaMemcpyHostToDevice);
       ExactSquareSum gpu;
       ASSERT_TRUE(device_add_squares(device, static_cast<int64_t>(count), gpu).ok());
+      ExactSquareSum gpu_reused;
+      ASSERT_TRUE(reused.add_squares(device, static_cast<int64_t>(count), gpu_reused, nullptr).ok());
       cudaFree(device);
       std::array<std::byte, ExactSquareSum::kSerializedBytes> cpu_bytes{}, gpu_bytes{};
       cpu.serialize(cpu_bytes);
       gpu.serialize(gpu_bytes);
       EXPECT_EQ(cpu_bytes, gpu_bytes);
+      std::array<std::byte, ExactSquareSum::kSerializedBytes> reused_bytes{};
+      gpu_reused.serialize(reused_bytes);
+      EXPECT_EQ(cpu_bytes, reused_bytes) << "with scratch kept from the previous sizes";
       EXPECT_EQ(std::bit_cast<uint64_t>(cpu.to_double()), std::bit_cast<uint64_t>(gpu.to_double()));
     }
   }
@@ -59,6 +65,8 @@ TEST(DeviceSquareSum, GivesTheCpuBinsForAnyValuesAndSizes) {
 TEST(DeviceSquareSum, TheStubSaysTheBackendIsAbsent) {
   ExactSquareSum sum;
   EXPECT_EQ(device_add_squares(nullptr, 1, sum).code(), StatusCode::kFailedPrecondition);
+  DeviceSquareSummer summer;
+  EXPECT_EQ(summer.add_squares(nullptr, 1, sum, nullptr).code(), StatusCode::kFailedPrecondition);
 }
 
 #endif

@@ -246,7 +246,7 @@ Status CudaResidentState::reduce_layer(const LayerRange& layer) {
 Result<ExactSquareSum> CudaResidentState::gradient_squares() {
   ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaSetDevice", cudaSetDevice(backend_.device_)));
   ExactSquareSum sum;
-  ZEROSIM_RETURN_IF_ERROR(device_add_squares(accumulator_.as<float>(), layout_.flat_element_count, sum, backend_.stream_));
+  ZEROSIM_RETURN_IF_ERROR(squares_.add_squares(accumulator_.as<float>(), layout_.flat_element_count, sum, backend_.stream_));
   return sum;
 }
 

@@ -32,6 +32,7 @@
 
 #include "core/cuda/cuda_backend_base.h"
 #include "core/cuda/device_array.h"
+#include "core/cuda/device_square_sum.h"
 
 namespace zerosim {
 
@@ -83,6 +84,7 @@ class CudaResidentState final : public ResidentState {
   DeviceArray master_, exp_avg_, exp_avg_sq_, accumulator_;
   std::vector<DeviceArray> gathered_;  // one stage's full fp32 weights, by slot
   std::vector<const float*> gathered_pointers_;
+  DeviceSquareSummer squares_;
 };
 
 }  // namespace zerosim

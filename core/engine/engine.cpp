@@ -679,7 +679,8 @@ Status RankEngine::resident_backward_stage(int64_t stage, const BackwardStage& s
   return Status();
 }
 
-Result<float> RankEngine::micro_step(int64_t micro_step_index) {
+Result<float> RankEngine::micro_step(int64_t micro_step_index, StepRecord& record) {
+  const uint64_t data_start_ns = env_.clock->now_ns();
   const ResolvedConfig& config = options_.config;
   const int64_t micro_batch = config.micro_batch_size;
   const int64_t global_micro_batch = micro_step_index * comm_.world_size() + comm_.rank();
@@ -688,6 +689,8 @@ Result<float> RankEngine::micro_step(int64_t micro_step_index) {
   // No gradient is live at a micro-batch's start (a micro-step that failed midway left some).
   std::fill(full_gradient_live_.begin(), full_gradient_live_.end(), 0);
   ZEROSIM_RETURN_IF_ERROR(compute_->begin_micro_batch(batch));
+  const uint64_t forward_start_ns = env_.clock->now_ns();
+  record.data_ns += forward_start_ns - data_start_ns;
 
   // A stage's gathered weights live in one scratch buffer that the next stage's gather
   // overwrites: at most one stage's full weights exist at a time, as ZeRO-3's release after use
@@ -719,6 +722,8 @@ Result<float> RankEngine::micro_step(int64_t micro_step_index) {
                 static_cast<float>(micro_batch * positions_per_sample)
           : loss_scale / static_cast<float>(config.train_batch_size * positions_per_sample);
   ZEROSIM_ASSIGN_OR_RETURN(const float loss, compute_->loss(gradient_scale));
+  const uint64_t backward_start_ns = env_.clock->now_ns();
+  record.forward_ns += backward_start_ns - forward_start_ns;
 
   for (size_t stage = 0; stage < plan_.backward.size(); ++stage) {
     const BackwardStage& step = plan_.backward[stage];
@@ -756,6 +761,7 @@ Result<float> RankEngine::micro_step(int64_t micro_step_index) {
       full_gradients_[static_cast<size_t>(p)].clear();
     }
   }
+  record.backward_ns += env_.clock->now_ns() - backward_start_ns;
   return loss;
 }
 
@@ -797,8 +803,12 @@ Status RankEngine::optimizer_step(StepRecord& record) {
   }
   const double unscale_by = loss_scaler_->loss_scale();
   auto finish_step = [&](bool skipped) -> Status {
-    std::fill(gradient_partition_.begin(), gradient_partition_.end(), 0.0f);
-    if (resident_ != nullptr) ZEROSIM_RETURN_IF_ERROR(resident_->zero_gradients());
+    // Resident gradients live in the backend: the host's partition was never written.
+    if (resident_ != nullptr) {
+      ZEROSIM_RETURN_IF_ERROR(resident_->zero_gradients());
+    } else {
+      std::fill(gradient_partition_.begin(), gradient_partition_.end(), 0.0f);
+    }
     if (!skipped) {
       scheduler_->step();
       optimizer_learning_rate_.reset();  // the scheduler's step sets the optimizer's lr again
@@ -948,7 +958,7 @@ Result<StepRecord> RankEngine::train_step() {
   const int64_t accumulation = options_.config.gradient_accumulation_steps;
   std::vector<float> local_losses(static_cast<size_t>(accumulation));
   for (int64_t k = 0; k < accumulation; ++k) {
-    ZEROSIM_ASSIGN_OR_RETURN(float loss, micro_step(k));
+    ZEROSIM_ASSIGN_OR_RETURN(float loss, micro_step(k, record));
     local_losses[static_cast<size_t>(k)] = loss;
   }
   // Loss of the global batch: fold the micro-batch losses in global micro-batch order.

@@ -121,6 +121,14 @@ struct StepRecord {
   // Wall time of the whole step (micro-steps, exchange and optimizer), from the Clock seam:
   // for benchmarks only, like optimizer_ns.
   uint64_t step_ns = 0;
+  // The micro-steps' share of step_ns, for benchmarks only like the two above: the micro-
+  // batches' data (generated and handed to the backend), the forward stages with their gathers
+  // and the loss, the backward stages with their gathers and each layer's gradient exchange.
+  // A device backend waits for its work at the loss and at each exchange, so these are device
+  // time too; what step_ns has beyond them and optimizer_ns is the host's own work.
+  uint64_t data_ns = 0;
+  uint64_t forward_ns = 0;
+  uint64_t backward_ns = 0;
 };
 
 struct TrainingCounters {
@@ -335,7 +343,8 @@ class RankEngine {
   // scatter_send_ (W chunks) into this rank's accumulator, as the numerics mode says
   // (ds_config.h NumericsMode). Collective.
   Status exchange_layer_gradient(int64_t micro_step_index, size_t chunk_elements, std::span<float> accumulator);
-  Result<float> micro_step(int64_t micro_step_index);
+  // Adds the micro-step's data, forward and backward times to `record`.
+  Result<float> micro_step(int64_t micro_step_index, StepRecord& record);
   // A backward stage of the plan on the resident partitions, and its layer's exchange.
   Status resident_backward_stage(int64_t stage, const BackwardStage& step);
   // The defect tied_weight_untied_on_load, at a tied parameter's second use (nothing otherwise).
