@@ -35,6 +35,27 @@ TEST(Dataset, EveryClassOccurs) {
   EXPECT_EQ(classes.size(), 5u);
 }
 
+// A micro-batch's labels in one call (blocks of samples sharing each teacher row) are each
+// sample's label alone, across block boundaries and with a class count past a vector width.
+TEST(Dataset, ABatchsLabelsAreEachSamplesLabel) {
+  DatasetSpec spec;
+  spec.feature_count = 29;
+  spec.class_count = 37;
+  SyntheticDataset dataset(spec);
+  for (const size_t samples : {size_t{1}, size_t{16}, size_t{37}}) {
+    std::vector<float> features(samples * 29);
+    for (size_t s = 0; s < samples; ++s) dataset.features(static_cast<int64_t>(100 + s), &features[s * 29]);
+    std::vector<int32_t> labels(samples, -1);
+    dataset.labels_of(features, labels);
+    std::set<int32_t> classes;
+    for (size_t s = 0; s < samples; ++s) {
+      EXPECT_EQ(labels[s], dataset.label(static_cast<int64_t>(100 + s))) << "sample " << s << " of " << samples;
+      classes.insert(labels[s]);
+    }
+    if (samples == 37) EXPECT_GT(classes.size(), 3u) << "labels that differ between samples";
+  }
+}
+
 TEST(Sampler, EachEpochIsAPermutationAndEpochsDiffer) {
   DatasetSpec spec;
   spec.sample_count = 50;

@@ -62,25 +62,35 @@ __global__ void input_gradient_kernel(int64_t samples, int64_t in, int64_t out, 
 }
 
 // One thread per sample: the CPU's per-sample loop (the exponentials parked in the gradient).
+// One block per sample: the maximum and the exponential sum are one thread's folds in class
+// order (the CPU's bits), the exponentials and the gradient spread over the block's threads.
 __global__ void softmax_kernel(int64_t samples, int64_t classes, const float* logits, const int32_t* labels,
                                float gradient_scale, float* logits_gradient, float* sample_losses) {
-  for (int64_t s = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; s < samples;
-       s += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  __shared__ float maximum, exp_sum;
+  for (int64_t s = blockIdx.x; s < samples; s += gridDim.x) {
     const float* z = logits + s * classes;
     float* dz = logits_gradient + s * classes;
-    float maximum = z[0];
-    for (int64_t c = 1; c < classes; ++c) maximum = z[c] > maximum ? z[c] : maximum;
-    float exp_sum = 0.0f;
-    for (int64_t c = 0; c < classes; ++c) {
-      dz[c] = device_portable_expf(__fsub_rn(z[c], maximum));
-      exp_sum = __fadd_rn(exp_sum, dz[c]);
+    if (threadIdx.x == 0) {
+      float m = z[0];
+      for (int64_t c = 1; c < classes; ++c) m = z[c] > m ? z[c] : m;
+      maximum = m;
     }
+    __syncthreads();
+    for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) dz[c] = device_portable_expf(__fsub_rn(z[c], maximum));
+    __syncthreads();
     const int32_t label = labels[s];
-    sample_losses[s] = __fsub_rn(device_portable_logf(exp_sum), __fsub_rn(z[label], maximum));
-    for (int64_t c = 0; c < classes; ++c) {
+    if (threadIdx.x == 0) {
+      float total = 0.0f;
+      for (int64_t c = 0; c < classes; ++c) total = __fadd_rn(total, dz[c]);
+      exp_sum = total;
+      sample_losses[s] = __fsub_rn(device_portable_logf(total), __fsub_rn(z[label], maximum));
+    }
+    __syncthreads();
+    for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) {
       const float probability = __fdiv_rn(dz[c], exp_sum);
       dz[c] = __fmul_rn(__fsub_rn(probability, c == label ? 1.0f : 0.0f), gradient_scale);
     }
+    __syncthreads();  // the shared maximum and sum are the next sample's after this
   }
 }
 
@@ -153,8 +163,8 @@ Status device_softmax_cross_entropy(int64_t samples, int64_t classes, const floa
                             " classes");
   }
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
-  softmax_kernel<<<blocks_for(samples), kThreads, 0, cuda_stream>>>(samples, classes, logits, labels, gradient_scale,
-                                                                    logits_gradient, sample_losses);
+  softmax_kernel<<<static_cast<unsigned>(std::min<int64_t>(samples, 65535)), kThreads, 0, cuda_stream>>>(
+      samples, classes, logits, labels, gradient_scale, logits_gradient, sample_losses);
   ZEROSIM_RETURN_IF_ERROR(launched("softmax"));
   loss_fold_kernel<<<1, 1, 0, cuda_stream>>>(samples, sample_losses, loss);
   return launched("loss fold");

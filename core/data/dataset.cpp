@@ -33,19 +33,40 @@ void SyntheticDataset::features(int64_t sample_index, float* destination) const 
 int32_t SyntheticDataset::label(int64_t sample_index) const {
   std::vector<float> x(static_cast<size_t>(spec_.feature_count));
   features(sample_index, x.data());
-  const size_t classes = static_cast<size_t>(spec_.class_count);
-  std::vector<float> scores(classes, 0.0f);
-  // scores[c] = scores[c] + weights[c] * feature for every class: vector_ops' add_scaled, the
-  // same bits as the scalar loop, vectorized across the classes (a label of the 1024-class
-  // model costs a million multiply-adds: the host's largest share of such a step on a GPU).
-  for (size_t j = 0; j < static_cast<size_t>(spec_.feature_count); ++j) {
-    add_scaled(x[j], &teacher_by_feature_[j * classes], scores.data(), classes);
-  }
   int32_t best_class = 0;
-  for (size_t c = 1; c < classes; ++c) {
-    if (scores[c] > scores[static_cast<size_t>(best_class)]) best_class = static_cast<int32_t>(c);
-  }
+  labels_of(x, std::span<int32_t>(&best_class, 1));
   return best_class;
+}
+
+void SyntheticDataset::labels_of(std::span<const float> features, std::span<int32_t> labels) const {
+  const size_t feature_count = static_cast<size_t>(spec_.feature_count);
+  const size_t classes = static_cast<size_t>(spec_.class_count);
+  ZEROSIM_CHECK(features.size() == labels.size() * feature_count, "one row of features per label");
+  // 16 samples' scores of a 1024-class model are 64 KiB, held in cache while each teacher row
+  // (4 KiB) is applied to all of them.
+  constexpr size_t kBlockSamples = 16;
+  std::vector<float> scores;
+  for (size_t first = 0; first < labels.size(); first += kBlockSamples) {
+    const size_t block = std::min(kBlockSamples, labels.size() - first);
+    scores.assign(block * classes, 0.0f);
+    // scores[c] = scores[c] + weights[c] * feature for every class: vector_ops' add_scaled, the
+    // same bits as the scalar loop, vectorized across the classes; each score is the left fold
+    // over the features in order whatever the blocking.
+    for (size_t j = 0; j < feature_count; ++j) {
+      const float* row = &teacher_by_feature_[j * classes];
+      for (size_t s = 0; s < block; ++s) {
+        add_scaled(features[(first + s) * feature_count + j], row, scores.data() + s * classes, classes);
+      }
+    }
+    for (size_t s = 0; s < block; ++s) {
+      const float* sample_scores = scores.data() + s * classes;
+      int32_t best_class = 0;
+      for (size_t c = 1; c < classes; ++c) {
+        if (sample_scores[c] > sample_scores[static_cast<size_t>(best_class)]) best_class = static_cast<int32_t>(c);
+      }
+      labels[first + s] = best_class;
+    }
+  }
 }
 
 ShuffledSampler::ShuffledSampler(const DatasetSpec& spec) : spec_(spec) {

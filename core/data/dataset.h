@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,11 @@ class SyntheticDataset {
   // Writes feature_count floats.
   void features(int64_t sample_index, float* destination) const;
   int32_t label(int64_t sample_index) const;
+  // The labels of a batch of samples whose features (`labels.size()` rows of feature_count
+  // floats, as features() writes them) are given: label() of each, computed a block of samples
+  // at a time so that the teacher is read once per block rather than once per sample (a
+  // 1024-class label reads 4 MiB of it).
+  void labels_of(std::span<const float> features, std::span<int32_t> labels) const;
 
  private:
   DatasetSpec spec_;

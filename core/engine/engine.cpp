@@ -649,8 +649,8 @@ Result<MicroBatchInput> RankEngine::load_micro_batch(int64_t first_position) {
   for (int64_t s = 0; s < micro_batch; ++s) {
     const int64_t sample = sampler_.sample_at(first_position + s);
     dataset_->features(sample, &micro_batch_input_[static_cast<size_t>(s * features)]);
-    micro_batch_labels_[static_cast<size_t>(s)] = dataset_->label(sample);
   }
+  dataset_->labels_of(micro_batch_input_, micro_batch_labels_);
   batch.features = micro_batch_input_;
   batch.labels = micro_batch_labels_;
   return batch;
