@@ -45,6 +45,55 @@ RC_GTEST_PROP(VectorOps, EveryPathIsTheScalarLoopBitForBit, ()) {
   }
 }
 
+// The register-blocked product: every path and shape (row counts past the blocks of 8 and 6,
+// column tails past 16 and 8, an empty fold) is add_scaled's row-by-row fold bit for bit.
+RC_GTEST_PROP(VectorOps, TheBlockedProductIsTheRowByRowFoldBitForBit, ()) {
+  const size_t rows = *rc::gen::inRange<size_t>(0, 20);
+  const size_t inner = *rc::gen::inRange<size_t>(0, 12);
+  const size_t n = *rc::gen::inRange<size_t>(0, 70);
+  const std::vector<float> a = arbitrary_floats(rows * inner);
+  const std::vector<float> b = arbitrary_floats(inner * n);
+  const std::vector<float> c = arbitrary_floats(rows * n);
+  std::vector<float> expected = c;
+  for (size_t r = 0; r < rows; ++r) {
+    for (size_t k = 0; k < inner; ++k) add_scaled_scalar(a[r * inner + k], b.data() + k * n, expected.data() + r * n, n);
+  }
+  using Path = void (*)(const float*, size_t, size_t, const float*, size_t, float*);
+  std::vector<Path> paths = {&add_rows_times_matrix, &add_rows_times_matrix_scalar};
+  if (__builtin_cpu_supports("avx2")) paths.push_back(&add_rows_times_matrix_avx2);
+  if (__builtin_cpu_supports("avx512f")) paths.push_back(&add_rows_times_matrix_avx512);
+  for (const Path path : paths) {
+    std::vector<float> actual = c;
+    path(a.data(), rows, inner, b.data(), n, actual.data());
+    for (size_t k = 0; k < actual.size(); ++k) {
+      const bool both_nan = std::isnan(expected[k]) && std::isnan(actual[k]);
+      RC_ASSERT(both_nan || std::memcmp(&expected[k], &actual[k], sizeof(float)) == 0);
+    }
+  }
+}
+
+TEST(VectorOps, TheBlockedProductFoldsInOrderWithoutFusing) {
+  // Row r of A is (1 + 2^-23, 2^-40), B's rows 1 - 2^-23 and 1, C -1. In order and unfused:
+  // -1 + (1 - 2^-46 rounded to 1) = 0, then + 2^-40 = 2^-40. Fused: -2^-46 + 2^-40, not 2^-40.
+  // The other order: -1 + 2^-40 rounds to -1, then + 1 = 0.
+  const size_t rows = 11, inner = 2, n = 37;
+  std::vector<float> a(rows * inner), b(inner * n, 1.0f);
+  for (size_t r = 0; r < rows; ++r) {
+    a[r * inner] = 1.0f + std::ldexp(1.0f, -23);
+    a[r * inner + 1] = std::ldexp(1.0f, -40);
+  }
+  for (size_t j = 0; j < n; ++j) b[j] = 1.0f - std::ldexp(1.0f, -23);
+  using Path = void (*)(const float*, size_t, size_t, const float*, size_t, float*);
+  std::vector<Path> paths = {&add_rows_times_matrix, &add_rows_times_matrix_scalar};
+  if (__builtin_cpu_supports("avx2")) paths.push_back(&add_rows_times_matrix_avx2);
+  if (__builtin_cpu_supports("avx512f")) paths.push_back(&add_rows_times_matrix_avx512);
+  for (const Path path : paths) {
+    std::vector<float> c(rows * n, -1.0f);
+    path(a.data(), rows, inner, b.data(), n, c.data());
+    for (float value : c) EXPECT_EQ(value, std::ldexp(1.0f, -40));
+  }
+}
+
 // The rounding is a multiply then an add: (1 + 2^-23)(1 - 2^-23) = 1 - 2^-46 rounds to 1, so
 // -1 + that is 0; a fused multiply-add would round once and give -2^-46.
 TEST(VectorOps, NoFusedMultiplyAdd) {

@@ -42,30 +42,19 @@ void SyntheticDataset::labels_of(std::span<const float> features, std::span<int3
   const size_t feature_count = static_cast<size_t>(spec_.feature_count);
   const size_t classes = static_cast<size_t>(spec_.class_count);
   ZEROSIM_CHECK(features.size() == labels.size() * feature_count, "one row of features per label");
-  // 16 samples' scores of a 1024-class model are 64 KiB, held in cache while each teacher row
-  // (4 KiB) is applied to all of them.
-  constexpr size_t kBlockSamples = 16;
-  std::vector<float> scores;
-  for (size_t first = 0; first < labels.size(); first += kBlockSamples) {
-    const size_t block = std::min(kBlockSamples, labels.size() - first);
-    scores.assign(block * classes, 0.0f);
-    // scores[c] = scores[c] + weights[c] * feature for every class: vector_ops' add_scaled, the
-    // same bits as the scalar loop, vectorized across the classes; each score is the left fold
-    // over the features in order whatever the blocking.
-    for (size_t j = 0; j < feature_count; ++j) {
-      const float* row = &teacher_by_feature_[j * classes];
-      for (size_t s = 0; s < block; ++s) {
-        add_scaled(features[(first + s) * feature_count + j], row, scores.data() + s * classes, classes);
-      }
+  // scores[s][c] = scores[s][c] + feature[s][j] * weights[j][c] for j in order from zero: the
+  // scalar loop's left fold per score (vector_ops' add_rows_times_matrix, the same bits), with
+  // blocks of scores kept in registers across the features.
+  std::vector<float> scores(labels.size() * classes, 0.0f);
+  add_rows_times_matrix(features.data(), labels.size(), feature_count, teacher_by_feature_.data(), classes,
+                        scores.data());
+  for (size_t s = 0; s < labels.size(); ++s) {
+    const float* sample_scores = scores.data() + s * classes;
+    int32_t best_class = 0;
+    for (size_t c = 1; c < classes; ++c) {
+      if (sample_scores[c] > sample_scores[static_cast<size_t>(best_class)]) best_class = static_cast<int32_t>(c);
     }
-    for (size_t s = 0; s < block; ++s) {
-      const float* sample_scores = scores.data() + s * classes;
-      int32_t best_class = 0;
-      for (size_t c = 1; c < classes; ++c) {
-        if (sample_scores[c] > sample_scores[static_cast<size_t>(best_class)]) best_class = static_cast<int32_t>(c);
-      }
-      labels[first + s] = best_class;
-    }
+    labels[s] = best_class;
   }
 }
 

@@ -46,9 +46,8 @@ class SyntheticDataset {
   void features(int64_t sample_index, float* destination) const;
   int32_t label(int64_t sample_index) const;
   // The labels of a batch of samples whose features (`labels.size()` rows of feature_count
-  // floats, as features() writes them) are given: label() of each, computed a block of samples
-  // at a time so that the teacher is read once per block rather than once per sample (a
-  // 1024-class label reads 4 MiB of it).
+  // floats, as features() writes them) are given: label() of each, computed as one product
+  // of the batch with the teacher (a 1024-class label is a million multiply-adds).
   void labels_of(std::span<const float> features, std::span<int32_t> labels) const;
 
  private:

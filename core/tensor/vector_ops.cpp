@@ -2,6 +2,10 @@
 
 #include <immintrin.h>
 
+#include <type_traits>
+#include <utility>
+#include <vector>
+
 namespace zerosim {
 
 __attribute__((target("avx512f"))) void add_scaled_avx512(float a, const float* x, float* y, size_t n) {
@@ -30,6 +34,119 @@ __attribute__((target("avx2"))) void add_scaled_avx2(float a, const float* x, fl
 
 void add_scaled_scalar(float a, const float* x, float* y, size_t n) {
   for (size_t k = 0; k < n; ++k) y[k] = y[k] + a * x[k];
+}
+
+namespace {
+
+// The operands packed so that a fold step reads two short contiguous runs rather than a float
+// from each of kRows rows of A and a strip of B n floats apart (each on another page):
+// A's rows in blocks of kBlockRows, [block][k][kBlockRows]; B's columns column..column+width
+// as [k][kStripColumns]. Packing moves values; it computes nothing.
+constexpr size_t kBlockRows = 8;
+
+std::vector<float> pack_row_blocks(const float* a, size_t rows, size_t inner) {
+  const size_t blocks = (rows + kBlockRows - 1) / kBlockRows;
+  std::vector<float> packed(blocks * inner * kBlockRows, 0.0f);
+  for (size_t r = 0; r < rows; ++r) {
+    float* block = packed.data() + (r / kBlockRows) * inner * kBlockRows + r % kBlockRows;
+    for (size_t k = 0; k < inner; ++k) block[k * kBlockRows] = a[r * inner + k];
+  }
+  return packed;
+}
+
+// kRows rows of C by one strip of columns held in registers across the whole fold.
+template <int kRows>
+__attribute__((target("avx512f"))) void rows_block_avx512(const float* a_block, size_t inner, const float* strip,
+                                                          float* c, size_t n, __mmask16 mask) {
+  __m512 sums[kRows];
+  for (int r = 0; r < kRows; ++r) sums[r] = _mm512_maskz_loadu_ps(mask, c + r * n);
+  for (size_t k = 0; k < inner; ++k) {
+    const __m512 row_of_b = _mm512_loadu_ps(strip + k * 16);
+    for (int r = 0; r < kRows; ++r) {
+      sums[r] = _mm512_add_ps(sums[r], _mm512_mul_ps(_mm512_set1_ps(a_block[k * kBlockRows + r]), row_of_b));
+    }
+  }
+  for (int r = 0; r < kRows; ++r) _mm512_mask_storeu_ps(c + r * n, mask, sums[r]);
+}
+
+template <int kRows>
+__attribute__((target("avx2"))) void rows_block_avx2(const float* a_block, size_t inner, const float* strip, float* c,
+                                                     size_t n) {
+  __m256 sums[kRows];
+  for (int r = 0; r < kRows; ++r) sums[r] = _mm256_loadu_ps(c + r * n);
+  for (size_t k = 0; k < inner; ++k) {
+    const __m256 row_of_b = _mm256_loadu_ps(strip + k * 8);
+    for (int r = 0; r < kRows; ++r) {
+      sums[r] = _mm256_add_ps(sums[r], _mm256_mul_ps(_mm256_set1_ps(a_block[k * kBlockRows + r]), row_of_b));
+    }
+  }
+  for (int r = 0; r < kRows; ++r) _mm256_storeu_ps(c + r * n, sums[r]);
+}
+
+// Blocks of kBlockRows rows of C in order; the last block's row count picks its instance.
+template <typename Block>
+void for_each_row_block(size_t rows, Block&& block) {
+  constexpr int kMaxRows = static_cast<int>(kBlockRows);
+  size_t r = 0;
+  for (; r + kBlockRows <= rows; r += kBlockRows) block(r, std::integral_constant<int, kMaxRows>{});
+  const size_t left = rows - r;
+  [&]<int... kCounts>(std::integer_sequence<int, kCounts...>) {
+    ((left == static_cast<size_t>(kCounts + 1) ? block(r, std::integral_constant<int, kCounts + 1>{}) : void()), ...);
+  }(std::make_integer_sequence<int, kMaxRows - 1>{});
+}
+
+}  // namespace
+
+// Columns outermost, so that B's packed strip stays cached while every block of rows folds
+// over it.
+__attribute__((target("avx512f"))) void add_rows_times_matrix_avx512(const float* a, size_t rows, size_t inner,
+                                                                     const float* b, size_t n, float* c) {
+  if (rows == 0 || n == 0) return;
+  const std::vector<float> packed_a = pack_row_blocks(a, rows, inner);
+  std::vector<float> strip(inner * 16);
+  for (size_t column = 0; column < n; column += 16) {
+    const size_t width = n - column < 16 ? n - column : 16;
+    const __mmask16 mask = static_cast<__mmask16>(width == 16 ? 0xffffu : (1u << width) - 1u);
+    for (size_t k = 0; k < inner; ++k) _mm512_storeu_ps(&strip[k * 16], _mm512_maskz_loadu_ps(mask, b + k * n + column));
+    for_each_row_block(rows, [&](size_t r, auto count) {
+      rows_block_avx512<decltype(count)::value>(packed_a.data() + (r / kBlockRows) * inner * kBlockRows, inner,
+                                                strip.data(), c + r * n + column, n, mask);
+    });
+  }
+}
+
+__attribute__((target("avx2"))) void add_rows_times_matrix_avx2(const float* a, size_t rows, size_t inner,
+                                                                const float* b, size_t n, float* c) {
+  if (rows == 0 || n == 0) return;
+  const std::vector<float> packed_a = pack_row_blocks(a, rows, inner);
+  std::vector<float> strip(inner * 8);
+  size_t column = 0;
+  for (; column + 8 <= n; column += 8) {
+    for (size_t k = 0; k < inner; ++k) _mm256_storeu_ps(&strip[k * 8], _mm256_loadu_ps(b + k * n + column));
+    for_each_row_block(rows, [&](size_t r, auto count) {
+      rows_block_avx2<decltype(count)::value>(packed_a.data() + (r / kBlockRows) * inner * kBlockRows, inner,
+                                              strip.data(), c + r * n + column, n);
+    });
+  }
+  for (size_t r = 0; r < rows; ++r) {
+    for (size_t j = column; j < n; ++j) {
+      float sum = c[r * n + j];
+      for (size_t k = 0; k < inner; ++k) sum = sum + a[r * inner + k] * b[k * n + j];
+      c[r * n + j] = sum;
+    }
+  }
+}
+
+void add_rows_times_matrix_scalar(const float* a, size_t rows, size_t inner, const float* b, size_t n, float* c) {
+  for (size_t r = 0; r < rows; ++r) {
+    for (size_t k = 0; k < inner; ++k) add_scaled_scalar(a[r * inner + k], b + k * n, c + r * n, n);
+  }
+}
+
+void add_rows_times_matrix(const float* a, size_t rows, size_t inner, const float* b, size_t n, float* c) {
+  if (__builtin_cpu_supports("avx512f")) return add_rows_times_matrix_avx512(a, rows, inner, b, n, c);
+  if (__builtin_cpu_supports("avx2")) return add_rows_times_matrix_avx2(a, rows, inner, b, n, c);
+  add_rows_times_matrix_scalar(a, rows, inner, b, n, c);
 }
 
 void add_scaled(float a, const float* x, float* y, size_t n) {

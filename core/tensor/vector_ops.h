@@ -16,10 +16,19 @@
 namespace zerosim {
 
 void add_scaled(float a, const float* x, float* y, size_t n);
+
+// C[r][j] = C[r][j] + A[r][k] * B[k][j] for k = 0, 1, ..., inner - 1 in turn, each product and
+// sum rounded to float: per output element the same left fold as add_scaled applied row by row
+// over k (so the same bits), with a block of C held in registers across the whole fold instead
+// of loaded and stored at every k. A [rows, inner], B [inner, n], C [rows, n], row-major.
+void add_rows_times_matrix(const float* a, size_t rows, size_t inner, const float* b, size_t n, float* c);
 // Each path alone (tests): the scalar loop, which the others must equal; AVX2 and AVX-512 only
 // on a CPU that has them.
 void add_scaled_scalar(float a, const float* x, float* y, size_t n);
 void add_scaled_avx2(float a, const float* x, float* y, size_t n);
 void add_scaled_avx512(float a, const float* x, float* y, size_t n);
+void add_rows_times_matrix_scalar(const float* a, size_t rows, size_t inner, const float* b, size_t n, float* c);
+void add_rows_times_matrix_avx2(const float* a, size_t rows, size_t inner, const float* b, size_t n, float* c);
+void add_rows_times_matrix_avx512(const float* a, size_t rows, size_t inner, const float* b, size_t n, float* c);
 
 }  // namespace zerosim
