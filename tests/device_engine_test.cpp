@@ -196,6 +196,11 @@ TEST(DeviceEngine, ResidentPartitionsHaveTheCpuBitsAndResume) {
         Result<TrainingRun> resumed_on_cpu = train_on_real_env(options, 6, resuming);
         ASSERT_TRUE(resumed_on_cpu.ok()) << resumed_on_cpu.status().to_string();
         EXPECT_EQ(resumed_on_cpu->digests.state, on_cpu->digests.state);
+        // And on the GPU in the same placement: the load hands the parameters over again.
+        Result<TrainingRun> resumed_on_gpu = train_on_real_env(offloaded, 6, resuming);
+        ASSERT_TRUE(resumed_on_gpu.ok()) << resumed_on_gpu.status().to_string();
+        EXPECT_TRUE(notes_say_partitions_were_resident(*resumed_on_gpu));
+        EXPECT_EQ(resumed_on_gpu->digests.state, on_cpu->digests.state);
       }
     }
   }

@@ -29,7 +29,7 @@ TEST(DeviceSquareSum, GivesTheCpuBinsForAnyValuesAndSizes) {
   std::uniform_int_distribution<uint32_t> any_bits;
   std::normal_distribution<float> normal(0.0f, 1.0f);
   DeviceSquareSummer reused;  // one scratch across every size, growing and shrinking
-  for (const size_t count : {size_t{1}, size_t{1000}, size_t{65536}, size_t{65539}, size_t{5000003}}) {
+  for (const size_t count : {size_t{1}, size_t{1000}, size_t{65536}, size_t{65539}, size_t{5000003}, size_t{777}}) {
     for (const int kind : {0, 1, 2}) {  // gradients; arbitrary bit patterns (denormals, huge, inf, NaN); finite extremes
       SCOPED_TRACE(testing::Message() << count << " values of kind " << kind);
       std::vector<float> values(count);

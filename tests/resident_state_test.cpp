@@ -362,6 +362,17 @@ TEST(ResidentState, AnOffloadedOptimizerStepsOnTheHostAgainstResidentParametersA
       ASSERT_TRUE(resumed_on_host.ok() && resumed_resident.ok())
           << resumed_on_host.status().to_string() << resumed_resident.status().to_string();
       EXPECT_EQ(first_step_difference(*resumed_on_host, *resumed_resident), "") << "resumed";
+
+      // reset_as_loaded with a fresh optimizer after step 2: the master rebuilt on the host,
+      // the parameters handed over again.
+      CheckpointPlan reset;
+      reset.reset_as_loaded_after_step = 2;
+      reset.reset_as_loaded_options.optimizer_states = false;
+      Result<TrainingRun> reset_on_host = train_on_real_env(on_host, 5, reset);
+      Result<TrainingRun> reset_resident = train_on_real_env(resident, 5, reset);
+      ASSERT_TRUE(reset_on_host.ok() && reset_resident.ok())
+          << reset_on_host.status().to_string() << reset_resident.status().to_string();
+      EXPECT_EQ(first_step_difference(*reset_on_host, *reset_resident), "") << "reset after step 2";
     }
   }
 }

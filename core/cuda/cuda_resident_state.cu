@@ -118,19 +118,25 @@ Result<bool> CudaResidentState::adopt(Comm& comm, const PartitionLayout& layout,
   adopted_ = true;
   ZEROSIM_RETURN_IF_ERROR(zero_gradients());
   ZEROSIM_RETURN_IF_ERROR(synchronize("cudaStreamSynchronize (resident partitions in)"));
-  // Every rank takes a share of every rank's readable buffers (same process: the addresses of
-  // their owners are valid here); the barrier keeps each owner alive until all have taken theirs.
-  const std::shared_ptr<PeerVisible>* my_owner = &mine_;
-  std::vector<const std::shared_ptr<PeerVisible>*> owners(static_cast<size_t>(comm.world_size()));
-  ZEROSIM_RETURN_IF_ERROR(comm.all_gather(std::as_bytes(std::span<const std::shared_ptr<PeerVisible>* const>(&my_owner, 1)),
-                                          std::as_writable_bytes(std::span<const std::shared_ptr<PeerVisible>*>(owners))));
+  // Every rank hands every rank a share of its readable buffers: one heap handle per reader,
+  // made before the exchange and deleted by its reader, so that taking a share never reads
+  // memory its owner may already have freed (a world aborted right after the exchange lets a
+  // fast rank unwind while a slow one is still taking). A handle a failed world never delivers
+  // stays allocated, with the buffers it holds, until the process ends: leaked, never freed
+  // under a reader.
+  const size_t world_size = static_cast<size_t>(comm.world_size());
+  std::vector<std::shared_ptr<PeerVisible>*> handles(world_size);
+  for (auto& handle : handles) handle = new std::shared_ptr<PeerVisible>(mine_);
+  std::vector<std::shared_ptr<PeerVisible>*> received(world_size * world_size);
+  ZEROSIM_RETURN_IF_ERROR(comm.all_gather(std::as_bytes(std::span<std::shared_ptr<PeerVisible>* const>(handles)),
+                                          std::as_writable_bytes(std::span<std::shared_ptr<PeerVisible>*>(received))));
   peers_.clear();
   peer_params_.clear();
-  for (const std::shared_ptr<PeerVisible>* owner : owners) {
-    peers_.push_back(*owner);
+  for (size_t owner = 0; owner < world_size; ++owner) {
+    const std::unique_ptr<std::shared_ptr<PeerVisible>> handle(received[owner * world_size + static_cast<size_t>(comm.rank())]);
+    peers_.push_back(std::move(*handle));
     peer_params_.push_back(peers_.back()->params.as<std::byte>());
   }
-  ZEROSIM_RETURN_IF_ERROR(comm.barrier());
   return true;
 }
 

@@ -14,9 +14,10 @@
 // other processes or on other devices are refused at adopt (the host path serves them).
 //
 // Lifetime: the buffers other ranks read (the 16-bit partitions, the full gradients) are owned
-// jointly by every rank of the world from adopt on, and each rank waits for its stream before it
-// lets go of them: a rank that fails and is destroyed mid-step cannot free memory that a peer's
-// queued gather or fold still reads.
+// jointly by every rank of the world from adopt on (each owner hands each reader a share through
+// a heap handle the reader deletes), and each rank waits for its stream before it lets go of
+// them: a rank that fails and is destroyed mid-step cannot free memory that a peer's queued
+// gather or fold still reads.
 //
 // The offloaded optimizer's placement (adopt given no master or moments): the 16-bit partitions
 // and the accumulator only; gradients_to_host and parameters_from_host are the sub-group copies.

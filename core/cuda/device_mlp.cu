@@ -61,8 +61,7 @@ __global__ void input_gradient_kernel(int64_t samples, int64_t in, int64_t out, 
   }
 }
 
-// One thread per sample: the CPU's per-sample loop (the exponentials parked in the gradient).
-// One block per sample: the maximum and the exponential sum are one thread's folds in class
+// The CPU's per-sample loop (the exponentials parked in the gradient), one block per sample: the maximum and the exponential sum are one thread's folds in class
 // order (the CPU's bits), the exponentials and the gradient spread over the block's threads.
 __global__ void softmax_kernel(int64_t samples, int64_t classes, const float* logits, const int32_t* labels,
                                float gradient_scale, float* logits_gradient, float* sample_losses) {

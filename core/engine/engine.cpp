@@ -354,11 +354,22 @@ Status RankEngine::adopt_resident_state() {
                                             resident_holds_optimizer_ ? std::span<const float>(exp_avg_) : none,
                                             resident_holds_optimizer_ ? std::span<const float>(exp_avg_sq_) : none));
   if (!adopted) {
+    // Whether ranks share memory does not change within a run: a backend that held the
+    // partitions before (and for which the host's gradient buffers were let go) cannot refuse now.
+    if (resident_used_) {
+      return internal_error("rank " + std::to_string(comm_.rank()) + ": the " + compute_->name() +
+                            " backend refused to hold the partitions again after holding them earlier in the run");
+    }
     resident_ = nullptr;  // ranks that cannot share device memory: the host path, for the whole run
     return Status();
   }
   resident_adopted_ = true;
   resident_used_ = true;
+  // The gradients accumulate in the backend from now on: the host path's gradient partition
+  // (or its swap files) would only hold memory, a lock and a queue. A load builds them again
+  // (prepare_storage) before its adopt.
+  std::vector<float>().swap(gradient_partition_);
+  gradient_swapper_.reset();
   return Status();
 }
 
@@ -890,7 +901,7 @@ Status RankEngine::optimizer_step(StepRecord& record) {
       env_.crash_points->hit("optimizer.sub_group_stepped", comm_.rank());
       continue;
     }
-    const float* gradient = gradient_swapper_ ? nullptr : gradient_partition_.data() + offset;
+    const float* gradient = nullptr;
     if (resident_ != nullptr) {
       // The offloaded optimizer: the sub-group's gradients come from the backend's accumulator.
       gradient_group_scratch_.resize(count);
@@ -909,6 +920,8 @@ Status RankEngine::optimizer_step(StepRecord& record) {
                                  static_cast<size_t>(partition.partition_size) * sizeof(float))));
       }
       gradient = gradient_group_scratch_.data();
+    } else {
+      gradient = gradient_partition_.data() + offset;
     }
     // AdamW over the runs of trainable partitions: a frozen parameter has no optimizer state to
     // step (weight decay included). AdamW is elementwise, so the split cannot change a bit.

@@ -38,46 +38,36 @@ void add_scaled_scalar(float a, const float* x, float* y, size_t n) {
 
 namespace {
 
-// The operands packed so that a fold step reads two short contiguous runs rather than a float
-// from each of kRows rows of A and a strip of B n floats apart (each on another page):
-// A's rows in blocks of kBlockRows, [block][k][kBlockRows]; B's columns column..column+width
-// as [k][kStripColumns]. Packing moves values; it computes nothing.
+// B's columns column..column+width packed as [k][strip width], so that a fold step reads one
+// short contiguous run of B rather than a strip n floats from the last (each on another page);
+// the strip (inner x 64 bytes at most) is reused by every block of rows. A is read in place:
+// each of a block's rows is a sequential stream in k. Packing moves values; it computes nothing.
 constexpr size_t kBlockRows = 8;
-
-std::vector<float> pack_row_blocks(const float* a, size_t rows, size_t inner) {
-  const size_t blocks = (rows + kBlockRows - 1) / kBlockRows;
-  std::vector<float> packed(blocks * inner * kBlockRows, 0.0f);
-  for (size_t r = 0; r < rows; ++r) {
-    float* block = packed.data() + (r / kBlockRows) * inner * kBlockRows + r % kBlockRows;
-    for (size_t k = 0; k < inner; ++k) block[k * kBlockRows] = a[r * inner + k];
-  }
-  return packed;
-}
 
 // kRows rows of C by one strip of columns held in registers across the whole fold.
 template <int kRows>
-__attribute__((target("avx512f"))) void rows_block_avx512(const float* a_block, size_t inner, const float* strip,
-                                                          float* c, size_t n, __mmask16 mask) {
+__attribute__((target("avx512f"))) void rows_block_avx512(const float* a, size_t inner, const float* strip, float* c,
+                                                          size_t n, __mmask16 mask) {
   __m512 sums[kRows];
   for (int r = 0; r < kRows; ++r) sums[r] = _mm512_maskz_loadu_ps(mask, c + r * n);
   for (size_t k = 0; k < inner; ++k) {
     const __m512 row_of_b = _mm512_loadu_ps(strip + k * 16);
     for (int r = 0; r < kRows; ++r) {
-      sums[r] = _mm512_add_ps(sums[r], _mm512_mul_ps(_mm512_set1_ps(a_block[k * kBlockRows + r]), row_of_b));
+      sums[r] = _mm512_add_ps(sums[r], _mm512_mul_ps(_mm512_set1_ps(a[r * inner + k]), row_of_b));
     }
   }
   for (int r = 0; r < kRows; ++r) _mm512_mask_storeu_ps(c + r * n, mask, sums[r]);
 }
 
 template <int kRows>
-__attribute__((target("avx2"))) void rows_block_avx2(const float* a_block, size_t inner, const float* strip, float* c,
+__attribute__((target("avx2"))) void rows_block_avx2(const float* a, size_t inner, const float* strip, float* c,
                                                      size_t n) {
   __m256 sums[kRows];
   for (int r = 0; r < kRows; ++r) sums[r] = _mm256_loadu_ps(c + r * n);
   for (size_t k = 0; k < inner; ++k) {
     const __m256 row_of_b = _mm256_loadu_ps(strip + k * 8);
     for (int r = 0; r < kRows; ++r) {
-      sums[r] = _mm256_add_ps(sums[r], _mm256_mul_ps(_mm256_set1_ps(a_block[k * kBlockRows + r]), row_of_b));
+      sums[r] = _mm256_add_ps(sums[r], _mm256_mul_ps(_mm256_set1_ps(a[r * inner + k]), row_of_b));
     }
   }
   for (int r = 0; r < kRows; ++r) _mm256_storeu_ps(c + r * n, sums[r]);
@@ -102,15 +92,13 @@ void for_each_row_block(size_t rows, Block&& block) {
 __attribute__((target("avx512f"))) void add_rows_times_matrix_avx512(const float* a, size_t rows, size_t inner,
                                                                      const float* b, size_t n, float* c) {
   if (rows == 0 || n == 0) return;
-  const std::vector<float> packed_a = pack_row_blocks(a, rows, inner);
   std::vector<float> strip(inner * 16);
   for (size_t column = 0; column < n; column += 16) {
     const size_t width = n - column < 16 ? n - column : 16;
     const __mmask16 mask = static_cast<__mmask16>(width == 16 ? 0xffffu : (1u << width) - 1u);
     for (size_t k = 0; k < inner; ++k) _mm512_storeu_ps(&strip[k * 16], _mm512_maskz_loadu_ps(mask, b + k * n + column));
     for_each_row_block(rows, [&](size_t r, auto count) {
-      rows_block_avx512<decltype(count)::value>(packed_a.data() + (r / kBlockRows) * inner * kBlockRows, inner,
-                                                strip.data(), c + r * n + column, n, mask);
+      rows_block_avx512<decltype(count)::value>(a + r * inner, inner, strip.data(), c + r * n + column, n, mask);
     });
   }
 }
@@ -118,14 +106,12 @@ __attribute__((target("avx512f"))) void add_rows_times_matrix_avx512(const float
 __attribute__((target("avx2"))) void add_rows_times_matrix_avx2(const float* a, size_t rows, size_t inner,
                                                                 const float* b, size_t n, float* c) {
   if (rows == 0 || n == 0) return;
-  const std::vector<float> packed_a = pack_row_blocks(a, rows, inner);
   std::vector<float> strip(inner * 8);
   size_t column = 0;
   for (; column + 8 <= n; column += 8) {
     for (size_t k = 0; k < inner; ++k) _mm256_storeu_ps(&strip[k * 8], _mm256_loadu_ps(b + k * n + column));
     for_each_row_block(rows, [&](size_t r, auto count) {
-      rows_block_avx2<decltype(count)::value>(packed_a.data() + (r / kBlockRows) * inner * kBlockRows, inner,
-                                              strip.data(), c + r * n + column, n);
+      rows_block_avx2<decltype(count)::value>(a + r * inner, inner, strip.data(), c + r * n + column, n);
     });
   }
   for (size_t r = 0; r < rows; ++r) {
