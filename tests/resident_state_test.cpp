@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -234,6 +235,60 @@ TrainingOptions options_for(const Case& test) {
   return options;
 }
 
+// Runs `on_host` and `resident` for `steps` steps, each under its own checkpoint plan, and
+// expects the same bits at every step. Returns the resident run for further checks, or nothing
+// (a failure recorded) when either run failed.
+std::optional<TrainingRun> expect_the_host_runs_bits(const TrainingOptions& on_host, const CheckpointPlan& host_plan,
+                                                     const TrainingOptions& resident,
+                                                     const CheckpointPlan& resident_plan, int64_t steps,
+                                                     const std::string& what) {
+  Result<TrainingRun> expected = train_on_real_env(on_host, steps, host_plan);
+  Result<TrainingRun> actual = train_on_real_env(resident, steps, resident_plan);
+  if (!expected.ok() || !actual.ok()) {
+    ADD_FAILURE() << what << ": " << expected.status().to_string() << " " << actual.status().to_string();
+    return std::nullopt;
+  }
+  EXPECT_EQ(first_step_difference(*expected, *actual), "") << what;
+  return std::move(actual).value();
+}
+
+// Both runs saving every 2 steps for 5 steps into `directory`/host and /resident: the same
+// bits. Returns the resident run, or nothing.
+std::optional<TrainingRun> expect_saves_alike(const TrainingOptions& on_host, const TrainingOptions& resident,
+                                              const std::string& directory) {
+  CheckpointPlan host_saves, resident_saves;
+  host_saves.save_directory = directory + "/host";
+  resident_saves.save_directory = directory + "/resident";
+  host_saves.save_every_steps = resident_saves.save_every_steps = 2;
+  return expect_the_host_runs_bits(on_host, host_saves, resident, resident_saves, 5, "saving");
+}
+
+// The resident run's checkpoint in `directory`/resident resumed on both to `resume_to_step`:
+// the same bits, and the resumed resident run says it kept its partitions.
+void expect_resumes_alike(const TrainingOptions& on_host, const TrainingOptions& resident, const std::string& directory,
+                          int64_t resume_to_step) {
+  CheckpointPlan resume;
+  resume.resume_directory = directory + "/resident";
+  std::optional<TrainingRun> resumed =
+      expect_the_host_runs_bits(on_host, resume, resident, resume, resume_to_step, "resumed");
+  if (resumed) {
+    EXPECT_TRUE(notes_say_partitions_were_resident(*resumed));
+  }
+}
+
+// reset_as_loaded without the optimizer's state (module only, or a fresh optimizer) after
+// `after_step`, on both: the same bits.
+void expect_resets_alike(const TrainingOptions& on_host, const TrainingOptions& resident, int64_t after_step,
+                         bool module_only) {
+  CheckpointPlan reset;
+  reset.reset_as_loaded_after_step = after_step;
+  reset.reset_as_loaded_options.optimizer_states = false;
+  reset.reset_as_loaded_options.module_only = module_only;
+  expect_the_host_runs_bits(on_host, reset, resident, reset, 5,
+                            "reset after step " + std::to_string(after_step) +
+                                (module_only ? ", module only" : ", fresh optimizer"));
+}
+
 TEST(ResidentState, StepsAgainstResidentPartitionsHaveTheHostPathsBits) {
   for (const Case& test : cases()) {
     for (bool digest_every_step : {true, false}) {
@@ -269,39 +324,10 @@ TEST(ResidentState, SavesLoadsAndResetsMoveThePartitionsBetweenBackendAndHost) {
       on_host.config.checkpoint.async_save = async;
       TrainingOptions resident = on_host;
       resident.compute = resident_cpu(counts);
-      CheckpointPlan host_saves, resident_saves;
-      host_saves.save_directory = directory.path() + "/host";
-      resident_saves.save_directory = directory.path() + "/resident";
-      host_saves.save_every_steps = resident_saves.save_every_steps = 2;
-      Result<TrainingRun> expected = train_on_real_env(on_host, 5, host_saves);
-      Result<TrainingRun> actual = train_on_real_env(resident, 5, resident_saves);
-      ASSERT_TRUE(expected.ok() && actual.ok()) << expected.status().to_string() << actual.status().to_string();
-      EXPECT_EQ(first_step_difference(*expected, *actual), "");
-
-      // The resident run's checkpoint, resumed on both.
-      CheckpointPlan resume;
-      resume.resume_directory = resident_saves.save_directory;
-      Result<TrainingRun> resumed_on_host = train_on_real_env(on_host, 8, resume);
-      Result<TrainingRun> resumed_resident = train_on_real_env(resident, 8, resume);
-      ASSERT_TRUE(resumed_on_host.ok() && resumed_resident.ok())
-          << resumed_on_host.status().to_string() << resumed_resident.status().to_string();
-      EXPECT_EQ(first_step_difference(*resumed_on_host, *resumed_resident), "") << "resumed";
-      EXPECT_TRUE(notes_say_partitions_were_resident(*resumed_resident));
-
-      // reset_as_loaded (a fresh optimizer, or the module only) at the start and after step 2.
+      ASSERT_TRUE(expect_saves_alike(on_host, resident, directory.path()));
+      expect_resumes_alike(on_host, resident, directory.path(), 8);
       for (int64_t after_step : {int64_t{0}, int64_t{2}}) {
-        for (bool module_only : {false, true}) {
-          CheckpointPlan reset;
-          reset.reset_as_loaded_after_step = after_step;
-          reset.reset_as_loaded_options.optimizer_states = false;
-          reset.reset_as_loaded_options.module_only = module_only;
-          Result<TrainingRun> reset_on_host = train_on_real_env(on_host, 5, reset);
-          Result<TrainingRun> reset_resident = train_on_real_env(resident, 5, reset);
-          ASSERT_TRUE(reset_on_host.ok() && reset_resident.ok())
-              << reset_on_host.status().to_string() << reset_resident.status().to_string();
-          EXPECT_EQ(first_step_difference(*reset_on_host, *reset_resident), "")
-              << "reset after step " << after_step << (module_only ? ", module only" : ", fresh optimizer");
-        }
+        for (bool module_only : {false, true}) expect_resets_alike(on_host, resident, after_step, module_only);
       }
     }
   }
@@ -340,39 +366,19 @@ TEST(ResidentState, AnOffloadedOptimizerStepsOnTheHostAgainstResidentParametersA
       }
       TrainingOptions resident = on_host;
       resident.compute = resident_cpu(counts);
-      CheckpointPlan host_saves, resident_saves;
-      host_saves.save_directory = directory.path() + "/host";
-      resident_saves.save_directory = directory.path() + "/resident";
-      host_saves.save_every_steps = resident_saves.save_every_steps = 2;
-      Result<TrainingRun> expected = train_on_real_env(on_host, 5, host_saves);
-      Result<TrainingRun> actual = train_on_real_env(resident, 5, resident_saves);
-      ASSERT_TRUE(expected.ok() && actual.ok()) << expected.status().to_string() << actual.status().to_string();
-      EXPECT_EQ(first_step_difference(*expected, *actual), "");
-      EXPECT_TRUE(notes_say_partitions_were_resident(*actual));
+      std::optional<TrainingRun> saving = expect_saves_alike(on_host, resident, directory.path());
+      ASSERT_TRUE(saving);
+      EXPECT_TRUE(notes_say_partitions_were_resident(*saving));
+      // The saving run's hand-overs and copies (before the resumes add theirs).
       EXPECT_EQ(counts.adopts.load(), test.world_size);
       EXPECT_EQ(counts.optimizer_states_adopted.load(), 0);
       EXPECT_EQ(counts.copies_to_host.load(), 0);
       EXPECT_GT(counts.gradient_copies.load(), test.world_size * 2);
       EXPECT_EQ(counts.gradient_copies.load(), counts.parameter_copies.load());
-
-      CheckpointPlan resume;
-      resume.resume_directory = resident_saves.save_directory;
-      Result<TrainingRun> resumed_on_host = train_on_real_env(on_host, 7, resume);
-      Result<TrainingRun> resumed_resident = train_on_real_env(resident, 7, resume);
-      ASSERT_TRUE(resumed_on_host.ok() && resumed_resident.ok())
-          << resumed_on_host.status().to_string() << resumed_resident.status().to_string();
-      EXPECT_EQ(first_step_difference(*resumed_on_host, *resumed_resident), "") << "resumed";
-
+      expect_resumes_alike(on_host, resident, directory.path(), 7);
       // reset_as_loaded with a fresh optimizer after step 2: the master rebuilt on the host,
       // the parameters handed over again.
-      CheckpointPlan reset;
-      reset.reset_as_loaded_after_step = 2;
-      reset.reset_as_loaded_options.optimizer_states = false;
-      Result<TrainingRun> reset_on_host = train_on_real_env(on_host, 5, reset);
-      Result<TrainingRun> reset_resident = train_on_real_env(resident, 5, reset);
-      ASSERT_TRUE(reset_on_host.ok() && reset_resident.ok())
-          << reset_on_host.status().to_string() << reset_resident.status().to_string();
-      EXPECT_EQ(first_step_difference(*reset_on_host, *reset_resident), "") << "reset after step 2";
+      expect_resets_alike(on_host, resident, 2, false);
     }
   }
 }
