@@ -5,12 +5,13 @@
 //
 // Where the data lives: the micro-batch's activations and the logits' gradient stay in device
 // memory from begin_micro_batch to the last backward stage. The partitions either live in
-// device memory too (the backend's ResidentState, cuda_resident_state.h: gathers, the layer
-// exchange, the norm's bins and AdamW on the device, for ranks that share one GPU with nothing
-// offloaded), or in host memory (every other run, as offload_param/offload_optimizer "cpu" and
-// "nvme" keep them): then each stage's gathered weights come from the engine's host gather, its
-// gradients go back to the engine's host exchange, and AdamW copies a sub-group's four arrays in
-// and three back, so the engine's swap, exchange and checkpoint code is the CPU backend's.
+// device memory too (the backend's ResidentState, cuda_resident_state.h, for ranks that share
+// one GPU with their parameters not offloaded: gathers, the layer exchange and the norm's bins on
+// the device, and AdamW there too unless the optimizer is offloaded, when the CPU steps it), or in
+// host memory (every other run): then each stage's gathered weights come from the engine's
+// host gather, its gradients go back to the engine's host exchange, and AdamW copies a
+// sub-group's four arrays in and three back, so the engine's swap, exchange and checkpoint code
+// is the CPU backend's.
 //
 // Two modes (CudaGemm):
 //   * deterministic (the default): the kernels above, the CPU backend's bits;

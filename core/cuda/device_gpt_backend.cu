@@ -6,8 +6,9 @@
 // CPU's index order, kept by one thread from its start value. Parallelism is only across
 // outputs that the CPU computes independently: the dense products through the ordered product
 // (cuda_backend_base.h), per-row statistics one block per row (the row staged in shared
-// memory, one thread folding it), per-column sums one thread per column, attention one block per (sequence, head, query) with the sequential parts (maximum,
-// exponential sum, weighted sum) on one thread. The two places where the CPU accumulates across
+// memory, one thread folding it), per-column sums one thread per column, attention one block
+// per (sequence, head, query) with the sequential parts (maximum, exponential sum, weighted sum)
+// on one thread. The two places where the CPU accumulates across
 // queries (a key's and a value's gradients fold over the queries that see them, in ascending
 // order) run as a second kernel per key that walks the queries in that order.
 //
