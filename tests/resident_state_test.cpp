@@ -31,6 +31,7 @@ namespace {
 struct ProtocolCounts {
   std::atomic<int> adopts{0}, copies_to_host{0}, steps_ended{0};
   std::atomic<int> optimizer_states_adopted{0}, gradient_copies{0}, parameter_copies{0};
+  std::atomic<int> micro_batches_made{0};  // MLP micro-batches the backend made from sample indices
 };
 
 class HostResidentState final : public ResidentState {
@@ -174,13 +175,39 @@ class HostResidentState final : public ResidentState {
   std::vector<std::vector<float>> gathered_, full_gradients_;
 };
 
-// The CPU backend, with HostResidentState as its resident partitions.
+// The CPU backend, with HostResidentState as its resident partitions; like the CUDA backend it
+// makes the MLP's micro-batches from their sample indices (here with SyntheticDataset, on the
+// host), so the indices the engine hands over (each rank's, each micro-step's, after a resume)
+// are held to the host path's samples too.
 class ResidentCpuBackend final : public ComputeBackend {
  public:
   ResidentCpuBackend(const ModelSpec& model, ProtocolCounts& counts)
-      : compute_(make_cpu_compute_backend(model, best_simd_path())), resident_(*compute_, counts) {}
+      : compute_(make_cpu_compute_backend(model, best_simd_path())), resident_(*compute_, counts), counts_(counts) {}
   std::string name() const override { return "cpu-resident"; }
-  Status begin_micro_batch(const MicroBatchInput& batch) override { return compute_->begin_micro_batch(batch); }
+  Result<bool> make_synthetic_batches(const SyntheticDataset& dataset) override {
+    dataset_.emplace(dataset.spec());
+    return true;
+  }
+  Status begin_micro_batch(const MicroBatchInput& batch) override {
+    if (!dataset_) return compute_->begin_micro_batch(batch);
+    if (!batch.features.empty() || !batch.labels.empty() ||
+        batch.sample_indices.size() != static_cast<size_t>(batch.samples)) {
+      return internal_error("a micro-batch the backend makes must come as its sample indices alone");
+    }
+    const size_t feature_count = static_cast<size_t>(dataset_->spec().feature_count);
+    features_.resize(batch.sample_indices.size() * feature_count);
+    labels_.resize(batch.sample_indices.size());
+    for (size_t s = 0; s < batch.sample_indices.size(); ++s) {
+      dataset_->features(batch.sample_indices[s], features_.data() + s * feature_count);
+    }
+    dataset_->labels_of(features_, labels_);
+    ++counts_.micro_batches_made;
+    MicroBatchInput made = batch;
+    made.features = features_;
+    made.labels = labels_;
+    made.sample_indices = {};
+    return compute_->begin_micro_batch(made);
+  }
   Status forward(int64_t stage, std::span<const std::vector<float>> parameters) override {
     return compute_->forward(stage, parameters);
   }
@@ -198,6 +225,10 @@ class ResidentCpuBackend final : public ComputeBackend {
  private:
   std::unique_ptr<ComputeBackend> compute_;
   HostResidentState resident_;
+  ProtocolCounts& counts_;
+  std::optional<SyntheticDataset> dataset_;
+  std::vector<float> features_;
+  std::vector<int32_t> labels_;
 };
 
 ComputeDevice resident_cpu(ProtocolCounts& counts) {
@@ -309,6 +340,8 @@ TEST(ResidentState, StepsAgainstResidentPartitionsHaveTheHostPathsBits) {
       EXPECT_EQ(counts.adopts.load(), test.world_size);
       EXPECT_EQ(counts.copies_to_host.load(), test.world_size * (digest_every_step ? 6 : 1));
       EXPECT_GT(counts.steps_ended.load(), 0);
+      // The MLP's batches made by the backend: every micro-batch of every rank (6 steps of 2).
+      EXPECT_EQ(counts.micro_batches_made.load(), test.model.is_transformer() ? 0 : test.world_size * 6 * 2);
     }
   }
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/cuda/cuda_backend_base.h"
+#include "core/cuda/device_dataset.h"
 #include "core/cuda/device_mlp.h"
 #include "core/model/mlp.h"
 
@@ -59,13 +60,34 @@ class CudaComputeBackend final : public CudaBackendBase {
     return Status();
   }
 
+  // The device makes the samples (device_dataset.h) when the dataset fits the model; otherwise
+  // the host does, and begin_micro_batch's check names the mismatch.
+  Result<bool> make_synthetic_batches(const SyntheticDataset& dataset) override {
+    makes_batches_ = false;
+    const DatasetSpec& spec = dataset.spec();
+    if (spec.feature_count != model_.layer_widths.front() || spec.class_count != model_.layer_widths.back()) return false;
+    const std::span<const float> teacher = dataset.teacher_by_feature();
+    ZEROSIM_RETURN_IF_ERROR(cuda("cudaSetDevice", cudaSetDevice(device_)));
+    ZEROSIM_RETURN_IF_ERROR(cuda("cudaMalloc (dataset teacher)", teacher_.reserve(teacher.size_bytes())));
+    ZEROSIM_RETURN_IF_ERROR(cuda("cudaMemcpy (dataset teacher)", cudaMemcpy(teacher_.as<float>(), teacher.data(),
+                                                                          teacher.size_bytes(), cudaMemcpyHostToDevice)));
+    dataset_spec_ = spec;
+    makes_batches_ = true;
+    return true;
+  }
+
   Status begin_micro_batch(const MicroBatchInput& batch) override {
     const int64_t samples = batch.samples;
     const std::span<const float> input = batch.features;
     const std::span<const int32_t> labels = batch.labels;
-    ZEROSIM_CHECK(input.size() == static_cast<size_t>(samples * model_.layer_widths.front()) &&
-                      labels.size() == static_cast<size_t>(samples),
-                  "micro-batch input or labels do not match the sample count");
+    if (makes_batches_) {
+      ZEROSIM_CHECK(batch.sample_indices.size() == static_cast<size_t>(samples) && input.empty() && labels.empty(),
+                    "a micro-batch the device makes comes as one sample index per sample");
+    } else {
+      ZEROSIM_CHECK(input.size() == static_cast<size_t>(samples * model_.layer_widths.front()) &&
+                        labels.size() == static_cast<size_t>(samples),
+                    "micro-batch input or labels do not match the sample count");
+    }
     ZEROSIM_RETURN_IF_ERROR(cuda("cudaSetDevice", cudaSetDevice(device_)));
     samples_ = samples;
     int64_t widest = 0;
@@ -78,8 +100,18 @@ class CudaComputeBackend final : public CudaBackendBase {
     for (DeviceArray& gradient : output_gradients_) {
       ZEROSIM_RETURN_IF_ERROR(cuda("cudaMalloc (activation gradient)", gradient.reserve(bytes_of(samples * widest))));
     }
-    ZEROSIM_RETURN_IF_ERROR(cuda("cudaMalloc (labels)", labels_.reserve(labels.size_bytes())));
+    ZEROSIM_RETURN_IF_ERROR(
+        cuda("cudaMalloc (labels)", labels_.reserve(static_cast<size_t>(samples) * sizeof(int32_t))));
     ZEROSIM_RETURN_IF_ERROR(cuda("cudaMalloc (sample losses)", sample_losses_.reserve(bytes_of(samples + 1))));
+    if (makes_batches_) {
+      const std::span<const int64_t> indices = batch.sample_indices;
+      ZEROSIM_RETURN_IF_ERROR(cuda("cudaMalloc (sample indices)", sample_indices_.reserve(indices.size_bytes())));
+      ZEROSIM_RETURN_IF_ERROR(cuda("cudaMemcpyAsync (sample indices)",
+                                   cudaMemcpyAsync(sample_indices_.as<int64_t>(), indices.data(), indices.size_bytes(),
+                                                   cudaMemcpyHostToDevice, stream_)));
+      return device_synthetic_batch(dataset_spec_, teacher_.as<float>(), sample_indices_.as<int64_t>(), samples,
+                                    inputs_[0].as<float>(), labels_.as<int32_t>(), stream_);
+    }
     ZEROSIM_RETURN_IF_ERROR(cuda("cudaMemcpyAsync (micro-batch input)",
                                  cudaMemcpyAsync(inputs_[0].as<float>(), input.data(), input.size_bytes(),
                                                  cudaMemcpyHostToDevice, stream_)));
@@ -249,6 +281,9 @@ class CudaComputeBackend final : public CudaBackendBase {
   DeviceArray output_gradients_[2];  // the gradient of the current layer's output, and the next one's
   int current_gradient_ = 0;
   DeviceArray labels_, sample_losses_;  // sample_losses_ holds the samples' losses, then the mean
+  bool makes_batches_ = false;           // make_synthetic_batches said yes
+  DatasetSpec dataset_spec_;
+  DeviceArray teacher_, sample_indices_;  // the dataset's teacher; a micro-batch's sample indices
   DeviceArray weight_, bias_, weight_gradient_, bias_gradient_;
 };
 

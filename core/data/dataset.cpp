@@ -6,7 +6,6 @@
 
 namespace zerosim {
 namespace {
-constexpr uint64_t kFeatureStream = 0x2000;
 constexpr uint64_t kTeacherStream = 0x2001;
 constexpr uint64_t kShuffleStreamBase = 0x3000000;
 }  // namespace
@@ -24,9 +23,8 @@ SyntheticDataset::SyntheticDataset(const DatasetSpec& spec) : spec_(spec) {
 }
 
 void SyntheticDataset::features(int64_t sample_index, float* destination) const {
-  const uint64_t base = static_cast<uint64_t>(sample_index) * static_cast<uint64_t>(spec_.feature_count);
   for (int64_t j = 0; j < spec_.feature_count; ++j) {
-    destination[j] = random_symmetric_unit_float(mix_random_bits(spec_.seed, kFeatureStream, base + j));
+    destination[j] = synthetic_feature(spec_.seed, sample_index, spec_.feature_count, j);
   }
 }
 

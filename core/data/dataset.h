@@ -16,10 +16,22 @@
 #include <string>
 #include <vector>
 
+#include "core/env/random_bits.h"
 #include "core/env/rng.h"
 #include "core/status.h"
 
 namespace zerosim {
+
+// Feature `feature` of synthetic sample `sample_index` (of `feature_count` features) for the
+// dataset seed `seed`: the one definition that SyntheticDataset::features and a GPU backend's
+// batches (core/cuda/device_dataset.h) compile.
+inline constexpr uint64_t kSyntheticFeatureStream = 0x2000;
+ZEROSIM_HOST_DEVICE constexpr float synthetic_feature(uint64_t seed, int64_t sample_index, int64_t feature_count,
+                                                      int64_t feature) {
+  const uint64_t counter = static_cast<uint64_t>(sample_index) * static_cast<uint64_t>(feature_count) +
+                           static_cast<uint64_t>(feature);
+  return random_symmetric_unit_float(mix_random_bits(seed, kSyntheticFeatureStream, counter));
+}
 
 // The data of a run. For the MLP: synthetic classification samples of feature_count features
 // and class_count classes. For the transformer (token_dataset.h) a sample is a window of tokens:
@@ -49,6 +61,10 @@ class SyntheticDataset {
   // floats, as features() writes them) are given: label() of each, computed as one product
   // of the batch with the teacher (a 1024-class label is a million multiply-adds).
   void labels_of(std::span<const float> features, std::span<int32_t> labels) const;
+  // The teacher's weights, [feature_count, class_count] row-major: label(i) is the first class
+  // with the greatest score, score[c] = 0 + x[0] * w[0][c] + x[1] * w[1][c] + ... (a left fold,
+  // each product and sum rounded on its own).
+  std::span<const float> teacher_by_feature() const { return teacher_by_feature_; }
 
  private:
   DatasetSpec spec_;

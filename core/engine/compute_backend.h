@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "core/data/dataset.h"
 #include "core/env/comm.h"
 #include "core/model/model_spec.h"
 #include "core/optim/adamw.h"
@@ -31,12 +32,14 @@
 
 namespace zerosim {
 
-// One micro-batch's inputs, each the model's kind: the MLP's features and labels, or the
-// transformer's token windows and its causal mask (a derived buffer the engine owns).
+// One micro-batch's inputs, each the model's kind: the MLP's features and labels (or, for a
+// backend that makes the synthetic samples itself, their dataset indices), or the transformer's
+// token windows and its causal mask (a derived buffer the engine owns).
 struct MicroBatchInput {
   int64_t samples = 0;
   std::span<const float> features;  // MLP: [samples, input width]
   std::span<const int32_t> labels;   // MLP: [samples]
+  std::span<const int64_t> sample_indices;  // MLP, instead of both, when make_synthetic_batches said yes
   std::span<const int32_t> tokens;   // transformer: [samples, sequence_length + 1]
   int64_t sequence_length = 0;       // transformer
   std::span<const float> causal_mask;  // transformer: [block, block]; alive for the micro-batch
@@ -112,6 +115,10 @@ class ComputeBackend {
   // "cpu", or "cuda:<device>": for notes and reports.
   virtual std::string name() const = 0;
 
+  // Whether this backend makes the MLP's micro-batches itself from their sample indices, with
+  // SyntheticDataset's bits (a GPU backend: no per-sample host work). Asked once per run, before
+  // the first micro-batch; yes means every MicroBatchInput then carries sample_indices only.
+  virtual Result<bool> make_synthetic_batches(const SyntheticDataset&) { return false; }
   // Starts a micro-batch.
   virtual Status begin_micro_batch(const MicroBatchInput& batch) = 0;
   // Forward stage `stage` of the model's plan (model_plan in model_spec.h), in order, with the

@@ -227,6 +227,10 @@ Status RankEngine::prepare_storage() {
       compute_ = make_cpu_compute_backend(options_.model, simd_path_);
     }
   }
+  backend_makes_batches_ = false;
+  if (dataset_) {
+    ZEROSIM_ASSIGN_OR_RETURN(backend_makes_batches_, compute_->make_synthetic_batches(*dataset_));
+  }
   ZEROSIM_ASSIGN_OR_RETURN(parameters_, training_parameters(options_));
   plan_ = model_plan(options_.model);
   full_gradients_.assign(parameters_.size(), {});
@@ -652,6 +656,12 @@ Result<MicroBatchInput> RankEngine::load_micro_batch(int64_t first_position) {
     batch.tokens = micro_batch_tokens_;
     batch.sequence_length = window;
     batch.causal_mask = buffers_[kCausalMaskBuffer];
+    return batch;
+  }
+  if (backend_makes_batches_) {
+    micro_batch_samples_.resize(static_cast<size_t>(micro_batch));
+    for (int64_t s = 0; s < micro_batch; ++s) micro_batch_samples_[static_cast<size_t>(s)] = sampler_.sample_at(first_position + s);
+    batch.sample_indices = micro_batch_samples_;
     return batch;
   }
   const int64_t features = options_.data.feature_count;

@@ -421,7 +421,9 @@ class RankEngine {
   // Scratch reused across micro-steps.
   std::vector<float> micro_batch_input_;
   std::vector<int32_t> micro_batch_labels_;
+  std::vector<int64_t> micro_batch_samples_;
   std::vector<int32_t> micro_batch_tokens_;
+  bool backend_makes_batches_ = false;  // compute_ makes the MLP's samples from their indices
   std::vector<std::byte> gather_send_, gather_receive_, scatter_send_;
   std::vector<std::vector<float>> stage_parameters_scratch_;
   // Full gradient tensors by parameter, live from their first use in a micro-batch's backward

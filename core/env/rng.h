@@ -9,13 +9,9 @@
 #include <cstdint>
 #include <memory>
 
+#include "core/env/random_bits.h"
+
 namespace zerosim {
-
-// A 64-bit mix of three words (SplitMix64 finalizer over a Weyl-sequence combination). Pure.
-uint64_t mix_random_bits(uint64_t seed, uint64_t stream_id, uint64_t counter);
-
-// Uniform float in [-1, 1) from the top 24 bits of a random word: exact, no rounding.
-float random_symmetric_unit_float(uint64_t random_bits);
 
 struct RngState {
   uint64_t seed = 0;

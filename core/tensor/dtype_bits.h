@@ -9,11 +9,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define ZEROSIM_HOST_DEVICE __host__ __device__
-#else
-#define ZEROSIM_HOST_DEVICE
-#endif
+#include "core/host_device.h"
 
 namespace zerosim {
 
