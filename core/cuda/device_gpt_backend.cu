@@ -24,6 +24,7 @@
 
 #include "core/cuda/cuda_backend_base.h"
 #include "core/cuda/device_portable_math.cuh"
+#include "core/cuda/device_softmax_row.cuh"
 #include "core/model/gpt.h"
 
 namespace zerosim {
@@ -352,28 +353,7 @@ __global__ void loss_kernel(int64_t sequences, int64_t length, int64_t vocab, co
                             float gradient_scale, float* logits, float* row_losses) {
   const int64_t row = blockIdx.x, s = row / length, t = row % length;
   float* z = logits + row * vocab;
-  const int32_t target = tokens[s * (length + 1) + t + 1];
-  __shared__ float maximum, sum;
-  if (threadIdx.x == 0) {
-    float m = z[0];
-    for (int64_t w = 1; w < vocab; ++w) m = z[w] > m ? z[w] : m;
-    maximum = m;
-    // The target's logit, read before the exponentials replace it.
-    row_losses[row] = z[target];
-  }
-  __syncthreads();
-  for (int64_t w = threadIdx.x; w < vocab; w += blockDim.x) z[w] = device_portable_expf(sub(z[w], maximum));
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float total = 0.0f;
-    for (int64_t w = 0; w < vocab; ++w) total = add(total, z[w]);
-    sum = total;
-    row_losses[row] = sub(device_portable_logf(total), sub(row_losses[row], maximum));
-  }
-  __syncthreads();
-  for (int64_t w = threadIdx.x; w < vocab; w += blockDim.x) {
-    z[w] = mul(gradient_scale, sub(div(z[w], sum), w == target ? 1.0f : 0.0f));
-  }
+  device_softmax_cross_entropy_row(z, z, vocab, tokens[s * (length + 1) + t + 1], gradient_scale, row_losses + row);
 }
 
 __global__ void loss_fold_kernel(int64_t rows, const float* row_losses, float* loss) {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/cuda/device_portable_math.cuh"
+#include "core/cuda/device_softmax_row.cuh"
 
 namespace zerosim {
 
@@ -61,35 +62,12 @@ __global__ void input_gradient_kernel(int64_t samples, int64_t in, int64_t out, 
   }
 }
 
-// The CPU's per-sample loop (the exponentials parked in the gradient), one block per sample: the maximum and the exponential sum are one thread's folds in class
-// order (the CPU's bits), the exponentials and the gradient spread over the block's threads.
+// The CPU's per-sample loop, one block per sample (device_softmax_row.cuh).
 __global__ void softmax_kernel(int64_t samples, int64_t classes, const float* logits, const int32_t* labels,
                                float gradient_scale, float* logits_gradient, float* sample_losses) {
-  __shared__ float maximum, exp_sum;
   for (int64_t s = blockIdx.x; s < samples; s += gridDim.x) {
-    const float* z = logits + s * classes;
-    float* dz = logits_gradient + s * classes;
-    if (threadIdx.x == 0) {
-      float m = z[0];
-      for (int64_t c = 1; c < classes; ++c) m = z[c] > m ? z[c] : m;
-      maximum = m;
-    }
-    __syncthreads();
-    for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) dz[c] = device_portable_expf(__fsub_rn(z[c], maximum));
-    __syncthreads();
-    const int32_t label = labels[s];
-    if (threadIdx.x == 0) {
-      float total = 0.0f;
-      for (int64_t c = 0; c < classes; ++c) total = __fadd_rn(total, dz[c]);
-      exp_sum = total;
-      sample_losses[s] = __fsub_rn(device_portable_logf(total), __fsub_rn(z[label], maximum));
-    }
-    __syncthreads();
-    for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) {
-      const float probability = __fdiv_rn(dz[c], exp_sum);
-      dz[c] = __fmul_rn(__fsub_rn(probability, c == label ? 1.0f : 0.0f), gradient_scale);
-    }
-    __syncthreads();  // the shared maximum and sum are the next sample's after this
+    device_softmax_cross_entropy_row(logits + s * classes, logits_gradient + s * classes, classes, labels[s],
+                                     gradient_scale, sample_losses + s);
   }
 }
 
