@@ -15,11 +15,15 @@
 //            gradients to the host, its new 16-bit parameters back, AdamW between);
 //   I/O:     the optimizer state read and written (the gradients never go to NVMe there);
 //   offload: the GPU run with the optimizer on NVMe.
-// and the ratio offload / max(I/O, copies + CPU Adam), with max(I/O, CPU Adam) beside it.
+// and the ratio offload / max(I/O, copies + CPU Adam), with max(I/O, CPU Adam) beside it; and
+// the peak host RSS of the NVMe run on the GPU beside the same run on the CPU device (each
+// peak measured from the process's RSS before that run, both after the CUDA context exists;
+// Linux's /proc/self/clear_refs resets the peak).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -33,6 +37,24 @@ using namespace zerosim;
 double median_ms(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   return values.empty() ? 0.0 : values[values.size() / 2];
+}
+
+// The process's resident set (VmRSS) or its peak (VmHWM), in MiB; -1 where /proc says nothing.
+double resident_mib(const char* field) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind(field, 0) == 0) return std::atof(line.c_str() + std::strlen(field) + 1) / 1024.0;
+  }
+  return -1.0;
+}
+
+// Starts a new peak: VmHWM falls to the current RSS (Linux 4.0 and later).
+bool reset_peak_rss() {
+  std::ofstream clear_refs("/proc/self/clear_refs");
+  clear_refs << "5";
+  clear_refs.flush();
+  return static_cast<bool>(clear_refs);
 }
 
 TrainingOptions make_options(int64_t hidden, int64_t sub_group_size) {
@@ -112,7 +134,26 @@ int main(int argc, char** argv) {
     on_cpu_memory.config.zero.offload_optimizer.device = OffloadDevice::kCpu;
     copies_and_adam_ms = median_ms(optimizer_times(on_cpu_memory, "cpu-offloaded"));
   }
-  const double offload_ms = median_ms(optimizer_times(on_nvme, "nvme"));
+  // Peak host RSS over the NVMe run, above the RSS it starts from.
+  struct PeakRss {
+    double start_mib = -1, peak_mib = -1;
+  };
+  auto measured_peak = [&](auto&& run) {
+    PeakRss rss;
+    const bool reset = reset_peak_rss();
+    rss.start_mib = resident_mib("VmRSS:");
+    run();
+    if (reset) rss.peak_mib = resident_mib("VmHWM:");
+    return rss;
+  };
+  double offload_ms = 0.0;
+  const PeakRss offload_rss = measured_peak([&] { offload_ms = median_ms(optimizer_times(on_nvme, "nvme")); });
+  PeakRss host_path_rss;
+  if (on_gpu) {
+    TrainingOptions on_cpu_device = on_nvme;
+    on_cpu_device.compute = ComputeDevice{};
+    host_path_rss = measured_peak([&] { optimizer_times(on_cpu_device, "nvme (cpu device)"); });
+  }
 
   // I/O alone: the same sub-groups through the same swapper, with the same pipelining.
   const PartitionLayout layout =
@@ -186,6 +227,12 @@ int main(int argc, char** argv) {
               offload_ms / bound_ms);
   if (on_gpu) {
     std::printf("  offloaded / max(I/O, CPU Adam alone) = %.3f\n", offload_ms / std::max(io_ms, compute_ms));
+  }
+  std::printf("  peak host RSS, NVMe run on %s: %.0f MiB (from %.0f: +%.0f)\n", device.c_str(), offload_rss.peak_mib,
+              offload_rss.start_mib, offload_rss.peak_mib - offload_rss.start_mib);
+  if (on_gpu) {
+    std::printf("  peak host RSS, the same run on the cpu device: %.0f MiB (from %.0f: +%.0f)\n", host_path_rss.peak_mib,
+                host_path_rss.start_mib, host_path_rss.peak_mib - host_path_rss.start_mib);
   }
   return 0;
 }
