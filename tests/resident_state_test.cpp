@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,7 +32,8 @@ namespace {
 struct ProtocolCounts {
   std::atomic<int> adopts{0}, copies_to_host{0}, steps_ended{0};
   std::atomic<int> optimizer_states_adopted{0}, gradient_copies{0}, parameter_copies{0};
-  std::atomic<int> micro_batches_made{0};  // MLP micro-batches the backend made from sample indices
+  std::atomic<int> micro_batches_made{0};
+  std::atomic<int> prefetched_gradient_copies{0};  // offloaded: a sub-group asked for after its prefetch  // MLP micro-batches the backend made from sample indices
 };
 
 class HostResidentState final : public ResidentState {
@@ -69,10 +71,23 @@ class HostResidentState final : public ResidentState {
     std::copy(exp_avg_sq_.begin(), exp_avg_sq_.end(), exp_avg_sq.begin());
     return Status();
   }
-  Status gradients_to_host(size_t offset, std::span<float> destination) override {
+  // Two staging buffers in turn, as the CUDA backend's pinned ones: the span returned last time
+  // is poisoned (the device's next copy overwrites it), so an engine that read it after the
+  // next call would compute NaNs; a range asked for right after its prefetch is counted.
+  Result<std::span<const float>> gradients_on_host(size_t offset, size_t count, size_t next_offset,
+                                                   size_t next_count) override {
     ++counts_.gradient_copies;
-    std::copy_n(accumulator_.begin() + static_cast<std::ptrdiff_t>(offset), destination.size(), destination.begin());
-    return Status();
+    if (prefetched_ && prefetched_offset_ == offset && prefetched_count_ == count) ++counts_.prefetched_gradient_copies;
+    std::vector<float>& last = staging_[returned_slot_];
+    std::fill(last.begin(), last.end(), std::numeric_limits<float>::quiet_NaN());
+    returned_slot_ = 1 - returned_slot_;
+    std::vector<float>& staged = staging_[returned_slot_];
+    staged.assign(accumulator_.begin() + static_cast<std::ptrdiff_t>(offset),
+                  accumulator_.begin() + static_cast<std::ptrdiff_t>(offset + count));
+    prefetched_ = next_count > 0;
+    prefetched_offset_ = next_offset;
+    prefetched_count_ = next_count;
+    return std::span<const float>(staged);
   }
   Status parameters_from_host(size_t offset, std::span<const std::byte> params) override {
     ++counts_.parameter_copies;
@@ -173,6 +188,10 @@ class HostResidentState final : public ResidentState {
   std::vector<float> master_, exp_avg_, exp_avg_sq_, accumulator_;
   std::vector<const std::byte*> peer_params_;
   std::vector<std::vector<float>> gathered_, full_gradients_;
+  std::vector<float> staging_[2];
+  int returned_slot_ = 0;
+  bool prefetched_ = false;
+  size_t prefetched_offset_ = 0, prefetched_count_ = 0;
 };
 
 // The CPU backend, with HostResidentState as its resident partitions; like the CUDA backend it
@@ -257,6 +276,15 @@ std::vector<Case> cases() {
 
 std::string describe(const Case& test) {
   return model_spec_to_string(test.model) + " " + precision_name(test.precision) + " W=" + std::to_string(test.world_size);
+}
+
+// How many sub-groups each rank's flat partition splits into.
+int sub_group_count(const TrainingOptions& options) {
+  Result<std::vector<ParameterInfo>> parameters = training_parameters(options);
+  EXPECT_TRUE(parameters.ok()) << parameters.status().to_string();
+  if (!parameters.ok()) return 1;
+  return static_cast<int>(
+      make_partition_layout(*parameters, options.world_size, options.config.zero.sub_group_size).sub_groups.size());
 }
 
 TrainingOptions options_for(const Case& test) {
@@ -408,6 +436,10 @@ TEST(ResidentState, AnOffloadedOptimizerStepsOnTheHostAgainstResidentParametersA
       EXPECT_EQ(counts.copies_to_host.load(), 0);
       EXPECT_GT(counts.gradient_copies.load(), test.world_size * 2);
       EXPECT_EQ(counts.gradient_copies.load(), counts.parameter_copies.load());
+      // Every sub-group but each step's first was prefetched by the call before it.
+      EXPECT_GT(counts.prefetched_gradient_copies.load(), 0);
+      EXPECT_EQ(counts.gradient_copies.load() - counts.prefetched_gradient_copies.load(),
+                counts.gradient_copies.load() / sub_group_count(on_host));
       expect_resumes_alike(on_host, resident, directory.path(), 7);
       // reset_as_loaded with a fresh optimizer after step 2: the master rebuilt on the host,
       // the parameters handed over again.

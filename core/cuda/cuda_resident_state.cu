@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -62,6 +63,9 @@ CudaResidentState::~CudaResidentState() {
   cudaSetDevice(backend_.device_);
   if (backend_.stream_ != nullptr) cudaStreamSynchronize(backend_.stream_);
   peers_.clear();
+  for (GradientStaging& staging : staging_) {
+    if (staging.copied != nullptr) cudaEventDestroy(staging.copied);
+  }
 }
 
 Result<bool> CudaResidentState::adopt(Comm& comm, const PartitionLayout& layout, DType model_dtype,
@@ -214,6 +218,7 @@ Status CudaResidentState::backward(int64_t stage, ParameterRange gathered, Param
 }
 
 Status CudaResidentState::reduce_layer(const LayerRange& layer) {
+  forget_staged_gradients();
   ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaSetDevice", cudaSetDevice(backend_.device_)));
   const int world_size = layout_.world_size;
   const int rank = comm_->rank();
@@ -276,16 +281,53 @@ Status CudaResidentState::store_parameters(size_t offset, size_t count) {
                                static_cast<int64_t>(count), backend_.stream_);
 }
 
-Status CudaResidentState::gradients_to_host(size_t offset, std::span<float> destination) {
-  ZEROSIM_CHECK(adopted_ && offset + destination.size() <= static_cast<size_t>(layout_.flat_element_count),
-                "gradients copied out of the adopted accumulator");
-  if (destination.empty()) return Status();
-  ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaSetDevice", cudaSetDevice(backend_.device_)));
+Status CudaResidentState::stage_gradients(int slot, size_t offset, size_t count) {
+  GradientStaging& staging = staging_[slot];
+  if (staging.copied == nullptr) {
+    ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaEventCreateWithFlags (gradient staging)",
+                                          cudaEventCreateWithFlags(&staging.copied, cudaEventDisableTiming)));
+  }
+  staging.offset = offset;
+  staging.count = count;
   ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaMemcpyAsync (gradients to the host)",
-                                        cudaMemcpyAsync(destination.data(), accumulator_.as<float>() + offset,
-                                                        destination.size_bytes(), cudaMemcpyDeviceToHost,
-                                                        backend_.stream_)));
-  return synchronize("cudaStreamSynchronize (gradients to the host)");
+                                        cudaMemcpyAsync(staging.host.as<float>(), accumulator_.as<float>() + offset,
+                                                        count * sizeof(float), cudaMemcpyDeviceToHost, backend_.stream_)));
+  return backend_.cuda("cudaEventRecord (gradients to the host)", cudaEventRecord(staging.copied, backend_.stream_));
+}
+
+Result<std::span<const float>> CudaResidentState::gradients_on_host(size_t offset, size_t count, size_t next_offset,
+                                                                    size_t next_count) {
+  const size_t flat = static_cast<size_t>(layout_.flat_element_count);
+  ZEROSIM_CHECK(adopted_ && !holds_optimizer_ && offset + count <= flat && next_offset + next_count <= flat,
+                "gradients copied out of the adopted accumulator, for an offloaded optimizer");
+  ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaSetDevice", cudaSetDevice(backend_.device_)));
+  if (std::max(count, next_count) > staging_capacity_) {
+    // Grown once, to the largest sub-group (nothing queued may still write the old buffers).
+    size_t largest = std::max(count, next_count);
+    for (const SubGroup& group : layout_.sub_groups) largest = std::max(largest, static_cast<size_t>(group.element_count));
+    ZEROSIM_RETURN_IF_ERROR(synchronize("cudaStreamSynchronize (gradient staging grows)"));
+    for (GradientStaging& staging : staging_) {
+      ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaHostAlloc (gradient staging)", staging.host.reserve(largest * sizeof(float))));
+    }
+    staging_capacity_ = largest;
+    forget_staged_gradients();
+  }
+  int slot = prefetched_slot_;
+  if (slot < 0 || staging_[slot].offset != offset || staging_[slot].count != count) {
+    slot = 1 - returned_slot_;  // the span the caller holds dies with this call; either buffer is free
+    if (count > 0) ZEROSIM_RETURN_IF_ERROR(stage_gradients(slot, offset, count));
+  }
+  if (count > 0) {
+    ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaEventSynchronize (gradients to the host)",
+                                          cudaEventSynchronize(staging_[slot].copied)));
+  }
+  prefetched_slot_ = -1;
+  if (next_count > 0) {
+    ZEROSIM_RETURN_IF_ERROR(stage_gradients(1 - slot, next_offset, next_count));
+    prefetched_slot_ = 1 - slot;
+  }
+  returned_slot_ = slot;
+  return std::span<const float>(staging_[slot].host.as<float>(), count);
 }
 
 Status CudaResidentState::parameters_from_host(size_t offset, std::span<const std::byte> params) {
@@ -302,6 +344,7 @@ Status CudaResidentState::parameters_from_host(size_t offset, std::span<const st
 }
 
 Status CudaResidentState::zero_gradients() {
+  forget_staged_gradients();
   ZEROSIM_RETURN_IF_ERROR(backend_.cuda("cudaSetDevice", cudaSetDevice(backend_.device_)));
   return backend_.cuda("cudaMemsetAsync (gradient accumulator)",
                        cudaMemsetAsync(accumulator_.as<void>(), 0,
@@ -309,6 +352,7 @@ Status CudaResidentState::zero_gradients() {
 }
 
 Status CudaResidentState::end_step() {
+  forget_staged_gradients();
   ZEROSIM_RETURN_IF_ERROR(synchronize("cudaStreamSynchronize (optimizer step)"));
   return comm_->barrier();
 }

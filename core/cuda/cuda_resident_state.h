@@ -20,7 +20,10 @@
 // gather or fold still reads.
 //
 // The offloaded optimizer's placement (adopt given no master or moments): the 16-bit partitions
-// and the accumulator only; gradients_to_host and parameters_from_host are the sub-group copies.
+// and the accumulator only; gradients_on_host and parameters_from_host are the sub-group copies.
+// The gradients go down into two pinned staging buffers of the largest sub-group's size, in
+// turn: while the host steps one sub-group from one buffer, the next sub-group's copy fills the
+// other (asked for by the previous call; forgotten when the accumulator changes or the step ends).
 //
 // Memory: the partitions, one gathered stage's fp32 weights (slots reused across stages), and a
 // full fp32 gradient per parameter, allocated at first use and kept (a world of one holds the
@@ -56,7 +59,8 @@ class CudaResidentState final : public ResidentState {
   Result<ExactSquareSum> gradient_squares() override;
   Status adam_update(const AdamStepScalars& scalars, float grad_multiplier, size_t offset, size_t count) override;
   Status store_parameters(size_t offset, size_t count) override;
-  Status gradients_to_host(size_t offset, std::span<float> destination) override;
+  Result<std::span<const float>> gradients_on_host(size_t offset, size_t count, size_t next_offset,
+                                                   size_t next_count) override;
   Status parameters_from_host(size_t offset, std::span<const std::byte> params) override;
   Status zero_gradients() override;
   Status end_step() override;
@@ -86,6 +90,21 @@ class CudaResidentState final : public ResidentState {
   std::vector<DeviceArray> gathered_;  // one stage's full fp32 weights, by slot
   std::vector<const float*> gathered_pointers_;
   DeviceSquareSummer squares_;
+
+  // The offloaded placement's gradient staging (see above).
+  struct GradientStaging {
+    PinnedHostArray host;
+    cudaEvent_t copied = nullptr;  // recorded behind the copy into `host`
+    size_t offset = 0, count = 0;  // the range the last copy into it holds
+  };
+  // Queues the copy of [offset, offset + count) into staging_[slot].
+  Status stage_gradients(int slot, size_t offset, size_t count);
+  // The accumulator changed (or the step ended): a staged range is no longer its contents.
+  void forget_staged_gradients() { prefetched_slot_ = -1; }
+  GradientStaging staging_[2];
+  size_t staging_capacity_ = 0;  // elements per buffer
+  int prefetched_slot_ = -1;     // the slot a previous call's prefetch fills, or -1
+  int returned_slot_ = 1;        // the slot the last call returned
 };
 
 }  // namespace zerosim

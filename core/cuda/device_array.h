@@ -42,4 +42,36 @@ class DeviceArray {
   size_t bytes_ = 0;
 };
 
+// One growable page-locked host allocation (cudaHostAlloc), so that copies to and from the
+// device run asynchronously at the link's speed. Same contract as DeviceArray; freeing waits
+// for nothing, so its owner makes sure no queued copy still uses it.
+class PinnedHostArray {
+ public:
+  PinnedHostArray() = default;
+  ~PinnedHostArray() {
+    if (pointer_ != nullptr) cudaFreeHost(pointer_);
+  }
+  PinnedHostArray(const PinnedHostArray&) = delete;
+  PinnedHostArray& operator=(const PinnedHostArray&) = delete;
+
+  cudaError_t reserve(size_t bytes) {
+    if (bytes <= bytes_ && pointer_ != nullptr) return cudaSuccess;
+    if (pointer_ != nullptr) cudaFreeHost(pointer_);
+    pointer_ = nullptr;
+    bytes_ = 0;
+    const size_t wanted = bytes > 0 ? bytes : 1;
+    const cudaError_t error = cudaHostAlloc(&pointer_, wanted, cudaHostAllocDefault);
+    if (error == cudaSuccess) bytes_ = wanted;
+    return error;
+  }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(pointer_);
+  }
+
+ private:
+  void* pointer_ = nullptr;
+  size_t bytes_ = 0;
+};
+
 }  // namespace zerosim

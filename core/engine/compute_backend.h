@@ -58,7 +58,7 @@ struct MicroBatchInput {
 // fp32 master, moments, gradient accumulator) and steps the optimizer itself. Optimizer
 // offloaded (cpu or nvme; ZeRO-Offload's and ZeRO-Infinity's placement): the backend holds the
 // 16-bit parameters and the gradient accumulator; the host keeps master and moments (in memory
-// or swapped), takes each sub-group's gradients with gradients_to_host, steps AdamW on the CPU
+// or swapped), takes each sub-group's gradients with gradients_on_host, steps AdamW on the CPU
 // and returns the new 16-bit parameters with parameters_from_host. The collectives then
 // work on device buffers with the host path's arithmetic: a gather casts every rank's 16-bit
 // partition into the full fp32 tensor; a layer's exchange adds, to each owner's fp32
@@ -97,11 +97,17 @@ class ResidentState {
   virtual Status adam_update(const AdamStepScalars& scalars, float grad_multiplier, size_t offset, size_t count) = 0;
   // The 16-bit parameters of [offset, offset + count) from the master (round to nearest even).
   virtual Status store_parameters(size_t offset, size_t count) = 0;
-  // The offloaded placement: the accumulator's [offset, offset + destination.size()) in host
-  // memory (complete when the call returns), and the 16-bit parameters of [offset, offset +
-  // count) from host memory (`params` holds count elements of the model dtype; the host's
-  // buffer may change once the call returns).
-  virtual Status gradients_to_host(size_t offset, std::span<float> destination) = 0;
+  // The offloaded placement: the accumulator's [offset, offset + count) in host memory,
+  // complete when the call returns, in the backend's staging (pinned memory on a GPU): the span
+  // stays valid until the next call. When next_count > 0 the copy of [next_offset, next_offset +
+  // next_count) starts behind it, so that the next sub-group's gradients move while the caller
+  // steps this one's (the next call should ask for that range; a prefetch is forgotten once the
+  // accumulator changes or the step ends).
+  virtual Result<std::span<const float>> gradients_on_host(size_t offset, size_t count, size_t next_offset,
+                                                           size_t next_count) = 0;
+  // The offloaded placement: the 16-bit parameters of [offset, offset + count) from host memory
+  // (`params` holds count elements of the model dtype; the host's buffer may change once the
+  // call returns).
   virtual Status parameters_from_host(size_t offset, std::span<const std::byte> params) = 0;
   virtual Status zero_gradients() = 0;
   // After an optimizer step's updates: every rank's new 16-bit partitions are complete before

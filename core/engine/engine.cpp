@@ -913,10 +913,14 @@ Status RankEngine::optimizer_step(StepRecord& record) {
     }
     const float* gradient = nullptr;
     if (resident_ != nullptr) {
-      // The offloaded optimizer: the sub-group's gradients come from the backend's accumulator.
-      gradient_group_scratch_.resize(count);
-      ZEROSIM_RETURN_IF_ERROR(resident_->gradients_to_host(offset, gradient_group_scratch_));
-      gradient = gradient_group_scratch_.data();
+      // The offloaded optimizer: the sub-group's gradients come from the backend's accumulator,
+      // and the next sub-group's start moving while this one steps.
+      const bool last = g + 1 == layout_.sub_groups.size();
+      const size_t next_offset = last ? 0 : static_cast<size_t>(layout_.sub_groups[g + 1].flat_offset);
+      const size_t next_count = last ? 0 : static_cast<size_t>(layout_.sub_groups[g + 1].element_count);
+      ZEROSIM_ASSIGN_OR_RETURN(const std::span<const float> staged,
+                               resident_->gradients_on_host(offset, count, next_offset, next_count));
+      gradient = staged.data();
     } else if (gradient_swapper_) {
       gradient_group_scratch_.resize(count);
       const int64_t final_version =
