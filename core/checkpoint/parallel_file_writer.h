@@ -1,0 +1,72 @@
+// Writes a byte stream into a file, from offset 0 in order, with the file system's parallelism:
+// what the caller appends is copied into staging buffers, and each full buffer goes to the
+// Disk's async queue (on a real disk, the pread/pwrite engine's worker threads, each writing
+// its slice of the buffer at once) while the caller fills the next. The buffers form two
+// groups, each with its own queue: the caller fills one group while the other's writes run,
+// and waits for a group's writes only before it reuses that group's buffers. So a checkpoint
+// shard is serialized and hashed (by the caller) while its earlier bytes are being written,
+// and a page-cache write runs on several cores, as PyTorch DCP's writer threads do.
+//
+// Crash consistency is the caller's, as before: nothing written is durable before File::sync,
+// and the writes of a group may complete in any order (the simulator's queue reorders them).
+// Every write's completion is checked; finish() reports the first failure, naming the file,
+// the offset and the length (the queue's message).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/env/disk.h"
+#include "core/status.h"
+
+namespace zerosim {
+
+struct ParallelWriteOptions {
+  size_t buffer_bytes = size_t{8} << 20;  // a staging buffer (and so one queued write)
+  int buffers_per_group = 2;
+  int writer_threads = 4;                 // the queue's intra-op parallelism
+};
+
+class ParallelFileWriter {
+ public:
+  // `file` must outlive the writer. Fails when the options are out of range or the disk
+  // cannot make an async queue.
+  static Result<std::unique_ptr<ParallelFileWriter>> create(Disk& disk, File& file, const ParallelWriteOptions& options);
+  ~ParallelFileWriter();
+  ParallelFileWriter(const ParallelFileWriter&) = delete;
+  ParallelFileWriter& operator=(const ParallelFileWriter&) = delete;
+
+  // Copies `bytes` to the end of the stream (the file's offset written_bytes() on).
+  Status append(std::span<const std::byte> bytes);
+  // Writes what is staged and waits for every write. After it, or after any error, the writer
+  // takes no more bytes.
+  Status finish();
+  uint64_t appended_bytes() const { return appended_bytes_; }
+
+ private:
+  struct Group {
+    std::unique_ptr<AsyncIoQueue> queue;
+    std::vector<std::vector<std::byte>> buffers;
+    bool in_flight = false;
+  };
+  ParallelFileWriter(File& file, const ParallelWriteOptions& options) : file_(file), options_(options) {}
+  // Submits the current buffer's bytes at their offset; moves to the next buffer (the next
+  // group's first, after waiting for that group's writes, when this group is used up).
+  Status submit_current();
+
+  File& file_;
+  const ParallelWriteOptions options_;
+  Group groups_[2];
+  int group_ = 0;          // the group being filled
+  int buffer_ = 0;         // its buffer being filled
+  size_t buffer_used_ = 0;
+  uint64_t appended_bytes_ = 0;
+  uint64_t submitted_bytes_ = 0;
+  Status failed_;          // the first error; the writer is done after it
+  bool finished_ = false;
+};
+
+}  // namespace zerosim

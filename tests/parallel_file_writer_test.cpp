@@ -1,0 +1,119 @@
+// ParallelFileWriter (core/checkpoint/parallel_file_writer.h): whatever the pieces appended and
+// the buffer sizes, the file holds exactly the stream, on a real disk (several writer threads,
+// both groups of buffers reused many times) and on SimDisk (whose queue completes a group's
+// writes in a shuffled order); a failed write is an error that names the file, and after it the
+// writer takes nothing more; bad options are refused by name.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include "core/checkpoint/parallel_file_writer.h"
+#include "faults/faulty_disk.h"
+#include "sim/sim_disk.h"
+#include "tests/test_directory.h"
+
+namespace zerosim {
+namespace {
+
+std::vector<std::byte> random_bytes(size_t count, std::mt19937_64& random) {
+  std::vector<std::byte> bytes(count);
+  for (std::byte& b : bytes) b = static_cast<std::byte>(random());
+  return bytes;
+}
+
+// Appends `stream` in pieces of random sizes (0 to 3 buffers) and finishes.
+Status write_in_pieces(Disk& disk, File& file, const ParallelWriteOptions& options, const std::vector<std::byte>& stream,
+                       std::mt19937_64& random) {
+  ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<ParallelFileWriter> writer, ParallelFileWriter::create(disk, file, options));
+  size_t at = 0;
+  while (at < stream.size()) {
+    const size_t piece = std::min(stream.size() - at, static_cast<size_t>(random() % (3 * options.buffer_bytes + 1)));
+    ZEROSIM_RETURN_IF_ERROR(writer->append(std::span<const std::byte>(stream).subspan(at, piece)));
+    at += piece;
+  }
+  ZEROSIM_RETURN_IF_ERROR(writer->finish());
+  if (writer->appended_bytes() != stream.size()) return internal_error("appended_bytes differs from the stream");
+  return Status();
+}
+
+TEST(ParallelFileWriter, TheFileHoldsExactlyTheStreamOnARealDisk) {
+  TestDirectory directory;
+  std::unique_ptr<Disk> disk = make_posix_disk();
+  std::mt19937_64 random(7);
+  for (const ParallelWriteOptions options : {ParallelWriteOptions{4096, 1, 1}, ParallelWriteOptions{4096, 2, 3},
+                                             ParallelWriteOptions{3 * 4096, 3, 8}, ParallelWriteOptions{}}) {
+    for (const size_t size : {size_t{0}, size_t{1}, size_t{4095}, size_t{4096}, size_t{1000003}, size_t{21} << 20}) {
+      SCOPED_TRACE(testing::Message() << size << " bytes, buffers of " << options.buffer_bytes << ", "
+                                      << options.buffers_per_group << " per group, " << options.writer_threads
+                                      << " threads; replay: ctest -R ParallelFileWriter");
+      const std::string path = directory.path() + "/stream";
+      const std::vector<std::byte> stream = random_bytes(size, random);
+      Result<std::unique_ptr<File>> file = disk->open(path, {OpenMode::kCreateTruncate});
+      ASSERT_TRUE(file.ok()) << file.status().to_string();
+      const Status written = write_in_pieces(*disk, **file, options, stream, random);
+      ASSERT_TRUE(written.ok()) << written.to_string();
+      ASSERT_TRUE((*file)->close().ok());
+      Result<std::vector<std::byte>> read = read_whole_file(*disk, path);
+      ASSERT_TRUE(read.ok()) << read.status().to_string();
+      EXPECT_TRUE(*read == stream);
+    }
+  }
+}
+
+TEST(ParallelFileWriter, TheSimulatorsReorderedWritesMakeTheSameFile) {
+  SimDisk disk;
+  std::mt19937_64 random(11);
+  const std::vector<std::byte> stream = random_bytes(200000, random);
+  Result<std::unique_ptr<File>> file = disk.open("/stream", {OpenMode::kCreateTruncate});
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
+  const Status written = write_in_pieces(disk, **file, ParallelWriteOptions{4096, 4, 2}, stream, random);
+  ASSERT_TRUE(written.ok()) << written.to_string();
+  ASSERT_TRUE((*file)->close().ok());
+  Result<std::vector<std::byte>> read = read_whole_file(disk, "/stream");
+  ASSERT_TRUE(read.ok()) << read.status().to_string();
+  EXPECT_TRUE(*read == stream);
+}
+
+TEST(ParallelFileWriter, AFailedWriteNamesTheFileAndEndsTheWriter) {
+  TestDirectory directory;
+  std::unique_ptr<Disk> real = make_posix_disk();
+  for (const int64_t occurrence : {1, 3, 9}) {
+    SCOPED_TRACE(testing::Message() << "write " << occurrence << " fails");
+    FaultyDisk disk(*real, {{"*/shard", FaultOperation::kWrite, occurrence, FaultKind::kIoError, 0, 0}});
+    Result<std::unique_ptr<File>> file = disk.open(directory.path() + "/shard", {OpenMode::kCreateTruncate});
+    ASSERT_TRUE(file.ok()) << file.status().to_string();
+    Result<std::unique_ptr<ParallelFileWriter>> writer =
+        ParallelFileWriter::create(disk, **file, ParallelWriteOptions{4096, 2, 2});
+    ASSERT_TRUE(writer.ok()) << writer.status().to_string();
+    std::mt19937_64 random(3);
+    const std::vector<std::byte> stream = random_bytes(64 * 4096, random);
+    Status status;
+    for (size_t at = 0; at < stream.size() && status.ok(); at += 5000) {
+      status = (*writer)->append(std::span<const std::byte>(stream).subspan(at, std::min<size_t>(5000, stream.size() - at)));
+    }
+    const Status finished = (*writer)->finish();
+    const Status failure = status.ok() ? finished : status;
+    EXPECT_EQ(failure.code(), StatusCode::kIoError) << failure.to_string();
+    EXPECT_NE(failure.message().find("shard"), std::string::npos) << failure.message();
+    EXPECT_FALSE(finished.ok()) << "finish() reports the failure too";
+  }
+}
+
+TEST(ParallelFileWriter, BadOptionsAreRefusedByName) {
+  TestDirectory directory;
+  std::unique_ptr<Disk> disk = make_posix_disk();
+  Result<std::unique_ptr<File>> file = disk->open(directory.path() + "/f", {OpenMode::kCreateTruncate});
+  ASSERT_TRUE(file.ok());
+  for (const ParallelWriteOptions options : {ParallelWriteOptions{1000, 2, 4}, ParallelWriteOptions{0, 2, 4},
+                                             ParallelWriteOptions{4096, 0, 4}, ParallelWriteOptions{4096, 2, 0},
+                                             ParallelWriteOptions{4096, 2, 257}}) {
+    Result<std::unique_ptr<ParallelFileWriter>> writer = ParallelFileWriter::create(*disk, **file, options);
+    EXPECT_EQ(writer.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(writer.status().message().find("/f"), std::string::npos) << writer.status().message();
+  }
+}
+
+}  // namespace
+}  // namespace zerosim
