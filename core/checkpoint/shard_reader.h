@@ -4,7 +4,8 @@
 // and XXH3-128 checksum against the manifest, its safetensors header (safetensors.h), and that
 // it holds exactly the tensors the manifest's layout says its rank owns, each with the right
 // dtype, shape and metadata (global offset and shape). So a rank that resumes reads and checks
-// only the shards its own partition overlaps.
+// only the shards its own partition overlaps. A rank that reads its own shard reads it once,
+// large tensors by several threads at once (begin_sequential below).
 #pragma once
 
 #include <memory>
@@ -64,6 +65,11 @@ class CheckpointShardReader {
   int sequential_rank_ = -1;
   uint64_t sequential_offset_ = 0;
   std::unique_ptr<StreamingHash> sequential_hash_;
+  // A sequential read's tensors of at least kParallelReadMinimumBytes go through this queue's
+  // kReaderThreads threads (made at the first), as DCP's reader threads do.
+  static constexpr size_t kParallelReadMinimumBytes = size_t{1} << 20;
+  static constexpr int kReaderThreads = 4;
+  std::unique_ptr<AsyncIoQueue> read_queue_;
 };
 
 }  // namespace zerosim
