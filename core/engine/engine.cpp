@@ -372,7 +372,7 @@ Status RankEngine::adopt_resident_state() {
   // The gradients accumulate in the backend from now on: the host path's gradient partition
   // (or its swap files) would only hold memory, a lock and a queue. A load builds them again
   // (prepare_storage) before its adopt.
-  std::vector<float>().swap(gradient_partition_);
+  StateArray<float>().swap(gradient_partition_);
   gradient_swapper_.reset();
   return Status();
 }

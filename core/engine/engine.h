@@ -46,6 +46,7 @@
 #include "core/optim/adamw.h"
 #include "core/optim/loss_scaler.h"
 #include "core/optim/lr_scheduler.h"
+#include "core/tensor/huge_page_allocator.h"
 #include "core/swap/optimizer_swapper.h"
 #include "core/swap/partition_swapper.h"
 #include "core/zero/exact_square_sum.h"
@@ -381,11 +382,12 @@ class RankEngine {
   std::vector<BufferInfo> saved_buffers() const;
   SimdPath simd_path_ = SimdPath::kScalar;
 
-  std::vector<std::byte> param_partition_;  // model dtype
-  std::vector<float> master_;
-  std::vector<float> exp_avg_;
-  std::vector<float> exp_avg_sq_;
-  std::vector<float> gradient_partition_;  // fp32 accumulation over micro-steps
+  // On huge pages where the kernel gives them (huge_page_allocator.h): a load's first touch.
+  StateArray<std::byte> param_partition_;  // model dtype
+  StateArray<float> master_;
+  StateArray<float> exp_avg_;
+  StateArray<float> exp_avg_sq_;
+  StateArray<float> gradient_partition_;  // fp32 accumulation over micro-steps
   // trainable_runs of each sub-group, computed once with the layout (not per step).
   std::vector<std::vector<std::pair<size_t, size_t>>> trainable_runs_by_group_;
   TrainingCounters counters_;
@@ -408,7 +410,7 @@ class RankEngine {
   bool resident_used_ = false;      // it has held them for a step of this run
   bool resident_holds_optimizer_ = false;  // master and moments too (the optimizer is not offloaded)
   template <typename T>
-  std::span<const T> host_partition(const std::vector<T>& partition) const {
+  std::span<const T> host_partition(const StateArray<T>& partition) const {
     ZEROSIM_CHECK(!host_state_stale_, "the host partitions are read after the backend's newer ones are copied back");
     return partition;
   }
