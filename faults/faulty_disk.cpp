@@ -220,6 +220,9 @@ class FaultyFile final : public File {
     if (decision.fires) disk_.delay_us(decision.rule.latency_us);
     return inner_->sync();
   }
+  Status start_writeback(uint64_t offset_bytes, uint64_t length_bytes) override {
+    return inner_->start_writeback(offset_bytes, length_bytes);
+  }
   Status close() override { return inner_->close(); }
   int native_descriptor() const override { return inner_->native_descriptor(); }
   bool direct_io() const override { return inner_->direct_io(); }

@@ -35,6 +35,13 @@ ParallelFileWriter::~ParallelFileWriter() {
   }
 }
 
+Status ParallelFileWriter::complete(Group& group) {
+  if (!group.in_flight) return Status();
+  group.in_flight = false;
+  ZEROSIM_RETURN_IF_ERROR(group.queue->wait_all());
+  return file_.start_writeback(group.first_offset, group.end_offset - group.first_offset);
+}
+
 Status ParallelFileWriter::submit_current() {
   Group& group = groups_[group_];
   std::vector<std::byte>& buffer = group.buffers[static_cast<size_t>(buffer_)];
@@ -46,18 +53,16 @@ Status ParallelFileWriter::submit_current() {
     request.buffer = buffer.data();
     request.length_bytes = buffer_used_;
     ZEROSIM_RETURN_IF_ERROR(group.queue->submit(request));
+    if (!group.in_flight) group.first_offset = submitted_bytes_;
     group.in_flight = true;
     submitted_bytes_ += buffer_used_;
+    group.end_offset = submitted_bytes_;
     buffer_used_ = 0;
   }
   if (++buffer_ == options_.buffers_per_group) {
     buffer_ = 0;
     group_ = 1 - group_;
-    Group& next = groups_[group_];
-    if (next.in_flight) {
-      next.in_flight = false;
-      ZEROSIM_RETURN_IF_ERROR(next.queue->wait_all());
-    }
+    ZEROSIM_RETURN_IF_ERROR(complete(groups_[group_]));
   }
   std::vector<std::byte>& next_buffer = groups_[group_].buffers[static_cast<size_t>(buffer_)];
   if (next_buffer.size() != options_.buffer_bytes) next_buffer.resize(options_.buffer_bytes);
@@ -97,16 +102,17 @@ Status ParallelFileWriter::finish() {
     request.length_bytes = buffer_used_;
     failed_ = group.queue->submit(request);
     if (failed_.ok()) {
+      if (!group.in_flight) group.first_offset = submitted_bytes_;
       group.in_flight = true;
       submitted_bytes_ += buffer_used_;
+      group.end_offset = submitted_bytes_;
       buffer_used_ = 0;
     }
   }
-  for (Group& group : groups_) {
-    if (!group.in_flight) continue;
-    group.in_flight = false;
-    const Status waited = group.queue->wait_all();
-    if (failed_.ok()) failed_ = waited;
+  // The older group first, so that writeback starts in file order.
+  for (Group* group : {&groups_[1 - group_], &groups_[group_]}) {
+    const Status completed = complete(*group);
+    if (failed_.ok()) failed_ = completed;
   }
   return failed_;
 }

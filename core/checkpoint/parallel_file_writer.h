@@ -3,7 +3,8 @@
 // Disk's async queue (on a real disk, the pread/pwrite engine's worker threads, each writing
 // its slice of the buffer at once) while the caller fills the next. The buffers form two
 // groups, each with its own queue: the caller fills one group while the other's writes run,
-// and waits for a group's writes only before it reuses that group's buffers. So a checkpoint
+// and waits for a group's writes only before it reuses that group's buffers. A group's bytes,
+// once written, start going to the device (File::start_writeback) while the next ones are made. So a checkpoint
 // shard is serialized and hashed (by the caller) while its earlier bytes are being written,
 // and a page-cache write runs on several cores, as PyTorch DCP's writer threads do.
 //
@@ -51,7 +52,11 @@ class ParallelFileWriter {
     std::unique_ptr<AsyncIoQueue> queue;
     std::vector<std::vector<std::byte>> buffers;
     bool in_flight = false;
+    uint64_t first_offset = 0, end_offset = 0;  // the file range its writes in flight cover
   };
+  // Waits for the group's writes, then starts their writeback (File::start_writeback), so the
+  // final sync() does not flush the whole file at once.
+  Status complete(Group& group);
   ParallelFileWriter(File& file, const ParallelWriteOptions& options) : file_(file), options_(options) {}
   // Submits the current buffer's bytes at their offset; moves to the next buffer (the next
   // group's first, after waiting for that group's writes, when this group is used up).

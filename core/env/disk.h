@@ -49,6 +49,11 @@ class File {
   virtual Status truncate(uint64_t size_bytes) = 0;
   // Makes the file's content durable (fsync/fdatasync).
   virtual Status sync() = 0;
+  // Starts writing [offset, offset + length) back to the device without waiting (Linux's
+  // sync_file_range with SYNC_FILE_RANGE_WRITE), so that a later sync() finds less to do: a
+  // large file's writeback then overlaps its writing. Promises nothing about durability (only
+  // sync() does); a Disk without such a call does nothing.
+  virtual Status start_writeback(uint64_t offset_bytes, uint64_t length_bytes) { return Status(); }
   virtual Status close() = 0;
   // The POSIX descriptor for async engines that drive it directly (libaio); -1 when the file
   // is not a POSIX file (SimDisk), in which case only its own Disk's queue can drive it.

@@ -99,6 +99,18 @@ class PosixFile final : public File {
     return Status();
   }
 
+  Status start_writeback(uint64_t offset_bytes, uint64_t length_bytes) override {
+    if (::sync_file_range(descriptor_, static_cast<off_t>(offset_bytes), static_cast<off_t>(length_bytes),
+                          SYNC_FILE_RANGE_WRITE) != 0) {
+      // A file system without the call (or a descriptor it does not apply to) only loses the
+      // head start: sync() still makes the content durable. An I/O error is reported.
+      if (errno == EINVAL || errno == ESPIPE || errno == ENOSYS || errno == EOPNOTSUPP) return Status();
+      return errno_status(errno, "sync_file_range " + path() + " at offset " + std::to_string(offset_bytes) +
+                                     " length " + std::to_string(length_bytes));
+    }
+    return Status();
+  }
+
   Status close() override {
     if (descriptor_ < 0) return Status();
     int descriptor = descriptor_;
