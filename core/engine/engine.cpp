@@ -660,7 +660,9 @@ Result<MicroBatchInput> RankEngine::load_micro_batch(int64_t first_position) {
   }
   if (backend_makes_batches_) {
     micro_batch_samples_.resize(static_cast<size_t>(micro_batch));
-    for (int64_t s = 0; s < micro_batch; ++s) micro_batch_samples_[static_cast<size_t>(s)] = sampler_.sample_at(first_position + s);
+    for (int64_t s = 0; s < micro_batch; ++s) {
+      micro_batch_samples_[static_cast<size_t>(s)] = sampler_.sample_at(first_position + s);
+    }
     batch.sample_indices = micro_batch_samples_;
     return batch;
   }
