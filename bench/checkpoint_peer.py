@@ -55,7 +55,9 @@ def drop_caches():
 
 
 def make_state(total_elements, rank, fresh):
-    """The rank's tensors: param (fp16) and master/exp_avg/exp_avg_sq (fp32) per chunk."""
+    """The rank's tensors: param (fp16) and master/exp_avg/exp_avg_sq (fp32) per chunk. The
+    names carry the rank: DCP's planner saves a plain tensor that every rank names alike once,
+    as replicated, which would make W ranks write one rank's bytes."""
     state = {}
     generator = torch.Generator().manual_seed(1234 + rank)
     remaining, index = total_elements, 0
@@ -64,9 +66,9 @@ def make_state(total_elements, rank, fresh):
         for name, dtype in (("param", torch.float16), ("master", torch.float32), ("exp_avg", torch.float32),
                             ("exp_avg_sq", torch.float32)):
             if fresh:
-                state[f"{name}.{index}"] = torch.empty(count, dtype=dtype)
+                state[f"rank{rank}.{name}.{index}"] = torch.empty(count, dtype=dtype)
             else:
-                state[f"{name}.{index}"] = torch.randn(count, generator=generator).to(dtype)
+                state[f"rank{rank}.{name}.{index}"] = torch.randn(count, generator=generator).to(dtype)
         remaining -= count
         index += 1
     return state

@@ -36,7 +36,8 @@ for w in 1 4; do
     python3 "$root/bench/checkpoint_peer.py" --dir "$dir/peer" --state-mib "$size_mib" --repetitions "$repetitions" | tee -a "$results"
   else
     torchrun --standalone --nproc_per_node "$w" "$root/bench/checkpoint_peer.py" --dir "$dir/peer" \
-             --state-mib "$size_mib" --repetitions "$repetitions" 2>/dev/null | tee -a "$results"
+             --state-mib "$size_mib" --repetitions "$repetitions" 2> "$dir/peer-w$w.err" | tee -a "$results" ||
+      { echo "checkpoint_vs_dcp: the peer at W=$w failed; its errors:" >&2; tail -20 "$dir/peer-w$w.err" >&2; }
   fi
 done
 python3 - "$results" <<'PY'
