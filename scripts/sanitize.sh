@@ -24,7 +24,7 @@ case "$kind" in
     build="$root/build-tsan"
     flags="-O1 -g0"
     sanitize="thread"
-    targets=(comm_test async_io_test optimizer_swapper_test partition_swapper_test checkpoint_test parallel_file_writer_test sim_world_test engine_test
+    targets=(comm_test async_io_test optimizer_swapper_test partition_swapper_test checkpoint_test parallel_file_writer_test parallel_file_reader_test sim_world_test engine_test
              resident_state_test)
     tests=(-R "^(ThreadComm|AsyncIo|AsyncIoProperty|FaultyDisk|OptimizerSwapper|OptimizerSwapperFault|PartitionSwapper|Checkpoint|CheckpointLoader|CheckpointProperty|CheckpointRetention|CheckpointShards|ParallelFileWriter|SimWorld|Engine|EngineProperty|ResidentState)\.")
     ;;

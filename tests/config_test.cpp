@@ -6,6 +6,7 @@
 // messages (dotted key path, expected, found, nearest name), "auto" filling, batch derivation,
 // legacy keys and --set overrides.
 #include "core/config/ds_config.h"
+#include "core/engine/engine.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -881,6 +882,56 @@ TEST(Checkpoint, TagValidationTakesDeepSpeedsThreeModesInAnyCase) {
               StartsWith("checkpoint.tag_validation: expected \"Warn\", \"Ignore\" or \"Fail\""));
   EXPECT_THAT(rejection_of(R"({"train_batch_size": 8, "checkpoint": {"tag_validation": 1}})"),
               StartsWith("checkpoint.tag_validation: expected"));
+}
+
+// checkpoint.writer as DeepSpeed's get_checkpoint_writer_config reads it: the type in any case
+// (FAST when a writer is given without one), io_buffer_size 64 MiB and io_buffer_double true by
+// default; "mock" writes nothing and is refused; a buffer O_DIRECT cannot move is named.
+TEST(Checkpoint, TheWriterBlockTakesDeepSpeedsTypesAndBufferSettings) {
+  const ResolvedConfig none = accepted_text(R"({"train_batch_size": 8})");
+  EXPECT_EQ(none.checkpoint.writer, CheckpointWriterType::kNone);
+  const ResolvedConfig fast = accepted_text(R"({"train_batch_size": 8, "checkpoint": {"writer": {}}})");
+  EXPECT_EQ(fast.checkpoint.writer, CheckpointWriterType::kFast);
+  EXPECT_EQ(fast.checkpoint.io_buffer_size, int64_t{64} << 20);
+  EXPECT_TRUE(fast.checkpoint.io_buffer_double);
+  EXPECT_EQ(fast.resolved.at("checkpoint").at("writer").at("type"), "FAST");
+  const ResolvedConfig python = accepted_text(
+      R"({"train_batch_size": 8, "checkpoint": {"writer": {"type": "Python", "io_buffer_size": 12288, "io_buffer_double": false}}})");
+  EXPECT_EQ(python.checkpoint.writer, CheckpointWriterType::kPython);
+  EXPECT_EQ(python.checkpoint.io_buffer_size, 12288);
+  EXPECT_FALSE(python.checkpoint.io_buffer_double);
+  const CheckpointIoOptions python_io = checkpoint_io_options_from(python);
+  EXPECT_FALSE(python_io.direct_io);
+  EXPECT_EQ(python_io.threads, 1);
+  EXPECT_EQ(python_io.buffer_bytes, 12288u);
+  EXPECT_FALSE(python_io.double_buffered);
+  const ResolvedConfig fast_aio = accepted_text(
+      R"({"train_batch_size": 8, "aio": {"block_size": 262144, "queue_depth": 16, "intra_op_parallelism": 2},
+          "checkpoint": {"writer": {"type": "fast", "io_buffer_size": 1048576}}})");
+  const CheckpointIoOptions fast_io = checkpoint_io_options_from(fast_aio);
+  EXPECT_TRUE(fast_io.direct_io);
+  EXPECT_EQ(fast_io.buffer_bytes, 524288u) << "halved for the double buffer";
+  EXPECT_TRUE(fast_io.double_buffered);
+  EXPECT_EQ(fast_io.aio.block_size_bytes, 262144);
+  EXPECT_EQ(fast_io.aio.queue_depth, 16);
+  EXPECT_EQ(fast_io.aio.intra_op_parallelism, 2);
+  const CheckpointIoOptions default_io = checkpoint_io_options_from(none);
+  EXPECT_FALSE(default_io.direct_io);
+  EXPECT_EQ(default_io.threads, 4);
+  EXPECT_THAT(rejection_of(R"({"train_batch_size": 8, "checkpoint": {"writer": {"type": "mock"}}})"),
+              StartsWith("checkpoint.writer.type: \"mock\" writes nothing"));
+  EXPECT_THAT(rejection_of(R"({"train_batch_size": 8, "checkpoint": {"writer": {"type": ""}}})"),
+              StartsWith("checkpoint.writer.type: expected \"fast\", \"python\" or \"mock\""));
+  EXPECT_THAT(rejection_of(R"({"train_batch_size": 8, "checkpoint": {"writer": {"io_buffer_size": 12288}}})"),
+              StartsWith("checkpoint.writer.io_buffer_size: expected a multiple of 8192 bytes"));
+  EXPECT_THAT(rejection_of(R"({"train_batch_size": 8, "checkpoint": {"writer": {"io_buffer_size": 0}}})"),
+              StartsWith("checkpoint.writer.io_buffer_size"));
+  EXPECT_THAT(rejection_of(R"({"train_batch_size": 8, "checkpoint": {"writer": "fast"}})"),
+              StartsWith("checkpoint.writer: expected an object"));
+  const ResolvedConfig decoupled =
+      accepted_text(R"({"train_batch_size": 8, "checkpoint": {"writer": {"decoupled": true, "buffer": 1}}})");
+  EXPECT_TRUE(any_contains(decoupled.warnings, "checkpoint.writer.decoupled"));
+  EXPECT_TRUE(any_contains(decoupled.warnings, "checkpoint.writer.buffer: unknown key"));
 }
 
 TEST(Numerics, PortableByDefaultDeepSpeedOnRequestAndNothingElse) {

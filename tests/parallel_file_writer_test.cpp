@@ -1,8 +1,9 @@
 // ParallelFileWriter (core/checkpoint/parallel_file_writer.h): whatever the pieces appended and
 // the buffer sizes, the file holds exactly the stream, on a real disk (several writer threads,
-// both groups of buffers reused many times) and on SimDisk (whose queue completes a group's
-// writes in a shuffled order); a failed write is an error that names the file, and after it the
-// writer takes nothing more; bad options are refused by name.
+// both groups of buffers reused many times, or one group; buffered and O_DIRECT through libaio,
+// whose last block is padded and cut off) and on SimDisk (whose queue completes a group's writes
+// in a shuffled order, and which checks direct alignment); a failed write is an error that names
+// the file, and after it the writer takes nothing more; bad options are refused by name.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,6 +18,17 @@
 namespace zerosim {
 namespace {
 
+CheckpointIoOptions io(size_t buffer_bytes, int buffers_per_group, int threads, bool direct = false,
+                       bool double_buffered = true) {
+  CheckpointIoOptions options;
+  options.buffer_bytes = buffer_bytes;
+  options.buffers_per_group = buffers_per_group;
+  options.threads = threads;
+  options.direct_io = direct;
+  options.double_buffered = double_buffered;
+  return options;
+}
+
 std::vector<std::byte> random_bytes(size_t count, std::mt19937_64& random) {
   std::vector<std::byte> bytes(count);
   for (std::byte& b : bytes) b = static_cast<std::byte>(random());
@@ -24,7 +36,7 @@ std::vector<std::byte> random_bytes(size_t count, std::mt19937_64& random) {
 }
 
 // Appends `stream` in pieces of random sizes (0 to 3 buffers) and finishes.
-Status write_in_pieces(Disk& disk, File& file, const ParallelWriteOptions& options, const std::vector<std::byte>& stream,
+Status write_in_pieces(Disk& disk, File& file, const CheckpointIoOptions& options, const std::vector<std::byte>& stream,
                        std::mt19937_64& random) {
   ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<ParallelFileWriter> writer, ParallelFileWriter::create(disk, file, options));
   size_t at = 0;
@@ -42,19 +54,23 @@ TEST(ParallelFileWriter, TheFileHoldsExactlyTheStreamOnARealDisk) {
   TestDirectory directory;
   std::unique_ptr<Disk> disk = make_posix_disk();
   std::mt19937_64 random(7);
-  for (const ParallelWriteOptions options : {ParallelWriteOptions{4096, 1, 1}, ParallelWriteOptions{4096, 2, 3},
-                                             ParallelWriteOptions{3 * 4096, 3, 8}, ParallelWriteOptions{}}) {
+  for (const CheckpointIoOptions options :
+       {io(4096, 1, 1), io(4096, 2, 3), io(3 * 4096, 3, 8), CheckpointIoOptions{}, io(4096, 1, 1, false, false),
+        io(4096, 1, 1, true), io(3 * 4096, 2, 2, true), io(size_t{1} << 20, 1, 1, true, false)}) {
     for (const size_t size : {size_t{0}, size_t{1}, size_t{4095}, size_t{4096}, size_t{1000003}, size_t{21} << 20}) {
       SCOPED_TRACE(testing::Message() << size << " bytes, buffers of " << options.buffer_bytes << ", "
-                                      << options.buffers_per_group << " per group, " << options.writer_threads
-                                      << " threads; replay: ctest -R ParallelFileWriter");
+                                      << options.buffers_per_group << " per group, " << options.threads
+                                      << " threads, direct " << options.direct_io << ", double "
+                                      << options.double_buffered << "; replay: ctest -R ParallelFileWriter");
       const std::string path = directory.path() + "/stream";
       const std::vector<std::byte> stream = random_bytes(size, random);
-      Result<std::unique_ptr<File>> file = disk->open(path, {OpenMode::kCreateTruncate});
+      Result<CheckpointFile> file = open_checkpoint_file(*disk, path, OpenMode::kCreateTruncate, options.direct_io);
       ASSERT_TRUE(file.ok()) << file.status().to_string();
-      const Status written = write_in_pieces(*disk, **file, options, stream, random);
+      // This machine's file systems take O_DIRECT; one that does not would not test it here.
+      ASSERT_EQ(file->file->direct_io(), options.direct_io) << file->note;
+      const Status written = write_in_pieces(*disk, *file->file, options, stream, random);
       ASSERT_TRUE(written.ok()) << written.to_string();
-      ASSERT_TRUE((*file)->close().ok());
+      ASSERT_TRUE(file->file->close().ok());
       Result<std::vector<std::byte>> read = read_whole_file(*disk, path);
       ASSERT_TRUE(read.ok()) << read.status().to_string();
       EXPECT_TRUE(*read == stream);
@@ -68,10 +84,39 @@ TEST(ParallelFileWriter, TheSimulatorsReorderedWritesMakeTheSameFile) {
   const std::vector<std::byte> stream = random_bytes(200000, random);
   Result<std::unique_ptr<File>> file = disk.open("/stream", {OpenMode::kCreateTruncate});
   ASSERT_TRUE(file.ok()) << file.status().to_string();
-  const Status written = write_in_pieces(disk, **file, ParallelWriteOptions{4096, 4, 2}, stream, random);
+  const Status written = write_in_pieces(disk, **file, io(4096, 4, 2), stream, random);
   ASSERT_TRUE(written.ok()) << written.to_string();
   ASSERT_TRUE((*file)->close().ok());
   Result<std::vector<std::byte>> read = read_whole_file(disk, "/stream");
+  ASSERT_TRUE(read.ok()) << read.status().to_string();
+  EXPECT_TRUE(*read == stream);
+  // Direct: SimDisk refuses any write that is not 4096-aligned; the padded tail is cut off.
+  for (const bool double_buffered : {true, false}) {
+    Result<CheckpointFile> direct = open_checkpoint_file(disk, "/direct", OpenMode::kCreateTruncate, true);
+    ASSERT_TRUE(direct.ok()) << direct.status().to_string();
+    ASSERT_TRUE(direct->file->direct_io());
+    const Status direct_written =
+        write_in_pieces(disk, *direct->file, io(2 * 4096, 2, 1, true, double_buffered), stream, random);
+    ASSERT_TRUE(direct_written.ok()) << direct_written.to_string();
+    Result<std::vector<std::byte>> direct_read = read_whole_file(disk, "/direct");
+    ASSERT_TRUE(direct_read.ok()) << direct_read.status().to_string();
+    EXPECT_TRUE(*direct_read == stream) << "double-buffered " << double_buffered;
+  }
+}
+
+TEST(ParallelFileWriter, RefusedDirectIoFallsBackWithANote) {
+  TestDirectory directory;
+  std::unique_ptr<Disk> real = make_posix_disk();
+  FaultyDisk disk(*real, {{"*/shard", FaultOperation::kOpen, 1, FaultKind::kRefuseDirect, 0, 0}});
+  Result<CheckpointFile> file = open_checkpoint_file(disk, directory.path() + "/shard", OpenMode::kCreateTruncate, true);
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
+  EXPECT_FALSE(file->file->direct_io());
+  EXPECT_NE(file->note.find("O_DIRECT is refused for " + directory.path() + "/shard"), std::string::npos) << file->note;
+  std::mt19937_64 random(5);
+  const std::vector<std::byte> stream = random_bytes(100001, random);
+  CheckpointIoOptions options = io(4096, 2, 2, true);
+  ASSERT_TRUE(write_in_pieces(disk, *file->file, options, stream, random).ok());
+  Result<std::vector<std::byte>> read = read_whole_file(*real, directory.path() + "/shard");
   ASSERT_TRUE(read.ok()) << read.status().to_string();
   EXPECT_TRUE(*read == stream);
 }
@@ -85,7 +130,7 @@ TEST(ParallelFileWriter, AFailedWriteNamesTheFileAndEndsTheWriter) {
     Result<std::unique_ptr<File>> file = disk.open(directory.path() + "/shard", {OpenMode::kCreateTruncate});
     ASSERT_TRUE(file.ok()) << file.status().to_string();
     Result<std::unique_ptr<ParallelFileWriter>> writer =
-        ParallelFileWriter::create(disk, **file, ParallelWriteOptions{4096, 2, 2});
+        ParallelFileWriter::create(disk, **file, io(4096, 2, 2));
     ASSERT_TRUE(writer.ok()) << writer.status().to_string();
     std::mt19937_64 random(3);
     const std::vector<std::byte> stream = random_bytes(64 * 4096, random);
@@ -106,9 +151,10 @@ TEST(ParallelFileWriter, BadOptionsAreRefusedByName) {
   std::unique_ptr<Disk> disk = make_posix_disk();
   Result<std::unique_ptr<File>> file = disk->open(directory.path() + "/f", {OpenMode::kCreateTruncate});
   ASSERT_TRUE(file.ok());
-  for (const ParallelWriteOptions options : {ParallelWriteOptions{1000, 2, 4}, ParallelWriteOptions{0, 2, 4},
-                                             ParallelWriteOptions{4096, 0, 4}, ParallelWriteOptions{4096, 2, 0},
-                                             ParallelWriteOptions{4096, 2, 257}}) {
+  CheckpointIoOptions bad_aio = io(4096, 2, 4, true);
+  bad_aio.aio.block_size_bytes = 1000;
+  for (const CheckpointIoOptions options :
+       {io(1000, 2, 4), io(0, 2, 4), io(4096, 0, 4), io(4096, 2, 0), io(4096, 2, 257), bad_aio}) {
     Result<std::unique_ptr<ParallelFileWriter>> writer = ParallelFileWriter::create(*disk, **file, options);
     EXPECT_EQ(writer.status().code(), StatusCode::kInvalidArgument);
     EXPECT_NE(writer.status().message().find("/f"), std::string::npos) << writer.status().message();

@@ -7,24 +7,15 @@
 namespace zerosim {
 
 Result<std::unique_ptr<ParallelFileWriter>> ParallelFileWriter::create(Disk& disk, File& file,
-                                                                        const ParallelWriteOptions& options) {
-  if (options.buffer_bytes < 4096 || options.buffer_bytes % 4096 != 0 || options.buffers_per_group < 1 ||
-      options.writer_threads < 1 || options.writer_threads > 256) {
-    return invalid_argument("parallel writer for " + file.path() + ": buffers of " + std::to_string(options.buffer_bytes) +
-                            " bytes (a positive multiple of 4096), " + std::to_string(options.buffers_per_group) +
-                            " per group (at least 1), " + std::to_string(options.writer_threads) +
-                            " writer threads (1 to 256)");
-  }
+                                                                        const CheckpointIoOptions& options) {
+  ZEROSIM_RETURN_IF_ERROR(validate_checkpoint_io_options(options, file.path()));
   std::unique_ptr<ParallelFileWriter> writer(new ParallelFileWriter(file, options));
-  AsyncIoOptions queue_options;
-  queue_options.block_size_bytes = static_cast<int64_t>(std::min<size_t>(options.buffer_bytes, size_t{1} << 20));
-  queue_options.queue_depth = 8;
-  queue_options.intra_op_parallelism = options.writer_threads;
-  for (Group& group : writer->groups_) {
-    ZEROSIM_ASSIGN_OR_RETURN(group.queue, disk.make_async_queue(queue_options, Disk::AsyncEngine::kPreadPwrite));
+  for (int g = 0; g < writer->group_count(); ++g) {
+    Group& group = writer->groups_[g];
+    ZEROSIM_ASSIGN_OR_RETURN(group.queue, make_checkpoint_queue(disk, file, options));
     group.buffers.resize(static_cast<size_t>(options.buffers_per_group));
   }
-  writer->groups_[0].buffers[0].resize(options.buffer_bytes);
+  ZEROSIM_RETURN_IF_ERROR(writer->prepare_buffer(writer->groups_[0].buffers[0]));
   return writer;
 }
 
@@ -35,45 +26,63 @@ ParallelFileWriter::~ParallelFileWriter() {
   }
 }
 
+Status ParallelFileWriter::prepare_buffer(AlignedBuffer& buffer) {
+  if (buffer.size_bytes() == options_.buffer_bytes) return Status();
+  // Pinned (locked in RAM, best effort) for direct transfers, as DeepSpeed's io buffers are.
+  ZEROSIM_ASSIGN_OR_RETURN(buffer, AlignedBuffer::allocate(options_.buffer_bytes, file_.direct_io()));
+  return Status();
+}
+
 Status ParallelFileWriter::complete(Group& group) {
   if (!group.in_flight) return Status();
   group.in_flight = false;
   ZEROSIM_RETURN_IF_ERROR(group.queue->wait_all());
+  // A direct write left no dirty pages to start.
+  if (file_.direct_io()) return Status();
   return file_.start_writeback(group.first_offset, group.end_offset - group.first_offset);
 }
 
-Status ParallelFileWriter::submit_current() {
+Status ParallelFileWriter::submit_current_buffer() {
+  if (buffer_used_ == 0) return Status();
   Group& group = groups_[group_];
-  std::vector<std::byte>& buffer = group.buffers[static_cast<size_t>(buffer_)];
-  if (buffer_used_ > 0) {
-    IoRequest request;
-    request.file = &file_;
-    request.direction = IoDirection::kWrite;
-    request.offset_bytes = submitted_bytes_;
-    request.buffer = buffer.data();
-    request.length_bytes = buffer_used_;
-    ZEROSIM_RETURN_IF_ERROR(group.queue->submit(request));
-    if (!group.in_flight) group.first_offset = submitted_bytes_;
-    group.in_flight = true;
-    submitted_bytes_ += buffer_used_;
-    group.end_offset = submitted_bytes_;
-    buffer_used_ = 0;
+  AlignedBuffer& buffer = group.buffers[static_cast<size_t>(buffer_)];
+  IoRequest request;
+  request.file = &file_;
+  request.direction = IoDirection::kWrite;
+  request.offset_bytes = submitted_bytes_;
+  request.buffer = buffer.data();
+  request.length_bytes = buffer_used_;
+  if (file_.direct_io() && buffer_used_ % kDirectIoAlignmentBytes != 0) {
+    // Only the stream's last buffer is partial: zeros to the alignment, cut off by finish().
+    const size_t padded = (buffer_used_ + kDirectIoAlignmentBytes - 1) / kDirectIoAlignmentBytes * kDirectIoAlignmentBytes;
+    std::memset(buffer.data() + buffer_used_, 0, padded - buffer_used_);
+    request.length_bytes = padded;
   }
+  ZEROSIM_RETURN_IF_ERROR(group.queue->submit(request));
+  if (!group.in_flight) group.first_offset = submitted_bytes_;
+  group.in_flight = true;
+  submitted_bytes_ += buffer_used_;
+  group.end_offset = submitted_bytes_;
+  buffer_used_ = 0;
+  return Status();
+}
+
+Status ParallelFileWriter::submit_current() {
+  ZEROSIM_RETURN_IF_ERROR(submit_current_buffer());
   if (++buffer_ == options_.buffers_per_group) {
     buffer_ = 0;
-    group_ = 1 - group_;
+    // The next group (the same one when not double-buffered): its writes end before its reuse.
+    group_ = (group_ + 1) % group_count();
     ZEROSIM_RETURN_IF_ERROR(complete(groups_[group_]));
   }
-  std::vector<std::byte>& next_buffer = groups_[group_].buffers[static_cast<size_t>(buffer_)];
-  if (next_buffer.size() != options_.buffer_bytes) next_buffer.resize(options_.buffer_bytes);
-  return Status();
+  return prepare_buffer(groups_[group_].buffers[static_cast<size_t>(buffer_)]);
 }
 
 Status ParallelFileWriter::append(std::span<const std::byte> bytes) {
   ZEROSIM_CHECK(!finished_, "bytes appended to a finished parallel writer");
   ZEROSIM_RETURN_IF_ERROR(failed_);
   while (!bytes.empty()) {
-    std::vector<std::byte>& buffer = groups_[group_].buffers[static_cast<size_t>(buffer_)];
+    AlignedBuffer& buffer = groups_[group_].buffers[static_cast<size_t>(buffer_)];
     const size_t taken = std::min(bytes.size(), options_.buffer_bytes - buffer_used_);
     std::memcpy(buffer.data() + buffer_used_, bytes.data(), taken);
     buffer_used_ += taken;
@@ -92,28 +101,14 @@ Status ParallelFileWriter::append(std::span<const std::byte> bytes) {
 Status ParallelFileWriter::finish() {
   if (finished_) return failed_;
   finished_ = true;
-  if (failed_.ok() && buffer_used_ > 0) {
-    Group& group = groups_[group_];
-    IoRequest request;
-    request.file = &file_;
-    request.direction = IoDirection::kWrite;
-    request.offset_bytes = submitted_bytes_;
-    request.buffer = group.buffers[static_cast<size_t>(buffer_)].data();
-    request.length_bytes = buffer_used_;
-    failed_ = group.queue->submit(request);
-    if (failed_.ok()) {
-      if (!group.in_flight) group.first_offset = submitted_bytes_;
-      group.in_flight = true;
-      submitted_bytes_ += buffer_used_;
-      group.end_offset = submitted_bytes_;
-      buffer_used_ = 0;
-    }
-  }
+  const bool padded = file_.direct_io() && appended_bytes_ % kDirectIoAlignmentBytes != 0;
+  if (failed_.ok()) failed_ = submit_current_buffer();
   // The older group first, so that writeback starts in file order.
-  for (Group* group : {&groups_[1 - group_], &groups_[group_]}) {
-    const Status completed = complete(*group);
+  for (int g = 1; g <= group_count(); ++g) {
+    const Status completed = complete(groups_[(group_ + g) % group_count()]);
     if (failed_.ok()) failed_ = completed;
   }
+  if (failed_.ok() && padded) failed_ = file_.truncate(appended_bytes_);
   return failed_;
 }
 

@@ -8,6 +8,9 @@
 // shard is serialized and hashed (by the caller) while its earlier bytes are being written,
 // and a page-cache write runs on several cores, as PyTorch DCP's writer threads do.
 //
+// On a direct (O_DIRECT) file the buffers are 4096-aligned and go through libaio; the last one
+// is written padded to 4096 bytes and the file then truncated to the stream's length.
+//
 // Crash consistency is the caller's, as before: nothing written is durable before File::sync,
 // and the writes of a group may complete in any order (the simulator's queue reorders them).
 // Every write's completion is checked; finish() reports the first failure, naming the file,
@@ -20,22 +23,17 @@
 #include <span>
 #include <vector>
 
+#include "core/checkpoint/checkpoint_io.h"
 #include "core/env/disk.h"
 #include "core/status.h"
 
 namespace zerosim {
 
-struct ParallelWriteOptions {
-  size_t buffer_bytes = size_t{8} << 20;  // a staging buffer (and so one queued write)
-  int buffers_per_group = 2;
-  int writer_threads = 4;                 // the queue's intra-op parallelism
-};
-
 class ParallelFileWriter {
  public:
-  // `file` must outlive the writer. Fails when the options are out of range or the disk
-  // cannot make an async queue.
-  static Result<std::unique_ptr<ParallelFileWriter>> create(Disk& disk, File& file, const ParallelWriteOptions& options);
+  // `file` (opened by open_checkpoint_file, direct or not) must outlive the writer. Fails when
+  // the options are out of range or the disk cannot make an async queue.
+  static Result<std::unique_ptr<ParallelFileWriter>> create(Disk& disk, File& file, const CheckpointIoOptions& options);
   ~ParallelFileWriter();
   ParallelFileWriter(const ParallelFileWriter&) = delete;
   ParallelFileWriter& operator=(const ParallelFileWriter&) = delete;
@@ -50,21 +48,26 @@ class ParallelFileWriter {
  private:
   struct Group {
     std::unique_ptr<AsyncIoQueue> queue;
-    std::vector<std::vector<std::byte>> buffers;
+    std::vector<AlignedBuffer> buffers;
     bool in_flight = false;
     uint64_t first_offset = 0, end_offset = 0;  // the file range its writes in flight cover
   };
   // Waits for the group's writes, then starts their writeback (File::start_writeback), so the
   // final sync() does not flush the whole file at once.
   Status complete(Group& group);
-  ParallelFileWriter(File& file, const ParallelWriteOptions& options) : file_(file), options_(options) {}
-  // Submits the current buffer's bytes at their offset; moves to the next buffer (the next
-  // group's first, after waiting for that group's writes, when this group is used up).
+  ParallelFileWriter(File& file, const CheckpointIoOptions& options) : file_(file), options_(options) {}
+  // Allocates a staging buffer on its first use.
+  Status prepare_buffer(AlignedBuffer& buffer);
+  // Queues the current buffer's bytes (on a direct file padded to 4096) at their offset.
+  Status submit_current_buffer();
+  // Submits the current buffer; moves to the next buffer (the next group's first, after
+  // waiting for that group's writes, when this group is used up).
   Status submit_current();
 
   File& file_;
-  const ParallelWriteOptions options_;
+  const CheckpointIoOptions options_;
   Group groups_[2];
+  int group_count() const { return options_.double_buffered ? 2 : 1; }
   int group_ = 0;          // the group being filled
   int buffer_ = 0;         // its buffer being filled
   size_t buffer_used_ = 0;

@@ -1,11 +1,20 @@
 // Reads parameter fragments back out of a checkpoint's shards, at any world size.
 //
-// A shard is opened on first use and verified before any of its bytes is trusted: its size
-// and XXH3-128 checksum against the manifest, its safetensors header (safetensors.h), and that
-// it holds exactly the tensors the manifest's layout says its rank owns, each with the right
-// dtype, shape and metadata (global offset and shape). So a rank that resumes reads and checks
-// only the shards its own partition overlaps. A rank that reads its own shard reads it once,
-// large tensors by several threads at once (begin_sequential below).
+// Nothing read from a shard is trusted before the whole shard has been checked: its size and
+// XXH3-128 checksum against the manifest, its safetensors header (safetensors.h), and that it
+// holds exactly the tensors the manifest's layout says its rank owns, each with the right
+// dtype, shape and metadata (global offset and shape). Two ways to read:
+//   in order  (a load) each shard the caller touches is read once, start to end, by a
+//             ParallelFileReader (parallel_file_reader.h) that hashes every byte as it passes;
+//             the caller's fragments are taken out of that pass, so the caller must ask for
+//             each shard's fragments in the shard's data order (the order of the parameters and
+//             then param, master, exp_avg, exp_avg_sq, then the buffers), which is the order a
+//             load walks its partition in, at any world size. finish_in_order() reads the rest
+//             of each and compares the checksums: the caller uses nothing it read before that
+//             returns OK. So a resharding load verifies each shard it touches in the pass that
+//             reads it, and a rank that reads its own shard reads it once.
+//   at random (an export) a shard is verified whole when first opened, then read where asked.
+// A shard nobody read is verified with verify_shard().
 #pragma once
 
 #include <memory>
@@ -14,7 +23,9 @@
 #include <string>
 #include <vector>
 
+#include "core/checkpoint/checkpoint_io.h"
 #include "core/checkpoint/manifest.h"
+#include "core/checkpoint/parallel_file_reader.h"
 #include "core/checkpoint/safetensors.h"
 #include "core/env/disk.h"
 
@@ -22,54 +33,61 @@ namespace zerosim {
 
 class CheckpointShardReader {
  public:
-  CheckpointShardReader(Disk& disk, std::string tag_directory, const CheckpointManifest& manifest);
+  CheckpointShardReader(Disk& disk, std::string tag_directory, const CheckpointManifest& manifest,
+                        const CheckpointIoOptions& io_options = CheckpointIoOptions{});
 
-  // Reads elements [begin, begin + count) of the parameter's state (the model dtype for
-  // kParam, fp32 otherwise) into `destination`, from whichever shards hold them.
+  // In order: elements [begin, begin + count) of the parameter's state (the model dtype for
+  // kParam, fp32 otherwise) into `destination`, from whichever shards hold them (see above).
+  Status read_in_order(int64_t parameter, CheckpointState state, int64_t begin, int64_t count,
+                       std::span<std::byte> destination);
+  // In order, after every parameter's states: persistent buffer `buffer` (an index into the
+  // manifest's buffers) from `rank`'s shard (every shard holds each).
+  Status read_buffer_in_order(int rank, size_t buffer, std::span<float> destination);
+  // Reads the rest of every shard read in order and checks each (size, checksum).
+  Status finish_in_order();
+
+  // At random: as read_in_order, from shards verified whole first.
   Status read(int64_t parameter, CheckpointState state, int64_t begin, int64_t count, std::span<std::byte> destination);
-  // Opens and verifies one shard (see above).
-  Status verify_shard(int rank);
-  // Whether this reader opened (and so verified) `rank`'s shard.
-  bool has_opened(int rank) const { return shards_[static_cast<size_t>(rank)].has_value(); }
-
-  // One pass over one shard, for a rank that reads exactly its own shard (same world size):
-  // the tensors are read in the shard's data order straight into their destinations, and the
-  // checksum is computed from the same bytes and checked by finish_sequential(), so the file
-  // is read once instead of twice. The caller must not use what it read unless
-  // finish_sequential() returns OK. The size and the header are checked up front.
-  Status begin_sequential(int rank);
-  Status read_next(int64_t parameter, CheckpointState state, std::span<std::byte> destination);
-  Status read_next_tensor(const std::string& name, std::span<std::byte> destination);
-  Status finish_sequential();
-  // Reads the whole of persistent buffer `buffer` (an index into the manifest's buffers) from
-  // `rank`'s shard (every shard holds each), verifying the shard first.
+  // At random: the whole of persistent buffer `buffer` from `rank`'s shard, verified first.
   Status read_buffer(int rank, size_t buffer, std::span<float> destination);
-  // In a sequential read, after every parameter's states: the buffers, in the manifest's order.
-  Status read_next_buffer(size_t buffer, std::span<float> destination);
+  // Verifies one shard whole (see above): a shard that read_in_order or read touched is
+  // verified by finish_in_order or was before its first read.
+  Status verify_shard(int rank);
+  // Whether this reader opened `rank`'s shard (in order or at random).
+  bool has_opened(int rank) const {
+    return streams_[static_cast<size_t>(rank)] != nullptr || shards_[static_cast<size_t>(rank)].has_value();
+  }
   // The dtype a state is stored in.
   DType state_dtype(CheckpointState state) const;
+  // Notes for the log: where O_DIRECT was asked for and refused.
+  std::vector<std::string> notes() const;
 
  private:
   struct OpenShard {
     std::unique_ptr<File> file;
     SafetensorsIndex index;
   };
+  struct ShardStream {
+    std::unique_ptr<ParallelFileReader> reader;
+    SafetensorsIndex index;
+  };
+  std::string shard_path(int rank) const;
+  // Reads and checks the header of `rank`'s shard: exactly the tensors the layout gives it.
+  Result<SafetensorsIndex> checked_index(int rank);
   Result<OpenShard*> shard(int rank);
-  Result<OpenShard*> open_shard(int rank, bool verify_checksum);
+  Result<ShardStream*> stream(int rank);
+  // Brings the stream of `rank` to file offset `offset_bytes` (skipping, and hashing, what
+  // lies before) and reads `destination` there; an offset behind the stream is refused.
+  Status read_stream_at(int rank, const std::string& tensor, uint64_t offset_bytes, std::span<std::byte> destination);
   Status check_size_and_checksum(int rank, uint64_t size, const std::string& checksum) const;
 
   Disk& disk_;
   std::string tag_directory_;
   const CheckpointManifest& manifest_;
+  const CheckpointIoOptions io_options_;
   std::vector<std::optional<OpenShard>> shards_;
-  int sequential_rank_ = -1;
-  uint64_t sequential_offset_ = 0;
-  std::unique_ptr<StreamingHash> sequential_hash_;
-  // A sequential read's tensors of at least kParallelReadMinimumBytes go through this queue's
-  // kReaderThreads threads (made at the first), as DCP's reader threads do.
-  static constexpr size_t kParallelReadMinimumBytes = size_t{1} << 20;
-  static constexpr int kReaderThreads = 4;
-  std::unique_ptr<AsyncIoQueue> read_queue_;
+  std::vector<std::unique_ptr<ShardStream>> streams_;
+  std::vector<std::string> notes_;
 };
 
 }  // namespace zerosim

@@ -73,6 +73,15 @@ const char* scheduler_type_name(SchedulerType type) {
   return "unknown";
 }
 
+const char* checkpoint_writer_type_name(CheckpointWriterType type) {
+  switch (type) {
+    case CheckpointWriterType::kNone: return "none";
+    case CheckpointWriterType::kPython: return "PYTHON";
+    case CheckpointWriterType::kFast: return "FAST";
+  }
+  return "?";
+}
+
 const char* numerics_mode_name(NumericsMode mode) {
   return mode == NumericsMode::kDeepSpeed ? "deepspeed" : "portable";
 }
@@ -603,8 +612,20 @@ constexpr KeySpec kCheckpointKeys[] = {
     {"load_universal", Use::kInactive, Kind::kBool, "false"},
     {"use_node_local_storage", Use::kInactive, Kind::kBool, "false"},
     {"parallel_write", Use::kInactive, Kind::kObject},
+    {"writer", Use::kActive},
     {"async_save", Use::kActive},
     {"keep_last", Use::kActive},
+};
+
+// checkpoint.writer (model_checkpointing/config.py get_checkpoint_writer_config reads these).
+constexpr KeySpec kCheckpointWriterKeys[] = {
+    {"type", Use::kActive},
+    {"io_buffer_size", Use::kActive},
+    {"io_buffer_double", Use::kActive},
+    {"io_multiplier", Use::kInactive, Kind::kInt, "1"},
+    {"show_statistics", Use::kInactive, Kind::kBool, "false"},
+    {"data_parallel", Use::kInactive, Kind::kAny, "null"},
+    {"decoupled", Use::kInactive, Kind::kBool, "false"},
 };
 
 // zerosim's own block (DeepSpeed ignores a top-level key it does not know).
@@ -1576,6 +1597,49 @@ void read_zero(Context& context, const json& document, ResolvedConfig& out, json
   resolved_zero["stage3_gather_16bit_weights_on_model_save"] = zero.gather_16bit_weights_on_model_save;
 }
 
+void read_checkpoint_writer(Context& context, const Block& checkpoint_block, CheckpointConfig& checkpoint,
+                            json& resolved_checkpoint) {
+  const Block block =
+      object_block(context, checkpoint_block.find("writer"), checkpoint_block.at("writer"), false, true);
+  if (block.object == nullptr) return;  // DeepSpeed: no writer, torch.save
+  json& resolved_writer = resolved_object(resolved_checkpoint, "writer");
+  resolved_writer = *block.object;
+  check_keys(context, block, kCheckpointWriterKeys, Unknown::kIgnore, &resolved_writer);
+  // DeepSpeed upper-cases the type (default FAST once a writer is given); MOCK writes nothing.
+  checkpoint.writer = CheckpointWriterType::kFast;
+  if (const json* type = block.find("type")) {
+    const std::string text = type->is_string() ? uppercase(type->get<std::string>()) : std::string();
+    if (text == "FAST") {
+      checkpoint.writer = CheckpointWriterType::kFast;
+    } else if (text == "PYTHON") {
+      checkpoint.writer = CheckpointWriterType::kPython;
+    } else if (text == "MOCK") {
+      context.error(block.at("type"), "\"mock\" writes nothing (DeepSpeed's MockFileWriter, for benchmarks): a "
+                                      "checkpoint saved with it cannot be loaded; use \"fast\" or \"python\"");
+    } else {
+      context.error(block.at("type"), "expected \"fast\", \"python\" or \"mock\" (any case, as DeepSpeed "
+                                      "upper-cases it), found " + show(*type));
+    }
+  }
+  resolved_writer["type"] = checkpoint_writer_type_name(checkpoint.writer);
+  checkpoint.io_buffer_size = get_int(context, block, "io_buffer_size", checkpoint.io_buffer_size, Bound::kPositive);
+  checkpoint.io_buffer_double = get_bool(context, block, "io_buffer_double", checkpoint.io_buffer_double);
+  // O_DIRECT moves whole 4096-byte blocks from aligned buffers: each half of a double buffer too.
+  const int64_t unit_bytes = checkpoint.io_buffer_double ? 2 * 4096 : 4096;
+  if (block.find("io_buffer_size") != nullptr && checkpoint.io_buffer_size % unit_bytes != 0) {
+    context.error(block.at("io_buffer_size"),
+                  "expected a multiple of " + std::to_string(unit_bytes) + " bytes (O_DIRECT moves whole 4096-byte " +
+                      "blocks" + (checkpoint.io_buffer_double ? ", from each half of the double buffer" : "") +
+                      "), found " + std::to_string(checkpoint.io_buffer_size));
+  }
+  if (const json* decoupled = block.find("decoupled"); decoupled != nullptr && *decoupled == json(true)) {
+    context.warn(block.at("decoupled") + " is true: DeepSpeed then writes from a separate process; zerosim writes " +
+                 "each shard from its rank (checkpoint.async_save moves the write off the training step)");
+  }
+  resolved_writer["io_buffer_size"] = checkpoint.io_buffer_size;
+  resolved_writer["io_buffer_double"] = checkpoint.io_buffer_double;
+}
+
 void read_checkpoint(Context& context, const json& document, ResolvedConfig& out, json& resolved) {
   CheckpointConfig& checkpoint = out.checkpoint;
   const Block block = object_block(context, find_or_null(document, "checkpoint"), "checkpoint", false, true);
@@ -1594,6 +1658,7 @@ void read_checkpoint(Context& context, const json& document, ResolvedConfig& out
                         show(*validation));
     }
   }
+  read_checkpoint_writer(context, block, checkpoint, resolved_checkpoint);
   checkpoint.async_save = get_bool(context, block, "async_save", checkpoint.async_save);
   checkpoint.keep_last = get_int(context, block, "keep_last", checkpoint.keep_last, Bound::kNonNegative);
   resolved_checkpoint["async_save"] = checkpoint.async_save;

@@ -168,9 +168,20 @@ struct ZeroConfig {
 // zerosim's own: async_save (snapshot at the step boundary, write in the background, as
 // PyTorch DCP's async_save) and keep_last (retention: the newest N committed tags are kept;
 // 0 keeps all, as DeepSpeed does).
+// checkpoint.writer, DeepSpeed's (runtime/model_checkpointing/config.py): without it DeepSpeed
+// saves with torch.save and zerosim through the page cache with parallel threads; "fast" is
+// DeepSpeed's FastFileWriter, O_DIRECT through the aio handle (the `aio` block's settings) with
+// an io_buffer_size staging buffer, halved for double buffering; "python" its plain buffered
+// writer. zerosim loads with the same settings as it saves (DeepSpeed loads with torch.load).
+enum class CheckpointWriterType { kNone, kPython, kFast };
+const char* checkpoint_writer_type_name(CheckpointWriterType type);
+
 struct CheckpointConfig {
   bool async_save = false;
   int64_t keep_last = 0;
+  CheckpointWriterType writer = CheckpointWriterType::kNone;
+  int64_t io_buffer_size = int64_t{64} << 20;  // bytes; DeepSpeed's default
+  bool io_buffer_double = true;
 };
 
 struct ResolvedConfig {

@@ -12,7 +12,7 @@
 namespace zerosim {
 
 // The swap engines take the top-level "aio" block as it is.
-static AsyncIoOptions async_io_options_from(const AioConfig& aio) {
+AsyncIoOptions async_io_options_from(const AioConfig& aio) {
   AsyncIoOptions options;
   options.block_size_bytes = aio.block_size;
   options.queue_depth = aio.queue_depth;

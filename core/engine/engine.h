@@ -32,10 +32,12 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "core/checkpoint/checkpoint_io.h"
 #include "core/config/ds_config.h"
 #include "core/data/dataset.h"
 #include "core/data/token_dataset.h"
@@ -99,6 +101,10 @@ uint64_t estimate_rank_memory_bytes(const TrainingOptions& options);
 // The optimizer's knobs from the config, with the learning rate of this step (cast to float
 // once, here, as DeepSpeed hands it to its kernel).
 AdamHyperparameters adam_hyperparameters_from(const ResolvedConfig& config, double learning_rate);
+// The top-level "aio" block, as the swap engines and a "fast" checkpoint writer take it.
+AsyncIoOptions async_io_options_from(const AioConfig& aio);
+// How the run's shards are written and read (checkpoint.writer and aio; checkpoint_io.h).
+CheckpointIoOptions checkpoint_io_options_from(const ResolvedConfig& config);
 
 // The model's parameters with TrainingOptions::frozen_parameters applied (requires_grad), or
 // kInvalidArgument naming a frozen name the model lacks, a name given twice, or a freeze that
@@ -285,12 +291,16 @@ class RankEngine {
   bool partitions_were_resident() const { return resident_ != nullptr && resident_used_; }
   // Set when the swapper fell back from O_DIRECT to the pread/pwrite engine: one line to log.
   const std::string& swap_engine_note() const { return swap_engine_note_; }
+  // Set when a checkpoint's shard asked for O_DIRECT and the file system refused it: one line to log.
+  std::string checkpoint_io_note() const;
 
  private:
   // The layout and the storage of every state (in memory or swap files), state not yet set.
   Status prepare_storage();
   struct ShardPlan;
   class ShardSink;
+  struct ShardFile;
+  Result<ShardFile> create_shard_file(const std::string& path);
   // Streams this rank's shard (header, then every fragment, sub-group by sub-group) to `sink`.
   Status write_shard(const std::string& path, ShardSink& sink, const CheckpointSaveOptions& save);
   // Gathers the shard records to rank 0, which writes the manifest and publishes `latest`;
@@ -358,6 +368,9 @@ class RankEngine {
   Comm* checkpoint_comm_ = nullptr;
   bool step_in_progress_ = false;
   std::future<Status> pending_save_;  // the background half of an async save
+  // An async save's snapshot of this rank's shard: host memory the size of the shard, kept
+  // between saves so that a save's stall is a copy, not the kernel faulting fresh pages in.
+  std::shared_ptr<StateArray<std::byte>> async_snapshot_;
   DType model_dtype_ = DType::kFp32;
   DType communication_dtype_ = DType::kFp32;
   std::vector<ParameterInfo> parameters_;
@@ -396,6 +409,8 @@ class RankEngine {
   std::unique_ptr<PartitionSwapper> gradient_swapper_;  // with offload_optimizer.device == nvme
   ExactSquareSum step_gradient_squares_;  // bins of the final gradients, when they are swapped
   std::string swap_engine_note_;
+  mutable std::mutex checkpoint_io_note_mutex_;  // an async save's thread may set the note
+  std::string checkpoint_io_note_;
   bool pipeline_read_ = false;  // effective, after the defaults (see initialize)
   std::optional<LearningRateScheduler> scheduler_;
   std::optional<LossScaler> loss_scaler_;

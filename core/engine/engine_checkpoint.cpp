@@ -12,12 +12,50 @@
 
 namespace zerosim {
 
-namespace {
-// A shard's writes: 8 MiB staging buffers, two in flight while two fill, each written by four
-// threads (a page-cache write runs at one core's copy speed: parallel writers are how DCP
-// reaches the disk's rate from one rank).
-constexpr ParallelWriteOptions kShardWriteOptions{size_t{8} << 20, 2, 4};
-}  // namespace
+CheckpointIoOptions checkpoint_io_options_from(const ResolvedConfig& config) {
+  const CheckpointConfig& checkpoint = config.checkpoint;
+  // No writer: 8 MiB staging buffers, two in flight while two fill, each moved by four threads
+  // (a page-cache copy runs at one core's speed: parallel threads are how DCP reaches the
+  // disk's rate from one rank).
+  CheckpointIoOptions io;
+  if (checkpoint.writer == CheckpointWriterType::kNone) return io;
+  // DeepSpeed's writers: one io buffer, halved when double-buffered.
+  io.double_buffered = checkpoint.io_buffer_double;
+  io.buffer_bytes = static_cast<size_t>(checkpoint.io_buffer_double ? checkpoint.io_buffer_size / 2 : checkpoint.io_buffer_size);
+  io.buffers_per_group = 1;
+  if (checkpoint.writer == CheckpointWriterType::kPython) {
+    io.threads = 1;
+    return io;
+  }
+  io.direct_io = true;
+  io.aio = async_io_options_from(config.aio);
+  return io;
+}
+
+std::string RankEngine::checkpoint_io_note() const {
+  std::lock_guard lock(checkpoint_io_note_mutex_);
+  return checkpoint_io_note_;
+}
+
+// A shard file and the parallel writer that fills it (direct where the settings ask for it and
+// the file system allows it; the fallback is noted once for the log).
+struct RankEngine::ShardFile {
+  std::unique_ptr<File> file;
+  std::unique_ptr<ParallelFileWriter> writer;
+};
+
+Result<RankEngine::ShardFile> RankEngine::create_shard_file(const std::string& path) {
+  const CheckpointIoOptions io = checkpoint_io_options_from(options_.config);
+  ZEROSIM_ASSIGN_OR_RETURN(CheckpointFile opened, open_checkpoint_file(*env_.disk, path, OpenMode::kCreateTruncate, io.direct_io));
+  if (!opened.note.empty()) {
+    std::lock_guard lock(checkpoint_io_note_mutex_);
+    if (checkpoint_io_note_.empty()) checkpoint_io_note_ = opened.note;
+  }
+  ShardFile shard;
+  shard.file = std::move(opened.file);
+  ZEROSIM_ASSIGN_OR_RETURN(shard.writer, ParallelFileWriter::create(*env_.disk, *shard.file, io));
+  return shard;
+}
 
 std::string checkpoint_tag_for_step(int64_t global_step) { return "global_step" + std::to_string(global_step); }
 
@@ -28,7 +66,11 @@ std::string checkpoint_tag_for_step(int64_t global_step) { return "global_step" 
 class RankEngine::ShardSink {
  public:
   explicit ShardSink(std::unique_ptr<ParallelFileWriter> file) : file_(std::move(file)) {}
-  explicit ShardSink(std::vector<std::byte>* memory) : memory_(memory) {}
+  explicit ShardSink(StateArray<std::byte>* memory) : memory_(memory) {}
+  // The shard's size, known once its header is: a snapshot is allocated once, not grown.
+  void expect_size(uint64_t size_bytes) {
+    if (memory_ != nullptr) memory_->reserve(static_cast<size_t>(size_bytes));
+  }
 
   Status append(std::span<const std::byte> bytes) {
     hash_.update(bytes);
@@ -46,7 +88,7 @@ class RankEngine::ShardSink {
 
  private:
   std::unique_ptr<ParallelFileWriter> file_;
-  std::vector<std::byte>* memory_ = nullptr;
+  StateArray<std::byte>* memory_ = nullptr;
   uint64_t size_bytes_ = 0;
   StreamingHash hash_;
 };
@@ -168,6 +210,13 @@ Status RankEngine::write_shard(const std::string& path, ShardSink& sink, const C
     metadata[name] = nlohmann::json{{"buffer", buffer.name}, {"global_shape", buffer.shape}}.dump();
   }
   ZEROSIM_ASSIGN_OR_RETURN(std::vector<std::byte> header, encode_safetensors_header(path, specs, metadata));
+  uint64_t shard_bytes = header.size();
+  for (const SafetensorsTensorSpec& spec : specs) {
+    uint64_t elements = 1;
+    for (const int64_t extent : spec.shape) elements *= static_cast<uint64_t>(extent);
+    shard_bytes += dtype_size_bytes(spec.dtype) * elements;
+  }
+  sink.expect_size(shard_bytes);
   ZEROSIM_RETURN_IF_ERROR(sink.append(header));
 
   const bool moments_not_saved = defect_active(env_.defects, Defect::kOptimizerStateNotSaved);
@@ -301,15 +350,13 @@ Status RankEngine::save_checkpoint(const std::string& checkpoint_directory, cons
     uint64_t size_bytes = 0;
     std::string checksum;
     Status written = [&]() -> Status {
-      ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<File> file, disk.open(shard_path, {OpenMode::kCreateTruncate}));
-      ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<ParallelFileWriter> writer,
-                               ParallelFileWriter::create(disk, *file, kShardWriteOptions));
-      ShardSink sink(std::move(writer));
+      ZEROSIM_ASSIGN_OR_RETURN(ShardFile shard, create_shard_file(shard_path));
+      ShardSink sink(std::move(shard.writer));
       ZEROSIM_RETURN_IF_ERROR(write_shard(shard_path, sink, save));
-      if (!defect_active(env_.defects, Defect::kLatestBeforeShardsDurable)) ZEROSIM_RETURN_IF_ERROR(file->sync());
+      if (!defect_active(env_.defects, Defect::kLatestBeforeShardsDurable)) ZEROSIM_RETURN_IF_ERROR(shard.file->sync());
       size_bytes = sink.size_bytes();
       checksum = sink.checksum();
-      return file->close();
+      return shard.file->close();
     }();
     // A rank whose shard failed still takes part, so that no rank waits for it forever.
     ZEROSIM_RETURN_IF_ERROR(share_verdict_all(comm_, written, "write its shard of " + tag_directory));
@@ -323,13 +370,11 @@ Status RankEngine::save_checkpoint(const std::string& checkpoint_directory, cons
     // Defect: nothing is copied now; the shard is serialized from the live state when the
     // save is waited for, steps later, under this step's manifest.
     pending_save_ = std::async(std::launch::deferred, [this, shard_path, checkpoint_directory, tag, manifest_json, save]() -> Status {
-      ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<File> file, env_.disk->open(shard_path, {OpenMode::kCreateTruncate}));
-      ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<ParallelFileWriter> writer,
-                               ParallelFileWriter::create(*env_.disk, *file, kShardWriteOptions));
-      ShardSink live(std::move(writer));
+      ZEROSIM_ASSIGN_OR_RETURN(ShardFile shard, create_shard_file(shard_path));
+      ShardSink live(std::move(shard.writer));
       ZEROSIM_RETURN_IF_ERROR(write_shard(shard_path, live, save));
-      ZEROSIM_RETURN_IF_ERROR(file->sync());
-      ZEROSIM_RETURN_IF_ERROR(file->close());
+      ZEROSIM_RETURN_IF_ERROR(shard.file->sync());
+      ZEROSIM_RETURN_IF_ERROR(shard.file->close());
       return commit_checkpoint(*checkpoint_comm_, checkpoint_directory, tag, manifest_json, live.size_bytes(),
                                live.checksum());
     });
@@ -337,7 +382,11 @@ Status RankEngine::save_checkpoint(const std::string& checkpoint_directory, cons
   }
   // Async: the snapshot is a copy taken now (later steps cannot leak into it); the write, the
   // fsync and the commit run in the background on the checkpoint communicator.
-  auto snapshot = std::make_shared<std::vector<std::byte>>();
+  // The snapshot buffer is this engine's, kept from save to save (the previous save's write has
+  // ended: waited for above): its pages are faulted in once, not at every save.
+  if (async_snapshot_ == nullptr) async_snapshot_ = std::make_shared<StateArray<std::byte>>();
+  std::shared_ptr<StateArray<std::byte>> snapshot = async_snapshot_;
+  snapshot->clear();
   ShardSink sink(snapshot.get());
   ZEROSIM_RETURN_IF_ERROR(share_verdict_all(comm_, write_shard(shard_path, sink, save), "snapshot its shard of " + tag_directory));
   const uint64_t size_bytes = sink.size_bytes();
@@ -347,17 +396,14 @@ Status RankEngine::save_checkpoint(const std::string& checkpoint_directory, cons
                                                   size_bytes, checksum]() -> Status {
     Comm& comm = *checkpoint_comm_;
     Status written = [&]() -> Status {
-      ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<File> file, env_.disk->open(shard_path, {OpenMode::kCreateTruncate}));
-      // The snapshot through the same writer threads as a foreground save.
-      ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<ParallelFileWriter> writer,
-                               ParallelFileWriter::create(*env_.disk, *file, kShardWriteOptions));
-      ZEROSIM_RETURN_IF_ERROR(writer->append(*snapshot));
-      ZEROSIM_RETURN_IF_ERROR(writer->finish());
-      ZEROSIM_RETURN_IF_ERROR(file->sync());
-      return file->close();
+      // The snapshot through the same writer as a foreground save.
+      ZEROSIM_ASSIGN_OR_RETURN(ShardFile shard, create_shard_file(shard_path));
+      ZEROSIM_RETURN_IF_ERROR(shard.writer->append(*snapshot));
+      ZEROSIM_RETURN_IF_ERROR(shard.writer->finish());
+      ZEROSIM_RETURN_IF_ERROR(shard.file->sync());
+      return shard.file->close();
     }();
-    snapshot->clear();
-    snapshot->shrink_to_fit();
+    snapshot->clear();  // the capacity stays for the next save
     // Every rank learns that a write failed; the previous checkpoint stays `latest`.
     ZEROSIM_RETURN_IF_ERROR(share_verdict_all(comm, written, "write its shard of " + shard_path));
     env_.crash_points->hit("ckpt.shard_written", comm.rank());
@@ -413,15 +459,14 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
 
   // The partition of this run (any world size) is read fragment by fragment from whichever
   // shards hold it, one sub-group at a time, and written where this run keeps it.
-  CheckpointShardReader reader(disk, tag_directory, manifest);
+  // Each shard this rank touches is read once, in order, and verified in that pass (checked
+  // before the state is used): at the same world size that is exactly its own shard.
+  CheckpointShardReader reader(disk, tag_directory, manifest, checkpoint_io_options_from(options_.config));
   const int rank = comm_.rank();
   const size_t element_bytes = dtype_size_bytes(model_dtype_);
   const int64_t step =
       fresh_optimizer || defect_active(defects, Defect::kStepCounterNotRestored) ? 0 : manifest.optimizer_steps;
-  // At the same world size a rank's partition is exactly its own shard, in the shard's order:
-  // one sequential pass reads it and computes its checksum (checked before the state is used).
   const bool own_shard = manifest.world_size == comm_.world_size();
-  if (own_shard) ZEROSIM_RETURN_IF_ERROR(reader.begin_sequential(rank));
   // In memory, fragments are read straight into the flat partitions (padding stays zero from
   // prepare_storage); swapped state goes through one sub-group's buffers.
   std::vector<float> group_master, group_exp_avg, group_exp_avg_sq, initial_master;
@@ -471,13 +516,13 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
         const auto& [state, destination] = fragments[f];
         ZEROSIM_CHECK(state == stored[f], "stored states follow the shard order");
         std::span<std::byte> target = destination;
-        const bool unused = state != CheckpointState::kParam && !takes_optimizer_state;
-        if (unused && !own_shard) continue;
-        if (unused || (state == CheckpointState::kParam && defect_active(defects, Defect::kParamsNotRefreshedAfterLoad))) {
-          stale_params.resize(destination.size());  // read (the sequential pass needs it) and dropped
+        // A state this run does not take is passed over (the pass still reads and hashes it).
+        if (state != CheckpointState::kParam && !takes_optimizer_state) continue;
+        if (state == CheckpointState::kParam && defect_active(defects, Defect::kParamsNotRefreshedAfterLoad)) {
+          stale_params.resize(destination.size());  // read and dropped
           target = stale_params;
         }
-        ZEROSIM_RETURN_IF_ERROR(own_shard ? reader.read_next(p, state, target) : reader.read(p, state, begin, count, target));
+        ZEROSIM_RETURN_IF_ERROR(reader.read_in_order(p, state, begin, count, target));
       }
       if (stored.empty() && !defect_active(defects, Defect::kExcludedFrozenLeftZero)) {
         // Excluded on save: the parameter keeps the value of the model this run builds.
@@ -511,8 +556,8 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
   }
   // The buffers: a derived one was built with the model (prepare_storage) and stays as built; a
   // persistent one comes from the checkpoint, from this rank's own shard or one it opened.
-  int buffer_source = 0;
-  for (int source = 0; source < manifest.world_size; ++source) {
+  int buffer_source = own_shard ? rank : 0;
+  for (int source = 0; source < manifest.world_size && !own_shard; ++source) {
     if (reader.has_opened(source)) {
       buffer_source = source;
       break;
@@ -523,7 +568,7 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
                                     [&](const BufferInfo& info) { return info.name == manifest.buffers[i].name; });
     ZEROSIM_CHECK(found != buffer_infos_.end(), "the manifest's buffers are the model's (checked when it was read)");
     std::vector<float>& values = buffers_[static_cast<size_t>(found - buffer_infos_.begin())];
-    ZEROSIM_RETURN_IF_ERROR(own_shard ? reader.read_next_buffer(i, values) : reader.read_buffer(buffer_source, i, values));
+    ZEROSIM_RETURN_IF_ERROR(reader.read_buffer_in_order(buffer_source, i, values));
   }
   for (size_t b = 0; b < buffer_infos_.size(); ++b) {
     const BufferInfo& info = buffer_infos_[b];
@@ -539,7 +584,14 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
                        "' is not in the checkpoint (its training state would start over)");
     }
   }
-  if (own_shard) ZEROSIM_RETURN_IF_ERROR(reader.finish_sequential());
+  // At the same world size a rank verifies its own shard even when it read nothing from it
+  // (it owned no element and there are no buffers).
+  if (own_shard && !reader.has_opened(rank)) ZEROSIM_RETURN_IF_ERROR(reader.verify_shard(rank));
+  ZEROSIM_RETURN_IF_ERROR(reader.finish_in_order());
+  if (notes != nullptr) {
+    const std::vector<std::string> io_notes = reader.notes();
+    notes->insert(notes->end(), io_notes.begin(), io_notes.end());
+  }
   if (!own_shard) {
     // Every shard of the tag is verified by some rank, also one that holds nothing this run
     // reads (its rank owned no element of any parameter): a damaged tag is never loaded. The

@@ -230,6 +230,7 @@ Status run_one_rank(const TrainingOptions& options, int64_t step_count, int rank
                           "sub-group's gradients to the host and its new 16-bit parameters back");
     }
   }
+  if (rank == 0 && !engine.checkpoint_io_note().empty()) run.notes.push_back(engine.checkpoint_io_note());
   abort_on_failure.succeeded = true;
   return Status();
 }

@@ -1,0 +1,176 @@
+// ParallelFileReader (core/checkpoint/parallel_file_reader.h): whatever the reads and skips the
+// caller takes and whatever the settings (buffer size, buffers per group, one or two groups,
+// threads, buffered or O_DIRECT through libaio with a tail the file ends inside), every byte
+// read is the file's byte at that position and the checksum once everything is taken is the
+// file's XXH3-128 (file_checksum); on a real disk and on SimDisk (whose queue completes reads in
+// a shuffled order and refuses unaligned direct reads). A read past the end, a failed read and
+// bad options are errors that name the file; after one the reader takes nothing more.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/checkpoint/parallel_file_reader.h"
+#include "faults/faulty_disk.h"
+#include "sim/sim_disk.h"
+#include "tests/test_directory.h"
+
+namespace zerosim {
+namespace {
+
+CheckpointIoOptions io(size_t buffer_bytes, int buffers_per_group, int threads, bool direct = false,
+                       bool double_buffered = true) {
+  CheckpointIoOptions options;
+  options.buffer_bytes = buffer_bytes;
+  options.buffers_per_group = buffers_per_group;
+  options.threads = threads;
+  options.direct_io = direct;
+  options.double_buffered = double_buffered;
+  return options;
+}
+
+std::vector<std::byte> random_bytes(size_t count, std::mt19937_64& random) {
+  std::vector<std::byte> bytes(count);
+  for (std::byte& b : bytes) b = static_cast<std::byte>(random());
+  return bytes;
+}
+
+// Takes the whole file in random reads and skips (0 to 3 buffers each) and checks each read's
+// bytes against `content`, then the checksum against file_checksum's.
+void read_in_pieces(Disk& disk, const std::string& path, const std::vector<std::byte>& content,
+                    const CheckpointIoOptions& options, std::mt19937_64& random) {
+  Result<std::unique_ptr<ParallelFileReader>> reader = ParallelFileReader::open(disk, path, content.size(), options);
+  ASSERT_TRUE(reader.ok()) << reader.status().to_string();
+  EXPECT_EQ((*reader)->note(), "");
+  std::vector<std::byte> piece;
+  while ((*reader)->position() < content.size()) {
+    const uint64_t at = (*reader)->position();
+    const size_t length = std::min<size_t>(content.size() - at, random() % (3 * options.buffer_bytes + 1));
+    if (random() % 3 == 0) {
+      const Status skipped = (*reader)->skip(length);
+      ASSERT_TRUE(skipped.ok()) << skipped.to_string();
+    } else {
+      piece.assign(length, std::byte{0});
+      const Status read = (*reader)->read(piece);
+      ASSERT_TRUE(read.ok()) << read.to_string();
+      ASSERT_TRUE(length == 0 || std::memcmp(piece.data(), content.data() + at, length) == 0)
+          << "bytes " << at << " to " << at + length << " differ from the file's";
+    }
+    ASSERT_EQ((*reader)->position(), at + length);
+  }
+  Result<std::string> expected = file_checksum(disk, path, nullptr);
+  ASSERT_TRUE(expected.ok()) << expected.status().to_string();
+  EXPECT_EQ((*reader)->checksum(), *expected);
+}
+
+TEST(ParallelFileReader, EveryByteAndTheChecksumAreTheFilesOnARealDisk) {
+  TestDirectory directory;
+  std::unique_ptr<Disk> disk = make_posix_disk();
+  std::mt19937_64 random(17);
+  for (const CheckpointIoOptions options :
+       {io(4096, 1, 1), io(4096, 2, 3), io(3 * 4096, 3, 8), CheckpointIoOptions{}, io(4096, 1, 1, false, false),
+        io(4096, 1, 1, true), io(3 * 4096, 2, 2, true), io(size_t{1} << 20, 1, 1, true, false)}) {
+    for (const size_t size : {size_t{0}, size_t{1}, size_t{4095}, size_t{4096}, size_t{1000003}, size_t{21} << 20}) {
+      SCOPED_TRACE(testing::Message() << size << " bytes, buffers of " << options.buffer_bytes << ", "
+                                      << options.buffers_per_group << " per group, " << options.threads
+                                      << " threads, direct " << options.direct_io << ", double "
+                                      << options.double_buffered << "; replay: ctest -R ParallelFileReader");
+      const std::string path = directory.path() + "/file";
+      const std::vector<std::byte> content = random_bytes(size, random);
+      ASSERT_TRUE(write_whole_file(*disk, path, content, false).ok());
+      read_in_pieces(*disk, path, content, options, random);
+    }
+  }
+}
+
+TEST(ParallelFileReader, TheSimulatorsShuffledReadsGiveTheSameBytes) {
+  SimDisk disk;
+  std::mt19937_64 random(19);
+  const std::vector<std::byte> content = random_bytes(200003, random);
+  ASSERT_TRUE(write_whole_file(disk, "/file", content, false).ok());
+  for (const CheckpointIoOptions options : {io(4096, 4, 2), io(2 * 4096, 2, 1, true), io(4096, 3, 1, true, false)}) {
+    SCOPED_TRACE(testing::Message() << "direct " << options.direct_io << ", double " << options.double_buffered);
+    read_in_pieces(disk, "/file", content, options, random);
+  }
+}
+
+TEST(ParallelFileReader, AReadPastTheEndIsRefusedByName) {
+  TestDirectory directory;
+  std::unique_ptr<Disk> disk = make_posix_disk();
+  const std::string path = directory.path() + "/file";
+  std::mt19937_64 random(23);
+  ASSERT_TRUE(write_whole_file(*disk, path, random_bytes(10000, random), false).ok());
+  Result<std::unique_ptr<ParallelFileReader>> reader = ParallelFileReader::open(*disk, path, 10000, io(4096, 2, 2));
+  ASSERT_TRUE(reader.ok()) << reader.status().to_string();
+  ASSERT_TRUE((*reader)->skip(9000).ok());
+  std::vector<std::byte> piece(1001);
+  const Status past = (*reader)->read(piece);
+  EXPECT_EQ(past.code(), StatusCode::kDataLoss) << past.to_string();
+  EXPECT_NE(past.message().find(path + " at offset 9000 length 1001: past its end at 10000"), std::string::npos)
+      << past.message();
+  EXPECT_EQ((*reader)->skip(1).code(), StatusCode::kDataLoss) << "the reader takes nothing after an error";
+}
+
+TEST(ParallelFileReader, AFailedReadNamesTheFileAndEndsTheReader) {
+  TestDirectory directory;
+  std::unique_ptr<Disk> real = make_posix_disk();
+  const std::string path = directory.path() + "/shard";
+  std::mt19937_64 random(29);
+  const std::vector<std::byte> content = random_bytes(40 * 4096 + 17, random);
+  ASSERT_TRUE(write_whole_file(*real, path, content, false).ok());
+  for (const bool direct : {false, true}) {
+    for (const int64_t occurrence : {1, 3, 9}) {
+      SCOPED_TRACE(testing::Message() << "read " << occurrence << " fails, direct " << direct);
+      FaultyDisk disk(*real, {{"*/shard", FaultOperation::kRead, occurrence, FaultKind::kIoError, 0, 0}});
+      Result<std::unique_ptr<ParallelFileReader>> reader =
+          ParallelFileReader::open(disk, path, content.size(), io(4096, 2, 2, direct));
+      Status status = reader.status();
+      std::vector<std::byte> piece(5000);
+      while (status.ok() && (*reader)->position() < content.size()) {
+        piece.resize(std::min<size_t>(5000, content.size() - (*reader)->position()));
+        status = (*reader)->read(piece);
+      }
+      EXPECT_EQ(status.code(), StatusCode::kIoError) << status.to_string();
+      EXPECT_NE(status.message().find("shard"), std::string::npos) << status.message();
+      if (reader.ok()) {
+        EXPECT_FALSE((*reader)->skip(0).ok()) << "the reader takes nothing after an error";
+      }
+    }
+  }
+}
+
+TEST(ParallelFileReader, RefusedDirectIoFallsBackWithANote) {
+  TestDirectory directory;
+  std::unique_ptr<Disk> real = make_posix_disk();
+  const std::string path = directory.path() + "/shard";
+  std::mt19937_64 random(31);
+  const std::vector<std::byte> content = random_bytes(50001, random);
+  ASSERT_TRUE(write_whole_file(*real, path, content, false).ok());
+  FaultyDisk disk(*real, {{"*/shard", FaultOperation::kOpen, 1, FaultKind::kRefuseDirect, 0, 0}});
+  Result<std::unique_ptr<ParallelFileReader>> reader = ParallelFileReader::open(disk, path, content.size(), io(4096, 2, 2, true));
+  ASSERT_TRUE(reader.ok()) << reader.status().to_string();
+  EXPECT_NE((*reader)->note().find("O_DIRECT is refused for " + path), std::string::npos) << (*reader)->note();
+  std::vector<std::byte> everything(content.size());
+  ASSERT_TRUE((*reader)->read(everything).ok());
+  EXPECT_TRUE(everything == content);
+}
+
+TEST(ParallelFileReader, BadOptionsAreRefusedByName) {
+  TestDirectory directory;
+  std::unique_ptr<Disk> disk = make_posix_disk();
+  const std::string path = directory.path() + "/f";
+  ASSERT_TRUE(write_whole_file(*disk, path, std::vector<std::byte>(10), false).ok());
+  CheckpointIoOptions bad_aio = io(4096, 2, 4, true);
+  bad_aio.aio.queue_depth = 0;
+  for (const CheckpointIoOptions options :
+       {io(1000, 2, 4), io(0, 2, 4), io(4096, 0, 4), io(4096, 2, 0), io(4096, 2, 257), bad_aio}) {
+    Result<std::unique_ptr<ParallelFileReader>> reader = ParallelFileReader::open(*disk, path, 10, options);
+    EXPECT_EQ(reader.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(reader.status().message().find(path), std::string::npos) << reader.status().message();
+  }
+}
+
+}  // namespace
+}  // namespace zerosim
