@@ -34,7 +34,16 @@
 //                load's figure without first-touch costs (rank 0 only: it runs on the main
 //                thread, whose arena this governs; use it with --world-size 1).
 //
+// Async saves (checkpoint.async_save), after the loads: R more saves from one engine, each
+// waited for before the next; the stall is how long save_checkpoint keeps the step loop (the
+// snapshot into host memory), the background rate the snapshot's write + fsync + commit.
+//   --writer     checkpoint.writer.type: none (the default: the page cache, four threads),
+//                python (one thread) or fast (O_DIRECT through libaio, the aio defaults), with
+//                --io-buffer-mib its io_buffer_size (64, DeepSpeed's default; halved, double),
+//                --aio-block-kib, --aio-queue-depth, --aio-threads the aio block's block_size,
+//                queue_depth and intra_op_parallelism (1024, 8, 1: DeepSpeed's defaults).
 // Flags: --dir DIR --state-mib N --world-size W --offload none|nvme --repetitions R
+//        [--writer none|python|fast] [--io-buffer-mib N] [--aio-block-kib N] [--aio-queue-depth N] [--aio-threads N]
 //        [--drop-caches [--settle-seconds S]] [--keep] [--phases] [--warm-heap]
 // Output: a human summary, then one JSON line (the last line).
 #include <fcntl.h>
@@ -81,6 +90,9 @@ struct BenchFlags {
   bool keep = false;
   bool phases = false;
   bool warm_heap = false;
+  CheckpointWriterType writer = CheckpointWriterType::kNone;
+  int64_t io_buffer_mib = 64;
+  int64_t aio_block_kib = 1024, aio_queue_depth = 8, aio_threads = 1;  // the aio block's defaults
 };
 
 int64_t element_count(const ModelSpec& spec) {
@@ -130,6 +142,11 @@ TrainingOptions make_options(const BenchFlags& flags, const std::string& run_id)
   // About one hidden matrix per sub-group: with the state on NVMe the swapper's buffers are
   // sub-group sized, and the save streams one sub-group at a time.
   config.zero.sub_group_size = 1 << 23;
+  config.checkpoint.writer = flags.writer;
+  config.checkpoint.io_buffer_size = flags.io_buffer_mib << 20;
+  config.aio.block_size = flags.aio_block_kib << 10;
+  config.aio.queue_depth = flags.aio_queue_depth;
+  config.aio.intra_op_parallelism = flags.aio_threads;
   if (flags.offload_nvme) {
     config.zero.offload_optimizer.device = OffloadDevice::kNvme;
     config.zero.offload_optimizer.nvme_path = flags.directory + "/swap";
@@ -333,17 +350,27 @@ int main(int argc, char** argv) {
     else if (flag == "--repetitions") flags.repetitions = std::atoi(value.c_str());
     else if (flag == "--settle-seconds") flags.settle_seconds = std::atoi(value.c_str());
     else if (flag == "--offload" && (value == "none" || value == "nvme")) flags.offload_nvme = value == "nvme";
+    else if (flag == "--writer" && value == "none") flags.writer = CheckpointWriterType::kNone;
+    else if (flag == "--writer" && value == "python") flags.writer = CheckpointWriterType::kPython;
+    else if (flag == "--writer" && value == "fast") flags.writer = CheckpointWriterType::kFast;
+    else if (flag == "--io-buffer-mib") flags.io_buffer_mib = std::atoll(value.c_str());
+    else if (flag == "--aio-block-kib") flags.aio_block_kib = std::atoll(value.c_str());
+    else if (flag == "--aio-queue-depth") flags.aio_queue_depth = std::atoll(value.c_str());
+    else if (flag == "--aio-threads") flags.aio_threads = std::atoll(value.c_str());
     else {
       std::fprintf(stderr,
                    "checkpoint_bench: unknown flag or value %s %s\n"
                    "flags: --dir DIR --state-mib N --world-size W --offload none|nvme --repetitions R "
-                   "[--drop-caches] [--keep]\n",
+                   "[--writer none|python|fast] [--io-buffer-mib N] [--aio-block-kib N] [--aio-queue-depth N] "
+                   "[--aio-threads N] [--drop-caches] [--keep]\n",
                    flag.c_str(), value.c_str());
       return 2;
     }
   }
-  if (flags.state_mib < 1 || flags.world_size < 1 || flags.repetitions < 1) {
-    std::fprintf(stderr, "checkpoint_bench: --state-mib, --world-size and --repetitions must be positive\n");
+  if (flags.state_mib < 1 || flags.world_size < 1 || flags.repetitions < 1 || flags.io_buffer_mib < 1 ||
+      flags.aio_block_kib < 4 || flags.aio_queue_depth < 1 || flags.aio_threads < 1) {
+    std::fprintf(stderr, "checkpoint_bench: --state-mib, --world-size, --repetitions, --io-buffer-mib and the --aio-* "
+                         "flags must be positive (--aio-block-kib at least 4)\n");
     return 2;
   }
 
@@ -434,6 +461,43 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  // Async saves: the stall (the snapshot) and the background write, each waited for before the
+  // next. The training state is the same; the tags go to a directory of their own.
+  const std::string async_directory = flags.directory + "/checkpoint-bench-async";
+  if (Status cleared = disk.remove_tree(async_directory); !cleared.ok()) return fail("clear", cleared);
+  if (Status created = disk.create_directories(async_directory); !created.ok()) return fail("create", created);
+  TrainingOptions async_options = save_options;
+  async_options.config.checkpoint.async_save = true;
+  async_options.run_id = "checkpoint-bench-async";
+  CollectiveTimes stall_times(repetitions, world_size), async_times(repetitions, world_size);
+  ThreadCommWorld checkpoint_world(world_size);
+  Status async_saved = run_on_ranks(world_size, [&](int rank, Comm& comm) -> Status {
+    RankEngine engine(async_options, comm, env, &checkpoint_world.comm(rank));
+    ZEROSIM_RETURN_IF_ERROR(engine.initialize());
+    ZEROSIM_ASSIGN_OR_RETURN(StepRecord record, engine.train_step());
+    (void)record;
+    for (int r = 0; r < repetitions; ++r) {
+      ZEROSIM_RETURN_IF_ERROR(comm.barrier());
+      const size_t at_r = static_cast<size_t>(r), at_rank = static_cast<size_t>(rank);
+      stall_times.begin[at_r][at_rank] = async_times.begin[at_r][at_rank] = SteadyClock::now();
+      ZEROSIM_RETURN_IF_ERROR(engine.save_checkpoint(async_directory, tag_for_repetition(r)));
+      stall_times.end[at_r][at_rank] = SteadyClock::now();
+      ZEROSIM_RETURN_IF_ERROR(engine.wait_for_save());
+      async_times.end[at_r][at_rank] = SteadyClock::now();
+    }
+    return Status();
+  });
+  if (!async_saved.ok()) return fail("async save", async_saved);
+  std::vector<double> stall_ms, async_rates;
+  for (int r = 0; r < repetitions; ++r) {
+    stall_ms.push_back(stall_times.seconds(r) * 1e3);
+    async_rates.push_back(static_cast<double>(size_bytes) / async_times.seconds(r) / 1e6);
+  }
+  std::sort(stall_ms.begin(), stall_ms.end());
+  std::sort(async_rates.begin(), async_rates.end());
+  const double stall_median_ms = stall_ms[(stall_ms.size() - 1) / 2];
+  const double async_median_mb_per_s = async_rates[(async_rates.size() - 1) / 2];
+
   const Throughput save = throughput(save_times, repetitions, size_bytes);
   const Throughput load = throughput(load_times, repetitions, size_bytes);
   const int64_t elements = element_count(save_options.model);
@@ -464,6 +528,9 @@ int main(int argc, char** argv) {
   std::printf("  load (verify + read):          best %8.1f MB/s (%8.1f MiB/s), median %8.1f MB/s, seconds %s\n",
               load.best_mb_per_s, load.best_mb_per_s * mib_per_mb, load.median_mb_per_s,
               seconds_json(load.seconds).c_str());
+  std::printf("  async save: the step loop waits %.1f ms (median; snapshot %.0f MB/s), the background write + "
+              "fsync + commit ends at %.1f MB/s (median from the call)\n",
+              stall_median_ms, static_cast<double>(size_bytes) / (stall_median_ms / 1e3) / 1e6, async_median_mb_per_s);
   std::printf("  loaded state digest = saved state digest (%s)\n", saved_digest.c_str());
   if (flags.phases) {
     std::vector<std::string> shard_paths;
@@ -476,6 +543,7 @@ int main(int argc, char** argv) {
   }
   if (!flags.keep) {
     Status removed = disk.remove_tree(checkpoint_directory);
+    if (removed.ok()) removed = disk.remove_tree(async_directory);
     if (removed.ok() && flags.offload_nvme) {
       for (const TrainingOptions* options : {&save_options, &load_options}) {
         if (removed.ok()) removed = disk.remove_tree(flags.directory + "/swap/zerosim/" + options->run_id);
@@ -486,10 +554,12 @@ int main(int argc, char** argv) {
   // Last, so that a script takes the last line.
   std::printf(
       "{\"save_mb_per_s\": %.1f, \"save_median_mb_per_s\": %.1f, \"load_mb_per_s\": %.1f, \"load_median_mb_per_s\": "
-      "%.1f, \"size_bytes\": %llu, \"world_size\": %d, \"offload\": \"%s\", \"repetitions\": %d, "
+      "%.1f, \"size_bytes\": %llu, \"world_size\": %d, \"offload\": \"%s\", \"writer\": \"%s\", "
+      "\"async_stall_median_ms\": %.1f, \"async_median_mb_per_s\": %.1f, \"repetitions\": %d, "
       "\"page_cache_dropped\": %s, \"save_seconds\": %s, \"load_seconds\": %s}\n",
       save.best_mb_per_s, save.median_mb_per_s, load.best_mb_per_s, load.median_mb_per_s,
-      static_cast<unsigned long long>(size_bytes), world_size, flags.offload_nvme ? "nvme" : "none", repetitions,
+      static_cast<unsigned long long>(size_bytes), world_size, flags.offload_nvme ? "nvme" : "none",
+      checkpoint_writer_type_name(flags.writer), stall_median_ms, async_median_mb_per_s, repetitions,
       caches_dropped ? "true" : "false", seconds_json(save.seconds).c_str(), seconds_json(load.seconds).c_str());
   return 0;
 }
