@@ -73,18 +73,22 @@ class RankEngine::ShardSink {
   }
 
   Status append(std::span<const std::byte> bytes) {
-    hash_.update(bytes);
     size_bytes_ += bytes.size();
     if (memory_ != nullptr) {
+      // A snapshot is hashed by the background write, off the step loop.
       memory_->insert(memory_->end(), bytes.begin(), bytes.end());
       return Status();
     }
+    hash_.update(bytes);
     return file_->append(bytes);
   }
   // Every byte written (to a file: the writes completed, not yet synced).
   Status flush() { return file_ != nullptr ? file_->finish() : Status(); }
   uint64_t size_bytes() const { return size_bytes_; }
-  std::string checksum() const { return hash_.hex(); }
+  std::string checksum() const {
+    ZEROSIM_CHECK(memory_ == nullptr, "a snapshot's checksum is computed where it is written");
+    return hash_.hex();
+  }
 
  private:
   std::unique_ptr<ParallelFileWriter> file_;
@@ -390,15 +394,21 @@ Status RankEngine::save_checkpoint(const std::string& checkpoint_directory, cons
   ShardSink sink(snapshot.get());
   ZEROSIM_RETURN_IF_ERROR(share_verdict_all(comm_, write_shard(shard_path, sink, save), "snapshot its shard of " + tag_directory));
   const uint64_t size_bytes = sink.size_bytes();
-  const std::string checksum = sink.checksum();
   const std::launch policy = env_.async_saves_deferred ? std::launch::deferred : std::launch::async;
   pending_save_ = std::async(policy, [this, snapshot, shard_path, checkpoint_directory, tag, manifest_json,
-                                                  size_bytes, checksum]() -> Status {
+                                                  size_bytes]() -> Status {
     Comm& comm = *checkpoint_comm_;
+    StreamingHash hash;
     Status written = [&]() -> Status {
-      // The snapshot through the same writer as a foreground save.
+      // The snapshot through the same writer as a foreground save, hashed piece by piece as it
+      // goes (the stall of the step loop was the copy alone).
       ZEROSIM_ASSIGN_OR_RETURN(ShardFile shard, create_shard_file(shard_path));
-      ZEROSIM_RETURN_IF_ERROR(shard.writer->append(*snapshot));
+      constexpr size_t kPieceBytes = size_t{8} << 20;
+      for (size_t at = 0; at < snapshot->size(); at += kPieceBytes) {
+        const std::span<const std::byte> piece(snapshot->data() + at, std::min(kPieceBytes, snapshot->size() - at));
+        hash.update(piece);
+        ZEROSIM_RETURN_IF_ERROR(shard.writer->append(piece));
+      }
       ZEROSIM_RETURN_IF_ERROR(shard.writer->finish());
       ZEROSIM_RETURN_IF_ERROR(shard.file->sync());
       return shard.file->close();
@@ -407,7 +417,7 @@ Status RankEngine::save_checkpoint(const std::string& checkpoint_directory, cons
     // Every rank learns that a write failed; the previous checkpoint stays `latest`.
     ZEROSIM_RETURN_IF_ERROR(share_verdict_all(comm, written, "write its shard of " + shard_path));
     env_.crash_points->hit("ckpt.shard_written", comm.rank());
-    return commit_checkpoint(comm, checkpoint_directory, tag, manifest_json, size_bytes, checksum);
+    return commit_checkpoint(comm, checkpoint_directory, tag, manifest_json, size_bytes, hash.hex());
   });
   return Status();
 }
