@@ -721,6 +721,21 @@ TEST_F(CheckpointLoader, AFlippedByteIsAChecksumMismatchNamingTheShard) {
   expect_error(resume(options_), StatusCode::kDataLoss, {"checksum mismatch", shard, "expected xxh3_128"});
 }
 
+// At another world size each rank reads parts of shards in one pass and checks each whole at
+// the end of it: a flipped byte in a tensor the load reads is refused, not trained on.
+TEST_F(CheckpointLoader, AFlippedByteIsAChecksumMismatchAlsoAtAnotherWorldSize) {
+  const std::string shard = tag_directory() + "/" + shard_file_name(1, 2);
+  std::vector<char> bytes = file_bytes(shard);
+  bytes[bytes.size() / 2] ^= 0x10;
+  write_bytes(shard, bytes);
+  for (const int world_size : {1, 3}) {
+    SCOPED_TRACE(testing::Message() << "resumed at W = " << world_size);
+    const TrainingOptions other = make_options(ModelSpec{}, Precision::kFp16, 2, 1, world_size, 100, 8);
+    expect_error(resume(other, nullptr, "global_step2"), StatusCode::kDataLoss,
+                 {"checksum mismatch", shard, "expected xxh3_128"});
+  }
+}
+
 TEST_F(CheckpointLoader, ATruncatedShardIsNamedWithBothSizes) {
   const std::string shard = tag_directory() + "/" + shard_file_name(1, 2);
   std::vector<char> bytes = file_bytes(shard);

@@ -306,11 +306,11 @@ Status RankEngine::prepare_storage() {
                                                                        SwapTensorKind::kGradients, offload.pin_memory,
                                                                        nullptr));
   } else {
-    gradient_partition_.assign(flat, 0.0f);
+    gradient_partition_.assign_zeros(flat);
     // "cpu" and no offload both keep the state in host memory: on CPU ranks they are the same.
-    master_.assign(flat, 0.0f);
-    exp_avg_.assign(flat, 0.0f);
-    exp_avg_sq_.assign(flat, 0.0f);
+    master_.assign_zeros(flat);
+    exp_avg_.assign_zeros(flat);
+    exp_avg_sq_.assign_zeros(flat);
   }
 
   const OffloadConfig& param_offload = config.zero.offload_param;
@@ -321,7 +321,7 @@ Status RankEngine::prepare_storage() {
                                                                     &note));
     if (swap_engine_note_.empty()) swap_engine_note_ = note;
   } else {
-    param_partition_.assign(flat * dtype_size_bytes(model_dtype_), std::byte{0});
+    param_partition_.assign_zeros(flat * dtype_size_bytes(model_dtype_));
   }
 
   ZEROSIM_ASSIGN_OR_RETURN(LearningRateScheduler scheduler,
@@ -372,7 +372,7 @@ Status RankEngine::adopt_resident_state() {
   // The gradients accumulate in the backend from now on: the host path's gradient partition
   // (or its swap files) would only hold memory, a lock and a queue. A load builds them again
   // (prepare_storage) before its adopt.
-  StateArray<float>().swap(gradient_partition_);
+  ZeroPageArray<float>().swap(gradient_partition_);
   gradient_swapper_.reset();
   return Status();
 }

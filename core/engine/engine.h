@@ -396,11 +396,11 @@ class RankEngine {
   SimdPath simd_path_ = SimdPath::kScalar;
 
   // On huge pages where the kernel gives them (huge_page_allocator.h): a load's first touch.
-  StateArray<std::byte> param_partition_;  // model dtype
-  StateArray<float> master_;
-  StateArray<float> exp_avg_;
-  StateArray<float> exp_avg_sq_;
-  StateArray<float> gradient_partition_;  // fp32 accumulation over micro-steps
+  ZeroPageArray<std::byte> param_partition_;  // model dtype
+  ZeroPageArray<float> master_;
+  ZeroPageArray<float> exp_avg_;
+  ZeroPageArray<float> exp_avg_sq_;
+  ZeroPageArray<float> gradient_partition_;  // fp32 accumulation over micro-steps
   // trainable_runs of each sub-group, computed once with the layout (not per step).
   std::vector<std::vector<std::pair<size_t, size_t>>> trainable_runs_by_group_;
   TrainingCounters counters_;
@@ -425,7 +425,7 @@ class RankEngine {
   bool resident_used_ = false;      // it has held them for a step of this run
   bool resident_holds_optimizer_ = false;  // master and moments too (the optimizer is not offloaded)
   template <typename T>
-  std::span<const T> host_partition(const StateArray<T>& partition) const {
+  std::span<const T> host_partition(const ZeroPageArray<T>& partition) const {
     ZEROSIM_CHECK(!host_state_stale_, "the host partitions are read after the backend's newer ones are copied back");
     return partition;
   }

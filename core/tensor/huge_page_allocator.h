@@ -11,7 +11,11 @@
 
 #include <cstddef>
 #include <cstdlib>
+#include <cstdint>
 #include <new>
+#include <span>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace zerosim {
@@ -49,8 +53,86 @@ class HugePageAllocator {
   }
 };
 
-// A flat state array.
+// A growable byte or element array on huge pages (an async save's snapshot).
 template <typename T>
 using StateArray = std::vector<T, HugePageAllocator<T>>;
+
+// A rank's flat state array: zeros, as the kernel hands out fresh anonymous memory, and never
+// written to make them so. A vector's assign(n, 0) writes every element before a load writes it
+// again; here the pages are faulted in by whoever writes first (a load's read, a step), once.
+// Arrays of 2 MiB or more are 2 MiB-aligned and advised to transparent huge pages, as
+// HugePageAllocator's are. Every assign_zeros() maps fresh pages: the contents are zero whatever
+// the array held before.
+template <typename T>
+class ZeroPageArray {
+  static_assert(std::is_trivially_copyable_v<T>, "zero bytes must be a valid T");
+
+ public:
+  ZeroPageArray() = default;
+  ~ZeroPageArray() { release(); }
+  ZeroPageArray(const ZeroPageArray&) = delete;
+  ZeroPageArray& operator=(const ZeroPageArray&) = delete;
+  ZeroPageArray(ZeroPageArray&& other) noexcept { swap(other); }
+  ZeroPageArray& operator=(ZeroPageArray&& other) noexcept {
+    ZeroPageArray(std::move(other)).swap(*this);
+    return *this;
+  }
+  void swap(ZeroPageArray& other) noexcept {
+    std::swap(data_, other.data_);
+    std::swap(size_, other.size_);
+    std::swap(mapping_, other.mapping_);
+    std::swap(mapping_bytes_, other.mapping_bytes_);
+  }
+
+  // `count` zero elements (throws std::bad_alloc when the kernel refuses the mapping).
+  void assign_zeros(size_t count) {
+    release();
+    if (count == 0) return;
+    if (count > static_cast<size_t>(-1) / sizeof(T) - 2 * kHugePageBytes) throw std::bad_array_new_length();
+    const size_t bytes = count * sizeof(T);
+    const bool huge = bytes >= kHugePageBytes;
+    // Huge: map a huge page more than needed and start at the first 2 MiB boundary.
+    const size_t mapped = huge ? (bytes + 2 * kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes : bytes;
+    void* mapping = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mapping == MAP_FAILED) throw std::bad_alloc();
+    mapping_ = mapping;
+    mapping_bytes_ = mapped;
+    auto address = reinterpret_cast<uintptr_t>(mapping);
+    if (huge) {
+      address = (address + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+      // Advice: a refusal leaves ordinary pages, which are correct.
+      (void)::madvise(reinterpret_cast<void*>(address), (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes,
+                      MADV_HUGEPAGE);
+    }
+    data_ = reinterpret_cast<T*>(address);
+    size_ = count;
+  }
+
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  T* begin() { return data_; }
+  T* end() { return data_ + size_; }
+  const T* begin() const { return data_; }
+  const T* end() const { return data_ + size_; }
+  T& operator[](size_t i) { return data_[i]; }
+  const T& operator[](size_t i) const { return data_[i]; }
+  operator std::span<T>() { return {data_, size_}; }
+  operator std::span<const T>() const { return {data_, size_}; }
+
+ private:
+  void release() noexcept {
+    if (mapping_ != nullptr) (void)::munmap(mapping_, mapping_bytes_);
+    data_ = nullptr;
+    size_ = 0;
+    mapping_ = nullptr;
+    mapping_bytes_ = 0;
+  }
+  T* data_ = nullptr;
+  size_t size_ = 0;
+  void* mapping_ = nullptr;
+  size_t mapping_bytes_ = 0;
+};
 
 }  // namespace zerosim
