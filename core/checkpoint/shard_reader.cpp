@@ -121,8 +121,8 @@ Status CheckpointShardReader::read_stream_at(int rank, const std::string& tensor
   return reader.read(destination);
 }
 
-Status CheckpointShardReader::read_in_order(int64_t parameter, CheckpointState state, int64_t begin, int64_t count,
-                                            std::span<std::byte> destination) {
+Status CheckpointShardReader::read_fragments(int64_t parameter, CheckpointState state, int64_t begin, int64_t count,
+                                             std::span<std::byte> destination, const PieceReader& read_piece) {
   ZEROSIM_CHECK(parameter >= 0 && static_cast<size_t>(parameter) < manifest_.parameters.size(), "parameter index");
   const ParameterInfo& info = manifest_.parameters[static_cast<size_t>(parameter)];
   ZEROSIM_CHECK(begin >= 0 && count >= 0 && begin + count <= info.element_count, "range outside the parameter");
@@ -138,17 +138,24 @@ Status CheckpointShardReader::read_in_order(int64_t parameter, CheckpointState s
     const int source = static_cast<int>(position / partition_size);
     const Fragment fragment = owned_fragment(info.element_count, source, manifest_.world_size);
     const int64_t end = std::min(begin + count, fragment.global_offset + fragment.count);
-    ZEROSIM_ASSIGN_OR_RETURN(ShardStream * open, stream(source));
-    const SafetensorsEntry* entry = open->index.find(name);
-    ZEROSIM_CHECK(entry != nullptr, "checked shard lacks a tensor");
-    const uint64_t offset = open->index.data_start_bytes + entry->begin_bytes +
-                            static_cast<uint64_t>(position - fragment.global_offset) * element_bytes;
-    ZEROSIM_RETURN_IF_ERROR(read_stream_at(source, name, offset,
-                                           destination.subspan(static_cast<size_t>(position - begin) * element_bytes,
-                                                               static_cast<size_t>(end - position) * element_bytes)));
+    ZEROSIM_RETURN_IF_ERROR(read_piece(source, name, static_cast<uint64_t>(position - fragment.global_offset) * element_bytes,
+                                       destination.subspan(static_cast<size_t>(position - begin) * element_bytes,
+                                                           static_cast<size_t>(end - position) * element_bytes)));
     position = end;
   }
   return Status();
+}
+
+Status CheckpointShardReader::read_in_order(int64_t parameter, CheckpointState state, int64_t begin, int64_t count,
+                                            std::span<std::byte> destination) {
+  return read_fragments(parameter, state, begin, count, destination,
+                        [&](int source, const std::string& name, uint64_t offset_in_tensor, std::span<std::byte> piece) {
+                          ZEROSIM_ASSIGN_OR_RETURN(ShardStream * open, stream(source));
+                          const SafetensorsEntry* entry = open->index.find(name);
+                          ZEROSIM_CHECK(entry != nullptr, "checked shard lacks a tensor");
+                          return read_stream_at(source, name,
+                                                open->index.data_start_bytes + entry->begin_bytes + offset_in_tensor, piece);
+                        });
 }
 
 Status CheckpointShardReader::read_buffer_in_order(int rank, size_t buffer, std::span<float> destination) {
@@ -161,13 +168,15 @@ Status CheckpointShardReader::read_buffer_in_order(int rank, size_t buffer, std:
   return read_stream_at(rank, name, open->index.data_start_bytes + entry->begin_bytes, std::as_writable_bytes(destination));
 }
 
+Status CheckpointShardReader::finish_stream(int rank, ShardStream& open) {
+  ParallelFileReader& reader = *open.reader;
+  ZEROSIM_RETURN_IF_ERROR(reader.skip(reader.size_bytes() - reader.position()));
+  return check_size_and_checksum(rank, reader.position(), reader.checksum());
+}
+
 Status CheckpointShardReader::finish_in_order() {
   for (int rank = 0; rank < static_cast<int>(streams_.size()); ++rank) {
-    ShardStream* open = streams_[static_cast<size_t>(rank)].get();
-    if (open == nullptr) continue;
-    ParallelFileReader& reader = *open->reader;
-    ZEROSIM_RETURN_IF_ERROR(reader.skip(reader.size_bytes() - reader.position()));
-    ZEROSIM_RETURN_IF_ERROR(check_size_and_checksum(rank, reader.position(), reader.checksum()));
+    if (ShardStream* open = streams_[static_cast<size_t>(rank)].get()) ZEROSIM_RETURN_IF_ERROR(finish_stream(rank, *open));
   }
   return Status();
 }
@@ -175,9 +184,7 @@ Status CheckpointShardReader::finish_in_order() {
 Status CheckpointShardReader::verify_shard(int rank) {
   if (shards_[static_cast<size_t>(rank)].has_value()) return Status();  // verified when opened
   ZEROSIM_ASSIGN_OR_RETURN(ShardStream * open, stream(rank));
-  ParallelFileReader& reader = *open->reader;
-  ZEROSIM_RETURN_IF_ERROR(reader.skip(reader.size_bytes() - reader.position()));
-  return check_size_and_checksum(rank, reader.position(), reader.checksum());
+  return finish_stream(rank, *open);
 }
 
 Result<CheckpointShardReader::OpenShard*> CheckpointShardReader::shard(int rank) {
@@ -216,32 +223,14 @@ Status CheckpointShardReader::check_size_and_checksum(int rank, uint64_t size, c
 
 Status CheckpointShardReader::read(int64_t parameter, CheckpointState state, int64_t begin, int64_t count,
                                    std::span<std::byte> destination) {
-  ZEROSIM_CHECK(parameter >= 0 && static_cast<size_t>(parameter) < manifest_.parameters.size(), "parameter index");
-  const ParameterInfo& info = manifest_.parameters[static_cast<size_t>(parameter)];
-  ZEROSIM_CHECK(begin >= 0 && count >= 0 && begin + count <= info.element_count, "range outside the parameter");
-  const size_t element_bytes = dtype_size_bytes(state_dtype(state));
-  ZEROSIM_CHECK(destination.size() == static_cast<size_t>(count) * element_bytes, "destination size");
-  const std::span<const CheckpointState> stored = manifest_.stored_states(static_cast<size_t>(parameter));
-  ZEROSIM_CHECK(std::find(stored.begin(), stored.end(), state) != stored.end(),
-                "read of a state the checkpoint does not hold for the parameter");
-  const std::string name = checkpoint_tensor_name(info.name, state);
-  const int64_t partition_size = (info.element_count + manifest_.world_size - 1) / manifest_.world_size;
-  int64_t position = begin;
-  while (position < begin + count) {
-    const int source = static_cast<int>(position / partition_size);
-    const Fragment fragment = owned_fragment(info.element_count, source, manifest_.world_size);
-    const int64_t end = std::min(begin + count, fragment.global_offset + fragment.count);
-    ZEROSIM_ASSIGN_OR_RETURN(OpenShard * open, shard(source));
-    const SafetensorsEntry* entry = open->index.find(name);
-    ZEROSIM_CHECK(entry != nullptr, "verified shard lacks a tensor");
-    const uint64_t offset = open->index.data_start_bytes + entry->begin_bytes +
-                            static_cast<uint64_t>(position - fragment.global_offset) * element_bytes;
-    ZEROSIM_RETURN_IF_ERROR(open->file->read_exact(
-        offset, destination.subspan(static_cast<size_t>(position - begin) * element_bytes,
-                                    static_cast<size_t>(end - position) * element_bytes)));
-    position = end;
-  }
-  return Status();
+  return read_fragments(parameter, state, begin, count, destination,
+                        [&](int source, const std::string& name, uint64_t offset_in_tensor, std::span<std::byte> piece) {
+                          ZEROSIM_ASSIGN_OR_RETURN(OpenShard * open, shard(source));
+                          const SafetensorsEntry* entry = open->index.find(name);
+                          ZEROSIM_CHECK(entry != nullptr, "verified shard lacks a tensor");
+                          return open->file->read_exact(
+                              open->index.data_start_bytes + entry->begin_bytes + offset_in_tensor, piece);
+                        });
 }
 
 }  // namespace zerosim

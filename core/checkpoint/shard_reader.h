@@ -17,6 +17,7 @@
 // A shard nobody read is verified with verify_shard().
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -80,6 +81,16 @@ class CheckpointShardReader {
   // lies before) and reads `destination` there; an offset behind the stream is refused.
   Status read_stream_at(int rank, const std::string& tensor, uint64_t offset_bytes, std::span<std::byte> destination);
   Status check_size_and_checksum(int rank, uint64_t size, const std::string& checksum) const;
+  // Reads the rest of a stream and checks its shard (size, checksum).
+  Status finish_stream(int rank, ShardStream& open);
+  // Reads one piece of a fragment: `bytes` from `offset_in_tensor` bytes into tensor `name` of
+  // `source`'s shard.
+  using PieceReader = std::function<Status(int source, const std::string& name, uint64_t offset_in_tensor,
+                                           std::span<std::byte> bytes)>;
+  // Elements [begin, begin + count) of the parameter's state, piece by piece from the shards
+  // that hold them (the checks and the walk both read and read_in_order share).
+  Status read_fragments(int64_t parameter, CheckpointState state, int64_t begin, int64_t count,
+                        std::span<std::byte> destination, const PieceReader& read_piece);
 
   Disk& disk_;
   std::string tag_directory_;
