@@ -13,27 +13,11 @@
 #include "core/checkpoint/parallel_file_writer.h"
 #include "faults/faulty_disk.h"
 #include "sim/sim_disk.h"
+#include "tests/checkpoint_io_test_support.h"
 #include "tests/test_directory.h"
 
 namespace zerosim {
 namespace {
-
-CheckpointIoOptions io(size_t buffer_bytes, int buffers_per_group, int threads, bool direct = false,
-                       bool double_buffered = true) {
-  CheckpointIoOptions options;
-  options.buffer_bytes = buffer_bytes;
-  options.buffers_per_group = buffers_per_group;
-  options.threads = threads;
-  options.direct_io = direct;
-  options.double_buffered = double_buffered;
-  return options;
-}
-
-std::vector<std::byte> random_bytes(size_t count, std::mt19937_64& random) {
-  std::vector<std::byte> bytes(count);
-  for (std::byte& b : bytes) b = static_cast<std::byte>(random());
-  return bytes;
-}
 
 // Appends `stream` in pieces of random sizes (0 to 3 buffers) and finishes.
 Status write_in_pieces(Disk& disk, File& file, const CheckpointIoOptions& options, const std::vector<std::byte>& stream,
