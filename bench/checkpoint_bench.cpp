@@ -37,6 +37,9 @@
 // Async saves (checkpoint.async_save), after the loads: R more saves from one engine, each
 // waited for before the next; the stall is how long save_checkpoint keeps the step loop (the
 // snapshot into host memory), the background rate the snapshot's write + fsync + commit.
+//   --cpus-per-rank  Env::cpus_per_rank, which sizes the buffered writer's and reader's I/O
+//                threads (1 to 4, one CPU left to the rank); by default this process's CPUs over
+//                W, as `zerosim train` sets it; 0: not known, four threads.
 //   --writer     checkpoint.writer.type: none (the default: the page cache, four threads),
 //                python (one thread) or fast (O_DIRECT through libaio, the aio defaults), with
 //                --io-buffer-mib its io_buffer_size (64, DeepSpeed's default; halved, double),
@@ -44,6 +47,7 @@
 //                queue_depth and intra_op_parallelism (1024, 8, 1: DeepSpeed's defaults).
 // Flags: --dir DIR --state-mib N --world-size W --offload none|nvme --repetitions R
 //        [--writer none|python|fast] [--io-buffer-mib N] [--aio-block-kib N] [--aio-queue-depth N] [--aio-threads N]
+//        [--cpus-per-rank N]
 //        [--drop-caches [--settle-seconds S]] [--keep] [--phases] [--warm-heap]
 // Output: a human summary, then one JSON line (the last line).
 #include <fcntl.h>
@@ -92,6 +96,7 @@ struct BenchFlags {
   bool warm_heap = false;
   CheckpointWriterType writer = CheckpointWriterType::kNone;
   int64_t io_buffer_mib = 64;
+  int cpus_per_rank = -1;  // -1: cpus_per_rank_on_host(world_size)
   int64_t aio_block_kib = 1024, aio_queue_depth = 8, aio_threads = 1;  // the aio block's defaults
 };
 
@@ -354,6 +359,8 @@ int main(int argc, char** argv) {
     else if (flag == "--writer" && value == "python") flags.writer = CheckpointWriterType::kPython;
     else if (flag == "--writer" && value == "fast") flags.writer = CheckpointWriterType::kFast;
     else if (flag == "--io-buffer-mib") flags.io_buffer_mib = std::atoll(value.c_str());
+    else if (flag == "--cpus-per-rank" && !value.empty() && value.find_first_not_of("0123456789") == std::string::npos)
+      flags.cpus_per_rank = std::atoi(value.c_str());
     else if (flag == "--aio-block-kib") flags.aio_block_kib = std::atoll(value.c_str());
     else if (flag == "--aio-queue-depth") flags.aio_queue_depth = std::atoll(value.c_str());
     else if (flag == "--aio-threads") flags.aio_threads = std::atoll(value.c_str());
@@ -362,7 +369,8 @@ int main(int argc, char** argv) {
                    "checkpoint_bench: unknown flag or value %s %s\n"
                    "flags: --dir DIR --state-mib N --world-size W --offload none|nvme --repetitions R "
                    "[--writer none|python|fast] [--io-buffer-mib N] [--aio-block-kib N] [--aio-queue-depth N] "
-                   "[--aio-threads N] [--drop-caches] [--keep]\n",
+                   "[--aio-threads N] [--cpus-per-rank N] [--drop-caches [--settle-seconds S]] [--keep] [--phases] "
+                   "[--warm-heap]\n",
                    flag.c_str(), value.c_str());
       return 2;
     }
@@ -380,6 +388,7 @@ int main(int argc, char** argv) {
   }
   RealEnv real_env;
   Env env = real_env.env();
+  env.cpus_per_rank = flags.cpus_per_rank >= 0 ? flags.cpus_per_rank : cpus_per_rank_on_host(flags.world_size);
   Disk& disk = *env.disk;
   const std::string checkpoint_directory = flags.directory + "/checkpoint-bench";
   const TrainingOptions save_options = make_options(flags, "checkpoint-bench-save");
@@ -508,6 +517,10 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(size_bytes), static_cast<double>(size_bytes) / 1048576.0, world_size,
               flags.offload_nvme ? "on NVMe (swap files under DIR/swap)" : "in memory", repetitions,
               flags.warm_heap ? ", warm heap (diagnostic)" : "");
+  if (flags.writer == CheckpointWriterType::kNone) {
+    std::printf("  %d CPU(s) per rank: %d I/O thread(s) per shard\n", env.cpus_per_rank,
+                checkpoint_io_options_from(save_options.config, env.cpus_per_rank).threads);
+  }
   for (const std::string& note : load_notes) std::printf("  note: %s\n", note.c_str());
   if (flags.drop_caches && !caches_dropped) {
     std::printf("  page cache NOT dropped (%s): loads may come from the page cache\n", drop_error.c_str());

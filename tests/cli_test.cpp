@@ -107,6 +107,22 @@ TEST(Cli, RendezvousNeedsTheLaunchersRankAndWorldSize) {
   EXPECT_EQ(garbled.exit_code, 2) << garbled.output;
   EXPECT_NE(garbled.output.find("OMPI_COMM_WORLD_RANK=x: expected a non-negative integer"), std::string::npos)
       << garbled.output;
+  // The ranks on the host are optional, but when given they must be a number and agree.
+  const CommandResult local_garbled = run_cli("train --steps 1 --rendezvous /tmp/zerosim-cli-rendezvous-never",
+                                              "RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=two");
+  EXPECT_EQ(local_garbled.exit_code, 2) << local_garbled.output;
+  EXPECT_NE(local_garbled.output.find("LOCAL_WORLD_SIZE=two: expected a non-negative integer"), std::string::npos)
+      << local_garbled.output;
+  const CommandResult local_outside = run_cli("train --steps 1 --rendezvous /tmp/zerosim-cli-rendezvous-never",
+                                              "RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 LOCAL_WORLD_SIZE=1");
+  EXPECT_EQ(local_outside.exit_code, 2) << local_outside.output;
+  EXPECT_NE(local_outside.output.find("local rank 1 of 1 ranks on this host, in a world of 2"), std::string::npos)
+      << local_outside.output;
+  const CommandResult local_too_many = run_cli("train --steps 1 --rendezvous /tmp/zerosim-cli-rendezvous-never",
+                                               "RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 OMPI_COMM_WORLD_LOCAL_SIZE=3");
+  EXPECT_EQ(local_too_many.exit_code, 2) << local_too_many.output;
+  EXPECT_NE(local_too_many.output.find("local rank 0 of 3 ranks on this host, in a world of 2"), std::string::npos)
+      << local_too_many.output;
 }
 
 // --mpi: two ranks under mpiexec. Without a GPU each rank fails to prepare for NCCL; both say

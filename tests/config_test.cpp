@@ -900,7 +900,7 @@ TEST(Checkpoint, TheWriterBlockTakesDeepSpeedsTypesAndBufferSettings) {
   EXPECT_EQ(python.checkpoint.writer, CheckpointWriterType::kPython);
   EXPECT_EQ(python.checkpoint.io_buffer_size, 12288);
   EXPECT_FALSE(python.checkpoint.io_buffer_double);
-  const CheckpointIoOptions python_io = checkpoint_io_options_from(python);
+  const CheckpointIoOptions python_io = checkpoint_io_options_from(python, /*cpus_per_rank=*/16);
   EXPECT_FALSE(python_io.direct_io);
   EXPECT_EQ(python_io.threads, 1);
   EXPECT_EQ(python_io.buffer_bytes, 12288u);
@@ -908,16 +908,25 @@ TEST(Checkpoint, TheWriterBlockTakesDeepSpeedsTypesAndBufferSettings) {
   const ResolvedConfig fast_aio = accepted_text(
       R"({"train_batch_size": 8, "aio": {"block_size": 262144, "queue_depth": 16, "intra_op_parallelism": 2},
           "checkpoint": {"writer": {"type": "fast", "io_buffer_size": 1048576}}})");
-  const CheckpointIoOptions fast_io = checkpoint_io_options_from(fast_aio);
+  const CheckpointIoOptions fast_io = checkpoint_io_options_from(fast_aio, /*cpus_per_rank=*/1);
   EXPECT_TRUE(fast_io.direct_io);
   EXPECT_EQ(fast_io.buffer_bytes, 524288u) << "halved for the double buffer";
   EXPECT_TRUE(fast_io.double_buffered);
   EXPECT_EQ(fast_io.aio.block_size_bytes, 262144);
   EXPECT_EQ(fast_io.aio.queue_depth, 16);
   EXPECT_EQ(fast_io.aio.intra_op_parallelism, 2);
-  const CheckpointIoOptions default_io = checkpoint_io_options_from(none);
+  const CheckpointIoOptions default_io = checkpoint_io_options_from(none, /*cpus_per_rank=*/0);
   EXPECT_FALSE(default_io.direct_io);
-  EXPECT_EQ(default_io.threads, 4);
+  EXPECT_EQ(default_io.threads, 4) << "CPUs not known (the simulator): the fixed default";
+  // Without a writer, one CPU stays with the rank and the I/O threads take the rest, 1 to 4.
+  for (const auto& [cpus, threads] : {std::pair{1, 1}, std::pair{2, 1}, std::pair{3, 2}, std::pair{4, 3},
+                                      std::pair{5, 4}, std::pair{64, 4}}) {
+    const CheckpointIoOptions io = checkpoint_io_options_from(none, cpus);
+    EXPECT_EQ(io.threads, threads) << cpus << " CPUs per rank";
+    EXPECT_FALSE(io.direct_io);
+    EXPECT_EQ(io.buffer_bytes, default_io.buffer_bytes);
+  }
+  EXPECT_EQ(checkpoint_io_options_from(python, /*cpus_per_rank=*/1).threads, 1) << "python is one thread everywhere";
   EXPECT_THAT(rejection_of(R"({"train_batch_size": 8, "checkpoint": {"writer": {"type": "mock"}}})"),
               StartsWith("checkpoint.writer.type: \"mock\" writes nothing"));
   EXPECT_THAT(rejection_of(R"({"train_batch_size": 8, "checkpoint": {"writer": {"type": ""}}})"),

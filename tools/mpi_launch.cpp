@@ -45,8 +45,10 @@ Result<std::unique_ptr<MpiLaunch>> MpiLaunch::initialize() {
                                ": MPI_Comm_split_type (the ranks of this host): " + mpi_error_text(code));
   }
   const int ranked = MPI_Comm_rank(host, &launch->local_rank_);
+  const int sized = ranked == MPI_SUCCESS ? MPI_Comm_size(host, &launch->local_world_size_) : ranked;
   MPI_Comm_free(&host);
   if (ranked != MPI_SUCCESS) return failed_precondition("MPI_Comm_rank on the host's communicator: " + mpi_error_text(ranked));
+  if (sized != MPI_SUCCESS) return failed_precondition("MPI_Comm_size on the host's communicator: " + mpi_error_text(sized));
   return launch;
 }
 

@@ -29,6 +29,7 @@ class MpiLaunch {
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
   int local_rank() const { return local_rank_; }
+  int local_world_size() const { return local_world_size_; }  // the processes of this host
 
   // Every rank's verdict first (an all-gather of one flag each), then, when all prepared, rank
   // 0's bytes to every rank (MPI_Bcast). A failed rank's error on the others names it (the
@@ -49,6 +50,7 @@ class MpiLaunch {
   int rank_ = 0;
   int world_size_ = 1;
   int local_rank_ = 0;
+  int local_world_size_ = 1;
   mutable bool failed_together_ = false;
 };
 

@@ -233,7 +233,9 @@ Status adopt_checkpoint_settings(TrainFlags& flags) {
 }  // namespace
 
 Result<LaunchedRank> launched_rank_from_environment() {
-  auto read = [](std::initializer_list<const char*> names, const char* what) -> Result<int> {
+  // The first of `names` that is set; `absent` when none is, else an error naming them.
+  auto read = [](std::initializer_list<const char*> names, const char* what,
+                 std::optional<int> absent = std::nullopt) -> Result<int> {
     for (const char* name : names) {
       const char* value = std::getenv(name);
       if (value == nullptr) continue;
@@ -245,6 +247,7 @@ Result<LaunchedRank> launched_rank_from_environment() {
       }
       return static_cast<int>(parsed);
     }
+    if (absent) return *absent;
     std::string listed;
     for (const char* name : names) listed += std::string(listed.empty() ? "" : ", ") + name;
     return invalid_argument(std::string("--rendezvous: the ") + what + " is not in the environment (none of " + listed +
@@ -256,9 +259,18 @@ Result<LaunchedRank> launched_rank_from_environment() {
                            read({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}, "world size"));
   ZEROSIM_ASSIGN_OR_RETURN(launched.local_rank,
                            read({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}, "local rank"));
+  ZEROSIM_ASSIGN_OR_RETURN(launched.local_world_size,
+                           read({"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}, "local world size",
+                                /*absent=*/0));
   if (launched.world_size < 1 || launched.rank >= launched.world_size) {
     return invalid_argument("--rendezvous: rank " + std::to_string(launched.rank) + " is not a rank of a world of " +
                             std::to_string(launched.world_size));
+  }
+  if (launched.local_world_size > launched.world_size ||
+      (launched.local_world_size > 0 && launched.local_rank >= launched.local_world_size)) {
+    return invalid_argument("--rendezvous: local rank " + std::to_string(launched.local_rank) + " of " +
+                            std::to_string(launched.local_world_size) + " ranks on this host, in a world of " +
+                            std::to_string(launched.world_size) + ": the launcher's variables disagree");
   }
   return launched;
 }
@@ -311,7 +323,7 @@ int train(const TrainFlags& given_flags, const MpiLaunch* mpi) {
   TrainFlags flags = given_flags;
   std::optional<LaunchedRank> launched;
   if (mpi != nullptr) {
-    launched = LaunchedRank{mpi->rank(), mpi->world_size(), mpi->local_rank()};
+    launched = LaunchedRank{mpi->rank(), mpi->world_size(), mpi->local_rank(), mpi->local_world_size()};
   } else if (!flags.rendezvous_path.empty()) {
     Result<LaunchedRank> from_environment = launched_rank_from_environment();
     if (!from_environment.ok()) {
@@ -492,12 +504,14 @@ int train(const TrainFlags& given_flags, const MpiLaunch* mpi) {
   auto train = [&]() -> Result<TrainingRun> {
     if (!launched) {
       Env env = real_env.env();
+      env.cpus_per_rank = cpus_per_rank_on_host(options.world_size);  // the ranks are this process's threads
       if (!flags.defect_names.empty()) env.defects = &defects;
       return run_training(options, flags.steps, env, checkpoints);
     }
     // One rank of several processes: NCCL between the processes, staged through this rank's
     // GPU (the partitions live in host memory); a second communicator for async saves.
-    const Env env = real_env.env();
+    Env env = real_env.env();
+    env.cpus_per_rank = cpus_per_rank_on_host(launched->local_world_size);  // 0 when the launcher does not say
     auto connect = [&](const std::string& path) -> Result<std::unique_ptr<Comm>> {
       std::unique_ptr<Comm> device_comm;
       if (mpi != nullptr) {

@@ -94,11 +94,13 @@ int run_train_command(const TrainFlags& flags);
 
 // The launcher's rank, world size and local rank, from the first of RANK / OMPI_COMM_WORLD_RANK /
 // PMI_RANK / SLURM_PROCID (and likewise for the others) that is set; the error names what is
-// missing or not a number.
+// missing or not a number. The ranks on this host (LOCAL_WORLD_SIZE, as torchrun sets it, or
+// OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS) are optional: 0 when none is set.
 struct LaunchedRank {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
+  int local_world_size = 0;
 };
 Result<LaunchedRank> launched_rank_from_environment();
 int run_config_check_command(const ConfigFlags& flags);

@@ -104,7 +104,10 @@ AdamHyperparameters adam_hyperparameters_from(const ResolvedConfig& config, doub
 // The top-level "aio" block, as the swap engines and a "fast" checkpoint writer take it.
 AsyncIoOptions async_io_options_from(const AioConfig& aio);
 // How the run's shards are written and read (checkpoint.writer and aio; checkpoint_io.h).
-CheckpointIoOptions checkpoint_io_options_from(const ResolvedConfig& config);
+// Without a writer, the buffered I/O threads follow the rank's CPUs (Env::cpus_per_rank): one
+// CPU stays with the rank, which copies and hashes every byte, and the I/O threads take the
+// rest, 1 to 4 of them; 4 when the CPUs are not known (0).
+CheckpointIoOptions checkpoint_io_options_from(const ResolvedConfig& config, int cpus_per_rank);
 
 // The model's parameters with TrainingOptions::frozen_parameters applied (requires_grad), or
 // kInvalidArgument naming a frozen name the model lacks, a name given twice, or a freeze that

@@ -26,7 +26,19 @@ struct Env {
   // every run (a save still "in flight" at the crash was never written), which keeps the
   // simulator deterministic. Real runs leave it false.
   bool async_saves_deferred = false;
+  // The CPUs this rank may count on: the process's (sched_getaffinity) over the ranks that share
+  // them (the launcher knows how many run on the host). It sizes the checkpoint's buffered I/O
+  // threads (checkpoint_io_options_from). 0 when not known, as in the simulator and the tests,
+  // whose results must not depend on the machine: then the fixed default applies.
+  int cpus_per_rank = 0;
 };
+
+// The CPUs this process may run on (its affinity mask; at least 1).
+int available_cpu_count();
+
+// available_cpu_count() shared by `ranks_on_host` ranks (rounded down, at least 1); 0 when the
+// number of ranks on the host is not known (ranks_on_host <= 0).
+int cpus_per_rank_on_host(int ranks_on_host);
 
 // Owns the real implementations: POSIX disk, steady clock, no crash points.
 class RealEnv {

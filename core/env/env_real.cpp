@@ -1,7 +1,11 @@
+#include <sched.h>
+
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
 #include "core/env/clock.h"
+#include "core/env/env.h"
 #include "core/env/rng.h"
 
 namespace zerosim {
@@ -31,6 +35,19 @@ class CounterRng final : public Rng {
 }  // namespace
 
 std::unique_ptr<Clock> make_steady_clock() { return std::make_unique<SteadyClock>(); }
+
+int available_cpu_count() {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (::sched_getaffinity(0, sizeof(allowed), &allowed) == 0) return std::max(1, CPU_COUNT(&allowed));
+  // Without the mask (more CPUs than a cpu_set_t holds), the machine's count.
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+int cpus_per_rank_on_host(int ranks_on_host) {
+  if (ranks_on_host <= 0) return 0;
+  return std::max(1, available_cpu_count() / ranks_on_host);
+}
 
 uint64_t Rng::next_below(uint64_t bound) {
   if (bound <= 1) return 0;
