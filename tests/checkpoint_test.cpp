@@ -21,6 +21,7 @@
 #include "core/env/comm.h"
 #include "faults/faulty_disk.h"
 #include "sim/crash_explorer.h"
+#include "tests/forwarding_disk.h"
 #include "tests/test_directory.h"
 #include "tests/test_training.h"
 
@@ -461,9 +462,9 @@ TEST(Checkpoint, EveryCheckpointWriterWritesAndReadsTheSameShards) {
 // A Disk that holds every write to a shard file until the training thread has finished a
 // given step: if async saves did not overlap with training, the write would wait for a step
 // that cannot come, and the gate reports that it opened on its timeout instead.
-class GatedDisk final : public Disk {
+class GatedDisk final : public ForwardingDisk {
  public:
-  explicit GatedDisk(Disk& base) : base_(base) {}
+  explicit GatedDisk(Disk& base) : ForwardingDisk(base) {}
   void open_gate() {
     std::lock_guard lock(mutex_);
     open_ = true;
@@ -478,24 +479,8 @@ class GatedDisk final : public Disk {
     }
     return base_.open(path, options);
   }
-  Status create_directories(const std::string& path) override { return base_.create_directories(path); }
-  Status remove_file(const std::string& path) override { return base_.remove_file(path); }
-  Status remove_tree(const std::string& path) override { return base_.remove_tree(path); }
-  Status rename(const std::string& from, const std::string& to) override { return base_.rename(from, to); }
-  Status sync_directory(const std::string& path) override { return base_.sync_directory(path); }
-  Result<bool> exists(const std::string& path) override { return base_.exists(path); }
-  Result<std::vector<std::string>> list_directory(const std::string& path) override {
-    return base_.list_directory(path);
-  }
-  Result<uint64_t> available_bytes(const std::string& path) override { return base_.available_bytes(path); }
-  Result<std::unique_ptr<FileLock>> lock_file(const std::string& path) override { return base_.lock_file(path); }
-  uint64_t direct_io_alignment_bytes() const override { return base_.direct_io_alignment_bytes(); }
-  Result<std::unique_ptr<AsyncIoQueue>> make_async_queue(const AsyncIoOptions& options, AsyncEngine engine) override {
-    return base_.make_async_queue(options, engine);
-  }
 
  private:
-  Disk& base_;
   std::mutex mutex_;
   std::condition_variable changed_;
   bool open_ = false;

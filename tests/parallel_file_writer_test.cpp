@@ -1,12 +1,14 @@
 // ParallelFileWriter (core/checkpoint/parallel_file_writer.h): whatever the pieces appended and
-// the buffer sizes, the file holds exactly the stream, on a real disk (several writer threads,
+// the buffer sizes, the file holds exactly the stream, on a real disk (several I/O threads asked,
 // both groups of buffers reused many times, or one group; buffered and O_DIRECT through libaio,
 // whose last block is padded and cut off) and on SimDisk (whose queue completes a group's writes
 // in a shuffled order, and which checks direct alignment); a failed write is an error that names
-// the file, and after it the writer takes nothing more; bad options are refused by name.
+// the file, and after it the writer takes nothing more; bad options are refused by name; a
+// buffered file is written by one thread with one group in flight, a direct one's groups overlap.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <mutex>
 #include <random>
 #include <vector>
 
@@ -14,6 +16,7 @@
 #include "faults/faulty_disk.h"
 #include "sim/sim_disk.h"
 #include "tests/checkpoint_io_test_support.h"
+#include "tests/forwarding_disk.h"
 #include "tests/test_directory.h"
 
 namespace zerosim {
@@ -85,6 +88,85 @@ TEST(ParallelFileWriter, TheSimulatorsReorderedWritesMakeTheSameFile) {
     Result<std::vector<std::byte>> direct_read = read_whole_file(disk, "/direct");
     ASSERT_TRUE(direct_read.ok()) << direct_read.status().to_string();
     EXPECT_TRUE(*direct_read == stream) << "double-buffered " << double_buffered;
+  }
+}
+
+// Records, over all the queues it makes, the threads each was given and the most queues that
+// had transfers outstanding (submitted, not yet waited for) at once.
+class QueueRecordingDisk final : public ForwardingDisk {
+ public:
+  using ForwardingDisk::ForwardingDisk;
+  Result<std::unique_ptr<AsyncIoQueue>> make_async_queue(const AsyncIoOptions& options, AsyncEngine engine) override {
+    ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<AsyncIoQueue> inner, base_.make_async_queue(options, engine));
+    most_threads_ = std::max(most_threads_, options.intra_op_parallelism);
+    return std::unique_ptr<AsyncIoQueue>(new Recorded(*this, std::move(inner)));
+  }
+  int64_t most_threads() const { return most_threads_; }
+  int most_queues_outstanding() const { return most_outstanding_; }
+
+ private:
+  class Recorded final : public AsyncIoQueue {
+   public:
+    Recorded(QueueRecordingDisk& disk, std::unique_ptr<AsyncIoQueue> inner) : disk_(disk), inner_(std::move(inner)) {}
+    Status submit(const IoRequest& request) override {
+      if (!outstanding_) {
+        std::lock_guard lock(disk_.mutex_);
+        outstanding_ = true;
+        disk_.most_outstanding_ = std::max(disk_.most_outstanding_, ++disk_.outstanding_);
+      }
+      return inner_->submit(request);
+    }
+    Status wait_all() override {
+      Status waited = inner_->wait_all();
+      if (outstanding_) {
+        std::lock_guard lock(disk_.mutex_);
+        outstanding_ = false;
+        --disk_.outstanding_;
+      }
+      return waited;
+    }
+    const char* engine_name() const override { return inner_->engine_name(); }
+
+   private:
+    QueueRecordingDisk& disk_;
+    std::unique_ptr<AsyncIoQueue> inner_;
+    bool outstanding_ = false;
+  };
+  std::mutex mutex_;
+  int outstanding_ = 0, most_outstanding_ = 0;
+  int64_t most_threads_ = 0;
+};
+
+// Through the page cache the file system serializes writes to one file (the inode's lock), so
+// the writer keeps one group's writes in flight, on one thread, whatever `threads` says; a
+// direct file's groups overlap (libaio queues them on the device).
+TEST(ParallelFileWriter, ABufferedFileHasOneWriterAndOneGroupInFlight) {
+  TestDirectory directory;
+  std::unique_ptr<Disk> posix = make_posix_disk();
+  std::mt19937_64 random(13);
+  const std::vector<std::byte> stream = random_bytes(size_t{6} << 20, random);
+  for (const bool direct : {false, true}) {
+    QueueRecordingDisk disk(*posix);
+    const std::string path = directory.path() + (direct ? "/direct" : "/buffered");
+    Result<CheckpointFile> file = open_checkpoint_file(disk, path, OpenMode::kCreateTruncate, direct);
+    ASSERT_TRUE(file.ok()) << file.status().to_string();
+    ASSERT_EQ(file->file->direct_io(), direct) << file->note;
+    // Appended whole, so that the caller always outruns the writes and both groups fill.
+    Result<std::unique_ptr<ParallelFileWriter>> writer =
+        ParallelFileWriter::create(disk, *file->file, io(64 * 4096, 2, /*threads=*/4, direct));
+    ASSERT_TRUE(writer.ok()) << writer.status().to_string();
+    ASSERT_TRUE((*writer)->append(stream).ok());
+    ASSERT_TRUE((*writer)->finish().ok());
+    ASSERT_TRUE(file->file->close().ok());
+    Result<std::vector<std::byte>> read = read_whole_file(*posix, path);
+    ASSERT_TRUE(read.ok()) << read.status().to_string();
+    EXPECT_TRUE(*read == stream) << "direct " << direct;
+    if (direct) {
+      EXPECT_EQ(disk.most_queues_outstanding(), 2) << "a direct file's two groups are written at once";
+    } else {
+      EXPECT_EQ(disk.most_threads(), 1) << "a buffered file is written by one thread";
+      EXPECT_EQ(disk.most_queues_outstanding(), 1) << "a buffered file has one group's writes in flight";
+    }
   }
 }
 

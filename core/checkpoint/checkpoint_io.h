@@ -5,8 +5,10 @@
 // Two modes, as DeepSpeed's checkpoint writers (runtime/model_checkpointing: the "fast" writer
 // is O_DIRECT through its aio handle with a double io buffer; without a writer, buffered
 // torch.save):
-//   buffered  the page cache, with `threads` pread/pwrite threads per staged buffer (a buffered
-//             copy runs at one core's speed: several threads are how DCP reaches the disk);
+//   buffered  the page cache, with `threads` pread threads per staged buffer when reading (a
+//             buffered copy runs at one core's speed: several threads are how DCP reaches the
+//             disk) and one writing thread (see parallel_file_writer.h: the file system
+//             serializes buffered writes to one file);
 //   direct    O_DIRECT through libaio (the swapper's engine) with the `aio` settings: the
 //             staging buffers are 4096-aligned, the device moves the bytes, no page cache.
 // Either way a file is moved through staging buffers in two groups: one group's transfers run
@@ -30,7 +32,7 @@ struct CheckpointIoOptions {
   size_t buffer_bytes = size_t{8} << 20;  // one staging buffer, and so one queued transfer
   int buffers_per_group = 2;
   bool double_buffered = true;            // two groups of buffers (see above), else one
-  int threads = 4;          // buffered: pread/pwrite threads per transfer
+  int threads = 4;          // buffered: pread threads per transfer (writes: one, see above)
   bool direct_io = false;   // O_DIRECT through libaio (see above), buffered where refused
   AsyncIoOptions aio;       // direct: the libaio queue's block size, depth, contexts
 };

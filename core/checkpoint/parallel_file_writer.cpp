@@ -10,9 +10,12 @@ Result<std::unique_ptr<ParallelFileWriter>> ParallelFileWriter::create(Disk& dis
                                                                         const CheckpointIoOptions& options) {
   ZEROSIM_RETURN_IF_ERROR(validate_checkpoint_io_options(options, file.path()));
   std::unique_ptr<ParallelFileWriter> writer(new ParallelFileWriter(file, options));
+  // Buffered writes to one file take turns on its inode's lock: one writing thread.
+  CheckpointIoOptions queue_options = options;
+  if (!file.direct_io()) queue_options.threads = 1;
   for (int g = 0; g < writer->group_count(); ++g) {
     Group& group = writer->groups_[g];
-    ZEROSIM_ASSIGN_OR_RETURN(group.queue, make_checkpoint_queue(disk, file, options));
+    ZEROSIM_ASSIGN_OR_RETURN(group.queue, make_checkpoint_queue(disk, file, queue_options));
     group.buffers.resize(static_cast<size_t>(options.buffers_per_group));
   }
   ZEROSIM_RETURN_IF_ERROR(writer->prepare_buffer(writer->groups_[0].buffers[0]));
@@ -57,6 +60,12 @@ Status ParallelFileWriter::submit_current_buffer() {
     const size_t padded = (buffer_used_ + kDirectIoAlignmentBytes - 1) / kDirectIoAlignmentBytes * kDirectIoAlignmentBytes;
     std::memset(buffer.data() + buffer_used_, 0, padded - buffer_used_);
     request.length_bytes = padded;
+  }
+  if (!file_.direct_io() && !group.in_flight) {
+    // One group's writes at a time (see create): the other group's end before this one's start.
+    for (Group& other : groups_) {
+      if (&other != &group) ZEROSIM_RETURN_IF_ERROR(complete(other));
+    }
   }
   ZEROSIM_RETURN_IF_ERROR(group.queue->submit(request));
   if (!group.in_flight) group.first_offset = submitted_bytes_;
