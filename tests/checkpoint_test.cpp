@@ -530,6 +530,35 @@ TEST(Checkpoint, AsyncSaveWritesTheSameShardsAsASynchronousSaveWhileTrainingGoes
   EXPECT_EQ(latest, "global_step6");
 }
 
+// With the rank's CPUs known (Env::cpus_per_rank), an async snapshot's large pieces are copied
+// by several threads and a load reads through several I/O threads: the shards are byte for byte
+// the single-threaded ones, and a resume from them continues the run. The hidden matrix's
+// master and moments (12.6 MB each at W = 1) are above the parallel copy's 8 MiB threshold.
+TEST(Checkpoint, AnAsyncSnapshotCopiedBySeveralThreadsWritesTheSameShards) {
+  TestDirectory directory;
+  const TrainingOptions options = make_options(ModelSpec{{64, 2048, 1536, 16}}, Precision::kFp16, 2, 1, 1, 100000000, 23);
+  TrainingOptions async_options = options;
+  async_options.config.checkpoint.async_save = true;
+  ASSERT_TRUE(train(options, 2, save_to(directory.path() + "/sync", 1)).ok());
+  RealEnv real_env;
+  Env env = real_env.env();
+  env.cpus_per_rank = 5;  // 5 snapshot copy threads, 4 read threads
+  ASSERT_TRUE(train(async_options, 2, save_to(directory.path() + "/async", 1), env).ok());
+  for (const char* tag : {"global_step1", "global_step2"}) {
+    const std::string shard = std::string("/") + tag + "/" + shard_file_name(0, 1);
+    const std::vector<char> synchronous = file_bytes(directory.path() + "/sync" + shard);
+    ASSERT_GT(synchronous.size(), size_t{40} << 20) << shard;
+    EXPECT_TRUE(synchronous == file_bytes(directory.path() + "/async" + shard)) << shard << "; replay: ctest -R AnAsyncSnapshot";
+  }
+  CheckpointPlan resume = resume_from(directory.path() + "/async", "global_step1");
+  Result<TrainingRun> resumed = train(options, 2, resume, env);
+  ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
+  Result<TrainingRun> uninterrupted = train(options, 2, CheckpointPlan{});
+  ASSERT_TRUE(uninterrupted.ok()) << uninterrupted.status().to_string();
+  EXPECT_EQ(first_differing_component(uninterrupted->digests, resumed->digests), "")
+      << "the run resumed from the multi-threaded snapshot departs from the uninterrupted one";
+}
+
 TEST(Checkpoint, AFailedBackgroundWriteLeavesThePreviousCheckpointAsLatest) {
   TestDirectory directory;
   const std::string checkpoints = directory.path() + "/ckpt";

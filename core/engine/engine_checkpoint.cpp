@@ -10,6 +10,7 @@
 #include "core/checkpoint/safetensors.h"
 #include "core/checkpoint/shard_reader.h"
 #include "core/engine/engine.h"
+#include "core/tensor/parallel_copy.h"
 
 namespace zerosim {
 
@@ -72,7 +73,8 @@ std::string checkpoint_tag_for_step(int64_t global_step) { return "global_step" 
 class RankEngine::ShardSink {
  public:
   explicit ShardSink(std::unique_ptr<ParallelFileWriter> file) : file_(std::move(file)) {}
-  explicit ShardSink(StateArray<std::byte>* memory) : memory_(memory) {}
+  // A snapshot's large pieces are copied by `copy_threads` threads (parallel_copy.h).
+  ShardSink(StateArray<std::byte>* memory, int copy_threads) : memory_(memory), copy_threads_(copy_threads) {}
   // The shard's size, known once its header is: a snapshot is allocated once, not grown.
   void expect_size(uint64_t size_bytes) {
     if (memory_ != nullptr) memory_->reserve(static_cast<size_t>(size_bytes));
@@ -81,8 +83,11 @@ class RankEngine::ShardSink {
   Status append(std::span<const std::byte> bytes) {
     size_bytes_ += bytes.size();
     if (memory_ != nullptr) {
-      // A snapshot is hashed by the background write, off the step loop.
-      memory_->insert(memory_->end(), bytes.begin(), bytes.end());
+      // A snapshot is hashed by the background write, off the step loop; the copy is what the
+      // step loop waits for, on the rank's CPUs.
+      const size_t at = memory_->size();
+      memory_->resize(at + bytes.size());  // within the capacity expect_size reserved; not zeroed
+      copy_in_parallel(memory_->data() + at, bytes.data(), bytes.size(), copy_threads_);
       return Status();
     }
     hash_.update(bytes);
@@ -99,6 +104,7 @@ class RankEngine::ShardSink {
  private:
   std::unique_ptr<ParallelFileWriter> file_;
   StateArray<std::byte>* memory_ = nullptr;
+  int copy_threads_ = 1;
   uint64_t size_bytes_ = 0;
   StreamingHash hash_;
 };
@@ -397,7 +403,8 @@ Status RankEngine::save_checkpoint(const std::string& checkpoint_directory, cons
   if (async_snapshot_ == nullptr) async_snapshot_ = std::make_shared<StateArray<std::byte>>();
   std::shared_ptr<StateArray<std::byte>> snapshot = async_snapshot_;
   snapshot->clear();
-  ShardSink sink(snapshot.get());
+  // The snapshot's copy on the rank's CPUs (up to 8; one where they are not known).
+  ShardSink sink(snapshot.get(), env_.cpus_per_rank > 0 ? std::min(env_.cpus_per_rank, 8) : 1);
   ZEROSIM_RETURN_IF_ERROR(share_verdict_all(comm_, write_shard(shard_path, sink, save), "snapshot its shard of " + tag_directory));
   const uint64_t size_bytes = sink.size_bytes();
   const std::launch policy = env_.async_saves_deferred ? std::launch::deferred : std::launch::async;

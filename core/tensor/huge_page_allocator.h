@@ -46,6 +46,16 @@ class HugePageAllocator {
     return static_cast<T*>(large);
   }
   void deallocate(T* pointer, size_t) noexcept { std::free(pointer); }
+  // resize() default-initializes what it adds (for bytes and floats: leaves it unwritten): the
+  // arrays are filled by a copy right after, which a zero fill would only precede.
+  template <typename U>
+  void construct(U* pointer) noexcept(std::is_nothrow_default_constructible_v<U>) {
+    ::new (static_cast<void*>(pointer)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* pointer, Args&&... args) {
+    ::new (static_cast<void*>(pointer)) U(std::forward<Args>(args)...);
+  }
 
   template <typename U>
   bool operator==(const HugePageAllocator<U>&) const noexcept {
@@ -53,7 +63,8 @@ class HugePageAllocator {
   }
 };
 
-// A growable byte or element array on huge pages (an async save's snapshot).
+// A growable byte or element array on huge pages (an async save's snapshot); resize() leaves
+// the elements it adds unwritten (see construct above).
 template <typename T>
 using StateArray = std::vector<T, HugePageAllocator<T>>;
 

@@ -1,0 +1,52 @@
+// copy_in_parallel (core/tensor/parallel_copy.h): for any size (around the threshold, the page,
+// odd tails) and any thread count, the destination holds exactly the source's bytes, and not one
+// byte before or after the range is touched.
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor/parallel_copy.h"
+
+namespace zerosim {
+namespace {
+
+void expect_exact_copy(size_t bytes, int threads, size_t offset) {
+  std::vector<std::byte> source(bytes + 2 * offset);
+  for (size_t i = 0; i < source.size(); ++i) source[i] = static_cast<std::byte>((i * 2654435761u) >> 13);
+  constexpr std::byte kGuard{0xa5};
+  std::vector<std::byte> destination(bytes + 2 * offset + 64, kGuard);
+  copy_in_parallel(destination.data() + offset + 32, source.data() + offset, bytes, threads);
+  for (size_t i = 0; i < offset + 32; ++i) ASSERT_EQ(destination[i], kGuard) << "before the range, byte " << i;
+  for (size_t i = 0; i < bytes; ++i) {
+    ASSERT_EQ(destination[offset + 32 + i], source[offset + i]) << "byte " << i << " of " << bytes << ", " << threads << " threads";
+  }
+  for (size_t i = offset + 32 + bytes; i < destination.size(); ++i) ASSERT_EQ(destination[i], kGuard) << "after, byte " << i;
+}
+
+TEST(ParallelCopy, SizesAroundTheThresholdAndThreadCounts) {
+  for (size_t bytes : {size_t{0}, size_t{1}, size_t{4097}, kParallelCopyMinBytes - 1, kParallelCopyMinBytes,
+                       kParallelCopyMinBytes + 1, 3 * kParallelCopyMinBytes + 4095, size_t{41} << 20}) {
+    for (int threads : {0, 1, 2, 3, 8, 64}) {
+      SCOPED_TRACE(testing::Message() << bytes << " bytes, " << threads << " threads; replay: ctest -R ParallelCopy");
+      expect_exact_copy(bytes, threads, /*offset=*/3);
+    }
+  }
+}
+
+RC_GTEST_PROP(ParallelCopyProperty, AnySizeAndThreadCountCopiesExactly, ()) {
+  const size_t bytes = *rc::gen::inRange<size_t>(0, size_t{24} << 20);
+  const int threads = *rc::gen::inRange(-1, 17);
+  const size_t offset = *rc::gen::inRange<size_t>(0, 4096);
+  std::vector<std::byte> source(bytes + offset);
+  for (size_t i = 0; i < source.size(); ++i) source[i] = static_cast<std::byte>(i * 131 + 7);
+  std::vector<std::byte> destination(bytes + 1, std::byte{0x5a});
+  copy_in_parallel(destination.data(), source.data() + offset, bytes, threads);
+  RC_ASSERT(std::equal(destination.begin(), destination.begin() + static_cast<std::ptrdiff_t>(bytes),
+                       source.begin() + static_cast<std::ptrdiff_t>(offset)));
+  RC_ASSERT(destination[bytes] == std::byte{0x5a});
+}
+
+}  // namespace
+}  // namespace zerosim
