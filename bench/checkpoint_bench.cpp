@@ -29,10 +29,6 @@
 //                must fault in the state it builds), the verification pass (file_checksum:
 //                read + XXH3) cold and warm, and a plain read with one reused 8 MiB buffer
 //                (what fio does) cold and warm.
-//   --warm-heap  malloc never returns memory to the kernel (M_MMAP_MAX 0, M_TRIM_THRESHOLD
-//                max), so that a load reuses the pages the save phase already faulted in: the
-//                load's figure without first-touch costs (rank 0 only: it runs on the main
-//                thread, whose arena this governs; use it with --world-size 1).
 //
 // Async saves (checkpoint.async_save), after the loads: R more saves from one engine, each
 // waited for before the next; the stall is how long save_checkpoint keeps the step loop (the
@@ -48,17 +44,15 @@
 // Flags: --dir DIR --state-mib N --world-size W --offload none|nvme --repetitions R
 //        [--writer none|python|fast] [--io-buffer-mib N] [--aio-block-kib N] [--aio-queue-depth N] [--aio-threads N]
 //        [--cpus-per-rank N]
-//        [--drop-caches [--settle-seconds S]] [--keep] [--phases] [--warm-heap]
+//        [--drop-caches [--settle-seconds S]] [--keep] [--phases]
 // Output: a human summary, then one JSON line (the last line).
 #include <fcntl.h>
-#include <malloc.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -70,6 +64,7 @@
 
 #include "core/checkpoint/manifest.h"
 #include "core/engine/engine.h"
+#include "core/tensor/huge_page_allocator.h"
 
 namespace {
 
@@ -93,7 +88,6 @@ struct BenchFlags {
   int settle_seconds = 0;
   bool keep = false;
   bool phases = false;
-  bool warm_heap = false;
   CheckpointWriterType writer = CheckpointWriterType::kNone;
   int64_t io_buffer_mib = 64;
   int cpus_per_rank = -1;  // -1: cpus_per_rank_on_host(world_size)
@@ -268,6 +262,26 @@ double first_touch_seconds(uint64_t size_bytes) {
   return seconds;
 }
 
+// The first touch of state memory as a load builds it: `size_bytes` of fresh anonymous memory
+// on advised huge pages (ZeroPageArray, as the engine's state arrays), written once, by
+// `world_size` threads a share each (as the ranks' loads run). The part of a load's time that is
+// the kernel handing out and clearing pages, not I/O; the load pays it inside its copy.
+double state_first_touch_seconds(uint64_t size_bytes, int world_size) {
+  std::vector<ZeroPageArray<std::byte>> shares(static_cast<size_t>(world_size));
+  const uint64_t share_bytes = size_bytes / static_cast<uint64_t>(world_size);
+  const SteadyClock::time_point start = SteadyClock::now();
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < world_size; ++rank) {
+    ranks.emplace_back([&, rank] {
+      ZeroPageArray<std::byte>& share = shares[static_cast<size_t>(rank)];
+      share.assign_zeros(static_cast<size_t>(share_bytes));
+      std::memset(share.data(), 1, share.size());
+    });
+  }
+  for (std::thread& rank : ranks) rank.join();
+  return seconds_since(start);
+}
+
 // Sequential reads of whole files into one reused, already faulted 8 MiB buffer (fio's way).
 Result<double> plain_read_seconds(Disk& disk, const std::vector<std::string>& paths) {
   std::vector<std::byte> chunk(8u << 20, std::byte{0});
@@ -299,7 +313,7 @@ Status print_phases(Disk& disk, const std::vector<std::string>& shard_paths, uin
   auto rate = [&](double seconds) { return static_cast<double>(size_bytes) / seconds / 1e6; };
   std::printf("  phases over the last tag's %zu shard(s), one thread, MB/s of checkpoint bytes:\n", shard_paths.size());
   const double touch = first_touch_seconds(size_bytes);
-  std::printf("    first touch of fresh memory, checkpoint-sized  %8.1f MB/s  (%.3f s)\n", rate(touch), touch);
+  std::printf("    first touch of fresh 4 KiB pages, ckpt-sized   %8.1f MB/s  (%.3f s)\n", rate(touch), touch);
   cold();
   ZEROSIM_ASSIGN_OR_RETURN(double cold_checksum, checksum_seconds(disk, shard_paths));
   ZEROSIM_ASSIGN_OR_RETURN(double warm_checksum, checksum_seconds(disk, shard_paths));
@@ -340,10 +354,6 @@ int main(int argc, char** argv) {
       flags.phases = true;
       continue;
     }
-    if (flag == "--warm-heap") {
-      flags.warm_heap = true;
-      continue;
-    }
     if (i + 1 >= argc) {
       std::fprintf(stderr, "checkpoint_bench: %s needs a value\n", flag.c_str());
       return 2;
@@ -369,8 +379,7 @@ int main(int argc, char** argv) {
                    "checkpoint_bench: unknown flag or value %s %s\n"
                    "flags: --dir DIR --state-mib N --world-size W --offload none|nvme --repetitions R "
                    "[--writer none|python|fast] [--io-buffer-mib N] [--aio-block-kib N] [--aio-queue-depth N] "
-                   "[--aio-threads N] [--cpus-per-rank N] [--drop-caches [--settle-seconds S]] [--keep] [--phases] "
-                   "[--warm-heap]\n",
+                   "[--aio-threads N] [--cpus-per-rank N] [--drop-caches [--settle-seconds S]] [--keep] [--phases]\n",
                    flag.c_str(), value.c_str());
       return 2;
     }
@@ -382,10 +391,6 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  if (flags.warm_heap) {
-    mallopt(M_MMAP_MAX, 0);
-    mallopt(M_TRIM_THRESHOLD, INT_MAX);
-  }
   RealEnv real_env;
   Env env = real_env.env();
   env.cpus_per_rank = flags.cpus_per_rank >= 0 ? flags.cpus_per_rank : cpus_per_rank_on_host(flags.world_size);
@@ -505,6 +510,10 @@ int main(int argc, char** argv) {
   std::sort(stall_ms.begin(), stall_ms.end());
   std::sort(async_rates.begin(), async_rates.end());
   const double stall_median_ms = stall_ms[(stall_ms.size() - 1) / 2];
+  std::vector<double> touch_seconds;
+  for (int r = 0; r < repetitions; ++r) touch_seconds.push_back(state_first_touch_seconds(size_bytes, world_size));
+  std::sort(touch_seconds.begin(), touch_seconds.end());
+  const double touch_median_seconds = touch_seconds[(touch_seconds.size() - 1) / 2];
   const double async_median_mb_per_s = async_rates[(async_rates.size() - 1) / 2];
 
   const Throughput save = throughput(save_times, repetitions, size_bytes);
@@ -515,12 +524,14 @@ int main(int argc, char** argv) {
               flags.directory.c_str(), static_cast<long long>(elements),
               model_spec_to_string(save_options.model).c_str(), static_cast<int>(manifest->shards.size()),
               static_cast<unsigned long long>(size_bytes), static_cast<double>(size_bytes) / 1048576.0, world_size,
-              flags.offload_nvme ? "on NVMe (swap files under DIR/swap)" : "in memory", repetitions,
-              flags.warm_heap ? ", warm heap (diagnostic)" : "");
+              flags.offload_nvme ? "on NVMe (swap files under DIR/swap)" : "in memory", repetitions, "");
   if (flags.writer == CheckpointWriterType::kNone) {
     std::printf("  %d CPU(s) per rank: %d I/O thread(s) per shard\n", env.cpus_per_rank,
                 checkpoint_io_options_from(save_options.config, env.cpus_per_rank).threads);
   }
+  std::printf("  first touch of the state's memory (fresh huge pages, %d thread(s)): median %.3f s, %.1f MB/s: inside "
+              "each load's time\n",
+              world_size, touch_median_seconds, static_cast<double>(size_bytes) / touch_median_seconds / 1e6);
   for (const std::string& note : load_notes) std::printf("  note: %s\n", note.c_str());
   if (flags.drop_caches && !caches_dropped) {
     std::printf("  page cache NOT dropped (%s): loads may come from the page cache\n", drop_error.c_str());
@@ -569,10 +580,11 @@ int main(int argc, char** argv) {
       "{\"save_mb_per_s\": %.1f, \"save_median_mb_per_s\": %.1f, \"load_mb_per_s\": %.1f, \"load_median_mb_per_s\": "
       "%.1f, \"size_bytes\": %llu, \"world_size\": %d, \"offload\": \"%s\", \"writer\": \"%s\", "
       "\"async_stall_median_ms\": %.1f, \"async_median_mb_per_s\": %.1f, \"repetitions\": %d, "
-      "\"page_cache_dropped\": %s, \"save_seconds\": %s, \"load_seconds\": %s}\n",
+      "\"page_cache_dropped\": %s, \"save_seconds\": %s, \"load_seconds\": %s, \"first_touch_median_seconds\": %.4f}\n",
       save.best_mb_per_s, save.median_mb_per_s, load.best_mb_per_s, load.median_mb_per_s,
       static_cast<unsigned long long>(size_bytes), world_size, flags.offload_nvme ? "nvme" : "none",
       checkpoint_writer_type_name(flags.writer), stall_median_ms, async_median_mb_per_s, repetitions,
-      caches_dropped ? "true" : "false", seconds_json(save.seconds).c_str(), seconds_json(load.seconds).c_str());
+      caches_dropped ? "true" : "false", seconds_json(save.seconds).c_str(), seconds_json(load.seconds).c_str(),
+      touch_median_seconds);
   return 0;
 }

@@ -4,7 +4,9 @@
 #   save  vs  fio sequential write, bs 8M, psync (buffered pwrite, as the shard writer), one
 #             new file per rank (--numjobs W, total / W each), --end_fsync=1 (fio counts the
 #             final fsync in its runtime, as the save counts its fsyncs and commit);
-#   load  vs  fio sequential read of those files, bs 8M, psync, buffered.
+#   load  vs  fio sequential read of those files, bs 8M, psync, buffered (the load also builds
+#             its state in fresh memory: the first touch of it is printed apart, and the load
+#             less that time);
 # fio runs in the bench's order: all R writes (new files each time, the earlier ones kept, as
 # the R checkpoint tags are), then all R reads.
 # Page cache: the binary gets --drop-caches; when it could drop the cache (root), the cache is
@@ -130,6 +132,12 @@ row("save (write, fsync, commit)", bench["save_mb_per_s"], bench["save_median_mb
 row("fio write psync + end_fsync", fio_write, fio_write_median)
 ratio("  ratio save / fio", bench["save_mb_per_s"], fio_write, bench["save_median_mb_per_s"], fio_write_median)
 row("load (verify, read, place)", bench["load_mb_per_s"], bench["load_median_mb_per_s"])
+touch = bench["first_touch_median_seconds"]
+load_seconds = sorted(bench["load_seconds"])
+print(f"  of it, first touch of the state     {bench['size_bytes'] / touch / 1e6:10.1f} MB/s, {touch:.3f} s "
+      f"(fresh huge pages, {world_size} thread(s); median)")
+row("  load less the first touch", bench["size_bytes"] / (load_seconds[0] - touch) / 1e6,
+    bench["size_bytes"] / (load_seconds[(len(load_seconds) - 1) // 2] - touch) / 1e6)
 row("fio read psync", fio_read, fio_read_median)
 ratio("  ratio load / fio", bench["load_mb_per_s"], fio_read, bench["load_median_mb_per_s"], fio_read_median)
 row("reference: fio write O_DIRECT qd8", direct_write, direct_write_median)
