@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "core/tensor/parallel_copy.h"
@@ -12,17 +14,25 @@
 namespace zerosim {
 namespace {
 
+// The first index where a and b differ over `count` bytes, or -1.
+std::ptrdiff_t first_difference(const std::byte* a, const std::byte* b, size_t count) {
+  if (std::memcmp(a, b, count) == 0) return -1;
+  return std::mismatch(a, a + count, b).first - a;
+}
+
 void expect_exact_copy(size_t bytes, int threads, size_t offset) {
   std::vector<std::byte> source(bytes + 2 * offset);
   for (size_t i = 0; i < source.size(); ++i) source[i] = static_cast<std::byte>((i * 2654435761u) >> 13);
-  constexpr std::byte kGuard{0xa5};
-  std::vector<std::byte> destination(bytes + 2 * offset + 64, kGuard);
-  copy_in_parallel(destination.data() + offset + 32, source.data() + offset, bytes, threads);
-  for (size_t i = 0; i < offset + 32; ++i) ASSERT_EQ(destination[i], kGuard) << "before the range, byte " << i;
-  for (size_t i = 0; i < bytes; ++i) {
-    ASSERT_EQ(destination[offset + 32 + i], source[offset + i]) << "byte " << i << " of " << bytes << ", " << threads << " threads";
-  }
-  for (size_t i = offset + 32 + bytes; i < destination.size(); ++i) ASSERT_EQ(destination[i], kGuard) << "after, byte " << i;
+  constexpr size_t kGuardBytes = 32;
+  const std::vector<std::byte> guard(bytes + 2 * offset + 2 * kGuardBytes, std::byte{0xa5});
+  std::vector<std::byte> destination = guard;
+  std::byte* const target = destination.data() + offset + kGuardBytes;
+  copy_in_parallel(target, source.data() + offset, bytes, threads);
+  EXPECT_EQ(first_difference(destination.data(), guard.data(), offset + kGuardBytes), -1) << "written before the range";
+  EXPECT_EQ(first_difference(target, source.data() + offset, bytes), -1) << "the first byte that differs";
+  const size_t after = offset + kGuardBytes + bytes;
+  EXPECT_EQ(first_difference(destination.data() + after, guard.data(), destination.size() - after), -1)
+      << "written after the range";
 }
 
 TEST(ParallelCopy, SizesAroundTheThresholdAndThreadCounts) {
