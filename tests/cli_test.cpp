@@ -111,8 +111,13 @@ TEST(Cli, RendezvousNeedsTheLaunchersRankAndWorldSize) {
   const CommandResult local_garbled = run_cli("train --steps 1 --rendezvous /tmp/zerosim-cli-rendezvous-never",
                                               "RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=two");
   EXPECT_EQ(local_garbled.exit_code, 2) << local_garbled.output;
-  EXPECT_NE(local_garbled.output.find("LOCAL_WORLD_SIZE=two: expected a non-negative integer"), std::string::npos)
+  EXPECT_NE(local_garbled.output.find("LOCAL_WORLD_SIZE=two: expected a positive integer"), std::string::npos)
       << local_garbled.output;
+  const CommandResult local_zero = run_cli("train --steps 1 --rendezvous /tmp/zerosim-cli-rendezvous-never",
+                                           "RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MPI_LOCALNRANKS=0");
+  EXPECT_EQ(local_zero.exit_code, 2) << local_zero.output;
+  EXPECT_NE(local_zero.output.find("MPI_LOCALNRANKS=0: expected a positive integer"), std::string::npos)
+      << local_zero.output;
   const CommandResult local_outside = run_cli("train --steps 1 --rendezvous /tmp/zerosim-cli-rendezvous-never",
                                               "RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 LOCAL_WORLD_SIZE=1");
   EXPECT_EQ(local_outside.exit_code, 2) << local_outside.output;

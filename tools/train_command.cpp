@@ -233,17 +233,19 @@ Status adopt_checkpoint_settings(TrainFlags& flags) {
 }  // namespace
 
 Result<LaunchedRank> launched_rank_from_environment() {
-  // The first of `names` that is set; `absent` when none is, else an error naming them.
-  auto read = [](std::initializer_list<const char*> names, const char* what,
-                 std::optional<int> absent = std::nullopt) -> Result<int> {
+  // The first of `names` that is set, at least `minimum`; `absent` when none is set, else an
+  // error naming them.
+  auto read = [](std::initializer_list<const char*> names, const char* what, std::optional<int> absent = std::nullopt,
+                 long minimum = 0) -> Result<int> {
     for (const char* name : names) {
       const char* value = std::getenv(name);
       if (value == nullptr) continue;
       char* end = nullptr;
       errno = 0;
       const long parsed = std::strtol(value, &end, 10);
-      if (errno != 0 || end == value || *end != '\0' || parsed < 0 || parsed > 1 << 20) {
-        return invalid_argument(std::string(name) + "=" + value + ": expected a non-negative integer");
+      if (errno != 0 || end == value || *end != '\0' || parsed < minimum || parsed > 1 << 20) {
+        return invalid_argument(std::string(name) + "=" + value +
+                                (minimum > 0 ? ": expected a positive integer" : ": expected a non-negative integer"));
       }
       return static_cast<int>(parsed);
     }
@@ -261,7 +263,7 @@ Result<LaunchedRank> launched_rank_from_environment() {
                            read({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}, "local rank"));
   ZEROSIM_ASSIGN_OR_RETURN(launched.local_world_size,
                            read({"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}, "local world size",
-                                /*absent=*/0));
+                                /*absent=*/0, /*minimum=*/1));
   if (launched.world_size < 1 || launched.rank >= launched.world_size) {
     return invalid_argument("--rendezvous: rank " + std::to_string(launched.rank) + " is not a rank of a world of " +
                             std::to_string(launched.world_size));

@@ -1,13 +1,13 @@
 #include "core/tensor/aligned_buffer.h"
 
-#include "core/tensor/huge_page_allocator.h"
-
 #include <sys/mman.h>
 
 #include <cerrno>
 #include <cstring>
 #include <string>
 #include <utility>
+
+#include "core/tensor/huge_page_allocator.h"
 
 namespace zerosim {
 
