@@ -89,45 +89,27 @@ TEST(Cli, DeviceCudaGivesTheCpuDigestOrSaysWhyItCannot) {
 
 // --rendezvous: the launcher's variables are required and checked before anything starts.
 TEST(Cli, RendezvousNeedsTheLaunchersRankAndWorldSize) {
-  const CommandResult bare = run_cli("train --steps 1 --rendezvous /tmp/zerosim-cli-rendezvous-never");
-  EXPECT_EQ(bare.exit_code, 2) << bare.output;
-  EXPECT_NE(bare.output.find("none of RANK, OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID is set"), std::string::npos)
-      << bare.output;
-  const CommandResult mismatch =
-      run_cli("train --steps 1 --world-size 3 --rendezvous /tmp/zerosim-cli-rendezvous-never", "RANK=0 WORLD_SIZE=2 LOCAL_RANK=0");
-  EXPECT_EQ(mismatch.exit_code, 2) << mismatch.output;
-  EXPECT_NE(mismatch.output.find("rank 0: --world-size 3 but the launcher (WORLD_SIZE) started 2 processes"), std::string::npos)
-      << mismatch.output;
-  const CommandResult outside = run_cli("train --steps 1 --rendezvous /tmp/zerosim-cli-rendezvous-never",
-                                        "RANK=2 WORLD_SIZE=2 LOCAL_RANK=0");
-  EXPECT_EQ(outside.exit_code, 2) << outside.output;
-  EXPECT_NE(outside.output.find("rank 2 is not a rank of a world of 2"), std::string::npos) << outside.output;
-  const CommandResult garbled = run_cli("train --steps 1 --rendezvous /tmp/zerosim-cli-rendezvous-never",
-                                        "OMPI_COMM_WORLD_RANK=x WORLD_SIZE=2 LOCAL_RANK=0");
-  EXPECT_EQ(garbled.exit_code, 2) << garbled.output;
-  EXPECT_NE(garbled.output.find("OMPI_COMM_WORLD_RANK=x: expected a non-negative integer"), std::string::npos)
-      << garbled.output;
+  // `train ARGUMENTS --rendezvous` under `environment` exits 2 and its output says `expected`.
+  auto expect_refused = [](const std::string& arguments, const std::string& environment, const std::string& expected) {
+    const CommandResult refused =
+        run_cli("train --steps 1" + arguments + " --rendezvous /tmp/zerosim-cli-rendezvous-never", environment);
+    EXPECT_EQ(refused.exit_code, 2) << environment << "\n" << refused.output;
+    EXPECT_NE(refused.output.find(expected), std::string::npos) << environment << "\n" << refused.output;
+  };
+  expect_refused("", "", "none of RANK, OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID is set");
+  expect_refused(" --world-size 3", "RANK=0 WORLD_SIZE=2 LOCAL_RANK=0",
+                 "rank 0: --world-size 3 but the launcher (WORLD_SIZE) started 2 processes");
+  expect_refused("", "RANK=2 WORLD_SIZE=2 LOCAL_RANK=0", "rank 2 is not a rank of a world of 2");
+  expect_refused("", "OMPI_COMM_WORLD_RANK=x WORLD_SIZE=2 LOCAL_RANK=0",
+                 "OMPI_COMM_WORLD_RANK=x: expected a non-negative integer");
   // The ranks on the host are optional, but when given they must be a number and agree.
-  const CommandResult local_garbled = run_cli("train --steps 1 --rendezvous /tmp/zerosim-cli-rendezvous-never",
-                                              "RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=two");
-  EXPECT_EQ(local_garbled.exit_code, 2) << local_garbled.output;
-  EXPECT_NE(local_garbled.output.find("LOCAL_WORLD_SIZE=two: expected a positive integer"), std::string::npos)
-      << local_garbled.output;
-  const CommandResult local_zero = run_cli("train --steps 1 --rendezvous /tmp/zerosim-cli-rendezvous-never",
-                                           "RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MPI_LOCALNRANKS=0");
-  EXPECT_EQ(local_zero.exit_code, 2) << local_zero.output;
-  EXPECT_NE(local_zero.output.find("MPI_LOCALNRANKS=0: expected a positive integer"), std::string::npos)
-      << local_zero.output;
-  const CommandResult local_outside = run_cli("train --steps 1 --rendezvous /tmp/zerosim-cli-rendezvous-never",
-                                              "RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 LOCAL_WORLD_SIZE=1");
-  EXPECT_EQ(local_outside.exit_code, 2) << local_outside.output;
-  EXPECT_NE(local_outside.output.find("local rank 1 of 1 ranks on this host, in a world of 2"), std::string::npos)
-      << local_outside.output;
-  const CommandResult local_too_many = run_cli("train --steps 1 --rendezvous /tmp/zerosim-cli-rendezvous-never",
-                                               "RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 OMPI_COMM_WORLD_LOCAL_SIZE=3");
-  EXPECT_EQ(local_too_many.exit_code, 2) << local_too_many.output;
-  EXPECT_NE(local_too_many.output.find("local rank 0 of 3 ranks on this host, in a world of 2"), std::string::npos)
-      << local_too_many.output;
+  expect_refused("", "RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=two",
+                 "LOCAL_WORLD_SIZE=two: expected a positive integer");
+  expect_refused("", "RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MPI_LOCALNRANKS=0", "MPI_LOCALNRANKS=0: expected a positive integer");
+  expect_refused("", "RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 LOCAL_WORLD_SIZE=1",
+                 "local rank 1 of 1 ranks on this host, in a world of 2");
+  expect_refused("", "RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 OMPI_COMM_WORLD_LOCAL_SIZE=3",
+                 "local rank 0 of 3 ranks on this host, in a world of 2");
 }
 
 // --mpi: two ranks under mpiexec. Without a GPU each rank fails to prepare for NCCL; both say
