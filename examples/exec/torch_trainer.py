@@ -28,11 +28,19 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import zerosim_state  # noqa: E402
 
 
-def make(device):
-    torch.manual_seed(0)
+def make(device, seed=0):
+    torch.manual_seed(seed)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4)).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     return model, optimizer
+
+
+def train_step(model, optimizer, x, y):
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss
 
 
 def batch(step, device):
@@ -82,11 +90,7 @@ def main():
             start = int(state["step"])
     log = zerosim_state.StateLog()
     for step in range(start + 1, arguments.steps + 1):
-        x, y = batch(step, device)
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        loss = train_step(model, optimizer, *batch(step, device))
         saved = step % arguments.save_every == 0
         if saved:
             if arguments.mode == "torch_save":
@@ -109,9 +113,7 @@ def train_ranks(arguments):
     rank, world_size = dist.get_rank(), dist.get_world_size()
     torch.use_deterministic_algorithms(True)
     os.makedirs(arguments.ckpt, exist_ok=True)
-    torch.manual_seed(rank)  # each rank's model is its own
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model, optimizer = make("cpu", seed=rank)  # each rank's model is its own
     name = "rank%d" % rank
 
     def checkpoint_state(step):
@@ -128,11 +130,7 @@ def train_ranks(arguments):
         start = int(state["step"])
     log = zerosim_state.StateLog() if rank == 0 else None
     for step in range(start + 1, arguments.steps + 1):
-        x, y = batch(step * world_size + rank, "cpu")
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        loss = train_step(model, optimizer, *batch(step * world_size + rank, "cpu"))
         saved = step % arguments.save_every == 0
         if saved:
             dcp.save(checkpoint_state(step), checkpoint_id=os.path.join(arguments.ckpt, "step_%d" % step))
