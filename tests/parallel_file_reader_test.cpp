@@ -4,11 +4,13 @@
 // read is the file's byte at that position and the checksum once everything is taken is the
 // file's XXH3-128 (file_checksum); on a real disk and on SimDisk (whose queue completes reads in
 // a shuffled order and refuses unaligned direct reads). A read past the end, a failed read and
-// bad options are errors that name the file; after one the reader takes nothing more.
+// bad options are errors that name the file; after one the reader takes nothing more. A large
+// read of a buffered file reads what is not yet queued straight into its destination.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <random>
 #include <vector>
 
@@ -16,6 +18,7 @@
 #include "faults/faulty_disk.h"
 #include "sim/sim_disk.h"
 #include "tests/checkpoint_io_test_support.h"
+#include "tests/forwarding_disk.h"
 #include "tests/test_directory.h"
 
 namespace zerosim {
@@ -104,16 +107,21 @@ TEST(ParallelFileReader, AFailedReadNamesTheFileAndEndsTheReader) {
   std::mt19937_64 random(29);
   const std::vector<std::byte> content = random_bytes(40 * 4096 + 17, random);
   ASSERT_TRUE(write_whole_file(*real, path, content, false).ok());
+  // Reads of 5000 bytes take everything through staging buffers; one read of the whole file
+  // takes most of it straight into its destination (buffered), where a failure must also end
+  // every read into it before the call returns.
   for (const bool direct : {false, true}) {
-    for (const int64_t occurrence : {1, 3, 9}) {
-      SCOPED_TRACE(testing::Message() << "read " << occurrence << " fails, direct " << direct);
+    for (const size_t piece_bytes : {size_t{5000}, content.size()}) {
+    for (const int64_t occurrence : {1, 3, 9, 14}) {
+      SCOPED_TRACE(testing::Message() << "read " << occurrence << " fails, direct " << direct << ", reads of "
+                                      << piece_bytes << " bytes");
       FaultyDisk disk(*real, {{"*/shard", FaultOperation::kRead, occurrence, FaultKind::kIoError, 0, 0}});
       Result<std::unique_ptr<ParallelFileReader>> reader =
           ParallelFileReader::open(disk, path, content.size(), io(4096, 2, 2, direct));
       Status status = reader.status();
-      std::vector<std::byte> piece(5000);
+      std::vector<std::byte> piece;
       while (status.ok() && (*reader)->position() < content.size()) {
-        piece.resize(std::min<size_t>(5000, content.size() - (*reader)->position()));
+        piece.resize(std::min<size_t>(piece_bytes, content.size() - (*reader)->position()));
         status = (*reader)->read(piece);
       }
       EXPECT_EQ(status.code(), StatusCode::kIoError) << status.to_string();
@@ -121,6 +129,80 @@ TEST(ParallelFileReader, AFailedReadNamesTheFileAndEndsTheReader) {
       if (reader.ok()) {
         EXPECT_FALSE((*reader)->skip(0).ok()) << "the reader takes nothing after an error";
       }
+    }
+    }
+  }
+}
+
+// Records the memory every queued read lands in.
+class ReadTargetRecordingDisk final : public ForwardingDisk {
+ public:
+  using ForwardingDisk::ForwardingDisk;
+  Result<std::unique_ptr<AsyncIoQueue>> make_async_queue(const AsyncIoOptions& options, AsyncEngine engine) override {
+    ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<AsyncIoQueue> inner, base_.make_async_queue(options, engine));
+    return std::unique_ptr<AsyncIoQueue>(new Recorded(*this, std::move(inner)));
+  }
+  // The bytes read into [begin, end).
+  uint64_t bytes_read_into(const std::byte* begin, const std::byte* end) {
+    std::lock_guard lock(mutex_);
+    uint64_t inside = 0;
+    for (const IoRequest& request : requests_) {
+      if (request.buffer >= begin && request.buffer + request.length_bytes <= end) inside += request.length_bytes;
+    }
+    return inside;
+  }
+
+ private:
+  class Recorded final : public AsyncIoQueue {
+   public:
+    Recorded(ReadTargetRecordingDisk& disk, std::unique_ptr<AsyncIoQueue> inner) : disk_(disk), inner_(std::move(inner)) {}
+    Status submit(const IoRequest& request) override {
+      {
+        std::lock_guard lock(disk_.mutex_);
+        disk_.requests_.push_back(request);
+      }
+      return inner_->submit(request);
+    }
+    Status wait_all() override { return inner_->wait_all(); }
+    const char* engine_name() const override { return inner_->engine_name(); }
+
+   private:
+    ReadTargetRecordingDisk& disk_;
+    std::unique_ptr<AsyncIoQueue> inner_;
+  };
+  std::mutex mutex_;
+  std::vector<IoRequest> requests_;
+};
+
+TEST(ParallelFileReader, ALargeReadOfABufferedFileLandsStraightInItsDestination) {
+  TestDirectory directory;
+  std::unique_ptr<Disk> posix = make_posix_disk();
+  std::mt19937_64 random(31);
+  const std::vector<std::byte> content = random_bytes(size_t{1} << 20, random);
+  const std::string path = directory.path() + "/shard";
+  ASSERT_TRUE(write_whole_file(*posix, path, content, false).ok());
+  // 16 KiB buffers, two a batch, two batches: 64 KiB is queued into staging at the open; the
+  // rest of a whole-file read, 960 KiB (30 batches of 32 KiB), goes straight into its
+  // destination. O_DIRECT keeps its aligned staging buffers; a read shorter than what is
+  // queued ahead takes everything from staging.
+  for (const bool direct : {false, true}) {
+    for (const size_t first_read_bytes : {content.size(), size_t{64} << 10}) {
+      SCOPED_TRACE(testing::Message() << "direct " << direct << ", first read " << first_read_bytes
+                                      << " bytes; replay: ctest -R ParallelFileReader");
+      ReadTargetRecordingDisk disk(*posix);
+      Result<std::unique_ptr<ParallelFileReader>> reader =
+          ParallelFileReader::open(disk, path, content.size(), io(4 * 4096, 2, 2, direct));
+      ASSERT_TRUE(reader.ok()) << reader.status().to_string();
+      ASSERT_EQ((*reader)->note(), "");
+      std::vector<std::byte> destination(first_read_bytes);
+      ASSERT_TRUE((*reader)->read(destination).ok());
+      EXPECT_TRUE(std::equal(destination.begin(), destination.end(), content.begin()));
+      const uint64_t expected_inside = !direct && first_read_bytes == content.size() ? (size_t{960} << 10) : 0;
+      EXPECT_EQ(disk.bytes_read_into(destination.data(), destination.data() + destination.size()), expected_inside);
+      ASSERT_TRUE((*reader)->skip(content.size() - first_read_bytes).ok());
+      Result<std::string> expected = file_checksum(*posix, path, nullptr);
+      ASSERT_TRUE(expected.ok()) << expected.status().to_string();
+      EXPECT_EQ((*reader)->checksum(), *expected) << "bytes read in place are hashed in place, in file order";
     }
   }
 }

@@ -2,13 +2,20 @@
 // and hashes every byte as it passes: the reading half of a checkpoint's shard I/O (the
 // writing half is parallel_file_writer.h; the settings are checkpoint_io.h's).
 //
-// The file is cut into staging buffers, in two groups (one when not double-buffered): both
-// groups' reads are queued at the start; the caller takes bytes (read, or skip) out of one group's buffers while the other's
-// reads run, and a group is refilled with the next unread part of the file as soon as the
-// caller has taken all of its bytes. So the caller's copying and the XXH3-128 of every byte
-// overlap the I/O, and the file is read once, whichever parts the caller wants: what it
-// skips is read and hashed too, so that checksum() is the whole file's once it is all taken.
-// The caller trusts nothing it read before that checksum matches the manifest's.
+// The file is read ahead in batches, two (one when not double-buffered): both are queued at
+// the start; the caller takes bytes (read, or skip) out of one batch while the other's reads
+// run, and a batch is refilled with the next unread part of the file as soon as the caller has
+// taken all of its bytes. So the caller's copying and the XXH3-128 of every byte overlap the
+// I/O, and the file is read once, whichever parts the caller wants: what it skips is read and
+// hashed too, so that checksum() is the whole file's once it is all taken. The caller trusts
+// nothing it read before that checksum matches the manifest's.
+//
+// A batch is read into staging buffers, or, on a buffered file, straight into the caller's
+// destination: when a batch is refilled during a read() whose destination still has at least a
+// staging buffer's worth of bytes past everything queued, that part is read there and hashed
+// in place (a large tensor then costs the kernel's copy and the hash, not a copy more through
+// staging). Such a batch ends with the read, so no transfer into the destination outlives the
+// call that gave it, not even one that fails.
 //
 // On a direct (O_DIRECT) file the reads go through libaio into 4096-aligned buffers; a last
 // block that the file ends inside is read through a buffered handle of the same file. Every
@@ -53,33 +60,52 @@ class ParallelFileReader {
   const std::string& path() const { return file_->path(); }
 
  private:
-  struct Group {
+  // A contiguous part of the file in one batch, read into `target`: a staging buffer, or the
+  // destination of the read() that queued it (`direct`).
+  struct Segment {
+    uint64_t offset_bytes = 0;
+    uint64_t length_bytes = 0;
+    std::byte* target = nullptr;
+    bool direct = false;
+  };
+  struct Batch {
     std::unique_ptr<AsyncIoQueue> queue;
     std::vector<AlignedBuffer> buffers;
-    uint64_t first_chunk = 0;
+    std::vector<Segment> segments;  // in file order, contiguous
+    uint64_t begin_bytes = 0;       // the file's bytes [begin, end)
+    uint64_t end_bytes = 0;
     bool in_flight = false;
+    bool ready = false;             // waited for and hashed
   };
   ParallelFileReader(const CheckpointIoOptions& options, uint64_t size_bytes, uint64_t buffer_bytes)
       : options_(options), size_bytes_(size_bytes), buffer_bytes_(buffer_bytes) {}
-  uint64_t chunk_count() const { return (size_bytes_ + buffer_bytes_ - 1) / buffer_bytes_; }
-  uint64_t chunk_length(uint64_t chunk) const { return std::min(buffer_bytes_, size_bytes_ - chunk * buffer_bytes_); }
-  // Queues the reads of the group's chunks from `first_chunk` on (those the file has).
-  Status fill(Group& group, uint64_t first_chunk);
-  // Makes the chunk at position_ readable (waiting for its group) and hashes it.
-  Status make_current_chunk_ready();
+  uint64_t batch_count() const { return options_.double_buffered ? 2 : 1; }
+  // Queues the reads of the file's next unqueued part (from queued_end_) into `batch`: straight
+  // into the current read's destination where it reaches far enough, else staging buffers.
+  Status fill(Batch& batch);
+  // Makes the batch holding position_ readable (refilling the one before it, waiting for it,
+  // hashing it) and returns it.
+  Result<Batch*> current_batch();
   // Takes `bytes` bytes from position_ on; copies them to `destination` unless it is null.
   Status take(std::byte* destination, uint64_t bytes);
+  // Records the first failure, after every queued read has ended (none may write into a
+  // destination the caller gets back).
+  Status fail(Status status);
 
   const CheckpointIoOptions options_;
   const uint64_t size_bytes_;
-  const uint64_t buffer_bytes_;  // a chunk; the file's size rounded up to 4096 when smaller
+  const uint64_t buffer_bytes_;  // a staging buffer; the file's size rounded up to 4096 when smaller
   std::unique_ptr<File> file_;
   std::unique_ptr<File> tail_file_;  // buffered, for a direct file's last partial block
   std::string note_;
-  Group groups_[2];
-  uint64_t group_count() const { return options_.double_buffered ? 2 : 1; }
+  Batch batches_[2];
+  size_t front_ = 0;               // the batch that holds position_ (or the next one to)
   uint64_t position_ = 0;
-  uint64_t ready_chunk_ = UINT64_MAX;  // the chunk at position_ once waited for and hashed
+  uint64_t queued_end_ = 0;        // every byte before it is in a batch
+  // The read() in progress: its destination holds the file's bytes [read_begin_, read_end_).
+  std::byte* read_destination_ = nullptr;
+  uint64_t read_begin_ = 0;
+  uint64_t read_end_ = 0;
   StreamingHash hash_;
   Status failed_;
 };
