@@ -30,6 +30,12 @@
 //                read + XXH3) cold and warm, and a plain read with one reused 8 MiB buffer
 //                (what fio does) cold and warm.
 //
+//   --peer-load CMD  after each load, run the shell command CMD (a peer's cold load, which drops
+//                the page cache itself, e.g. bench/checkpoint_peer.py --measures torch.load),
+//                so that the two loads alternate in one series and a drift of the disk's rate
+//                over the run falls on both alike (checkpoint_vs_dcp.sh pairs them). A failing
+//                command ends the bench with its exit status.
+//
 // Async saves (checkpoint.async_save), after the loads: R more saves from one engine, each
 // waited for before the next; the stall is how long save_checkpoint keeps the step loop (the
 // snapshot into host memory), the background rate the snapshot's write + fsync + commit.
@@ -44,10 +50,11 @@
 // Flags: --dir DIR --state-mib N --world-size W --offload none|nvme --repetitions R
 //        [--writer none|python|fast] [--io-buffer-mib N] [--aio-block-kib N] [--aio-queue-depth N] [--aio-threads N]
 //        [--cpus-per-rank N]
-//        [--drop-caches [--settle-seconds S]] [--keep] [--phases]
+//        [--drop-caches [--settle-seconds S]] [--keep] [--phases] [--peer-load CMD]
 // Output: a human summary, then one JSON line (the last line).
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -88,6 +95,7 @@ struct BenchFlags {
   int settle_seconds = 0;
   bool keep = false;
   bool phases = false;
+  std::string peer_load_command;  // empty: none
   CheckpointWriterType writer = CheckpointWriterType::kNone;
   int64_t io_buffer_mib = 64;
   int cpus_per_rank = -1;  // -1: cpus_per_rank_on_host(world_size)
@@ -374,12 +382,14 @@ int main(int argc, char** argv) {
     else if (flag == "--aio-block-kib") flags.aio_block_kib = std::atoll(value.c_str());
     else if (flag == "--aio-queue-depth") flags.aio_queue_depth = std::atoll(value.c_str());
     else if (flag == "--aio-threads") flags.aio_threads = std::atoll(value.c_str());
+    else if (flag == "--peer-load" && !value.empty()) flags.peer_load_command = value;
     else {
       std::fprintf(stderr,
                    "checkpoint_bench: unknown flag or value %s %s\n"
                    "flags: --dir DIR --state-mib N --world-size W --offload none|nvme --repetitions R "
                    "[--writer none|python|fast] [--io-buffer-mib N] [--aio-block-kib N] [--aio-queue-depth N] "
-                   "[--aio-threads N] [--cpus-per-rank N] [--drop-caches [--settle-seconds S]] [--keep] [--phases]\n",
+                   "[--aio-threads N] [--cpus-per-rank N] [--drop-caches [--settle-seconds S]] [--keep] [--phases] "
+                   "[--peer-load CMD]\n",
                    flag.c_str(), value.c_str());
       return 2;
     }
@@ -468,6 +478,15 @@ int main(int argc, char** argv) {
       return Status();
     });
     if (!loaded.ok()) return fail("load " + tag_for_repetition(r), loaded);
+    if (!flags.peer_load_command.empty()) {
+      std::fflush(stdout);  // the command writes to the same stdout
+      const int status = std::system(flags.peer_load_command.c_str());
+      if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        std::fprintf(stderr, "checkpoint_bench: --peer-load command failed (status %d): %s\n", status,
+                     flags.peer_load_command.c_str());
+        return 1;
+      }
+    }
   }
   if (loaded_digest != saved_digest) {
     std::fprintf(stderr, "checkpoint_bench: the loaded state's digest %s differs from the saved %s\n",

@@ -17,6 +17,11 @@ timed from a barrier to the last rank's return. Measures:
   dd O_DIRECT         one file per rank of the same size: write with oflag=direct conv=fsync,
                       read with iflag=direct, 8 MiB blocks
 
+--measures picks some of them (dcp, dcp_async, torch.save, torch.load, dd; all by default);
+torch.load alone loads the files an earlier --measures torch.save --keep run left in --dir
+(checkpoint_vs_dcp.sh's paired loads: checkpoint_bench --peer-load runs it after each of its
+loads). --keep leaves the files.
+
 Output: one JSON line per measure.
 """
 import argparse
@@ -32,6 +37,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
 ELEMENTS_PER_TENSOR = 4 << 20
+MEASURES = ("dcp", "dcp_async", "torch.save", "torch.load", "dd")
 
 
 def rank_and_world():
@@ -101,9 +107,16 @@ def main():
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--threads", type=int, default=4, help="DCP FileSystemWriter thread_count")
     parser.add_argument("--settle-seconds", type=int, default=8)
+    parser.add_argument("--measures", default=",".join(MEASURES),
+                        help="comma-separated: " + ", ".join(MEASURES))
+    parser.add_argument("--keep", action="store_true", help="leave the files in --dir")
     args = parser.parse_args()
     if args.state_mib <= 0 or args.repetitions <= 0 or args.threads <= 0:
         parser.error("--state-mib, --repetitions and --threads must be positive")
+    measures = args.measures.split(",")
+    unknown = [m for m in measures if m not in MEASURES]
+    if unknown or not args.measures:
+        parser.error("--measures: unknown %s (known: %s)" % (unknown or "(empty)", ", ".join(MEASURES)))
     rank, world_size = rank_and_world()
     if world_size > 1:
         dist.init_process_group("gloo")
@@ -128,7 +141,25 @@ def main():
             dropped = drop_caches() and dropped
         barrier()
 
-    # DCP save and load.
+    if "dcp" in measures:
+        dcp_save_and_load(args, state, total_elements, rank, world_size, total_bytes, settle, cold)
+    if "dcp_async" in measures:
+        dcp_async(args, state, total_bytes, world_size)
+    if "torch.save" in measures or "torch.load" in measures:
+        torch_save_and_load(args, state, rank, world_size, total_bytes, settle, cold, measures)
+    if "dd" in measures:
+        dd_write_and_read(args, rank, rank_bytes, world_size, settle, cold)
+
+    barrier()
+    if rank == 0:
+        print(json.dumps({"engine": "peer", "torch": torch.__version__, "page_cache_dropped": dropped}), flush=True)
+        if not args.keep:
+            shutil.rmtree(args.dir, ignore_errors=True)
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def dcp_save_and_load(args, state, total_elements, rank, world_size, total_bytes, settle, cold):
     from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
     paths = [os.path.join(args.dir, f"dcp-{r}") for r in range(args.repetitions)]
     settle()
@@ -150,7 +181,10 @@ def main():
                 raise SystemExit(f"dcp load of {p}: {name} differs from what was saved")
     report("dcp load", loads, total_bytes, world_size)
 
-    # DCP's async save: the caller's stall, and the time until the future completes.
+
+def dcp_async(args, state, total_bytes, world_size):
+    """DCP's async save: the caller's stall, and the time until the future completes."""
+    from torch.distributed.checkpoint import FileSystemWriter
     if hasattr(dcp, "async_save"):
         stalls, completions = [], []
         for r in range(args.repetitions):
@@ -167,7 +201,9 @@ def main():
                median_stall_ms=round(statistics.median(stalls) * 1e3, 1))
         report("dcp async_save complete", completions, total_bytes, world_size)
 
-    # torch.save / torch.load, one file per rank.
+
+def torch_save_and_load(args, state, rank, world_size, total_bytes, settle, cold, measures):
+    """torch.save / torch.load, one file per rank."""
     files = [os.path.join(args.dir, f"torch-{r}-rank{rank}.pt") for r in range(args.repetitions)]
 
     def torch_save(path):
@@ -175,15 +211,24 @@ def main():
             torch.save(state, out)
             out.flush()
             os.fsync(out.fileno())
-    settle()
-    report("torch.save", [timed(lambda f=f: torch_save(f)) for f in files], total_bytes, world_size)
+    if "torch.save" in measures:
+        settle()
+        report("torch.save", [timed(lambda f=f: torch_save(f)) for f in files], total_bytes, world_size)
+    if "torch.load" not in measures:
+        return
+    missing = [f for f in files if not os.path.isfile(f)]
+    if missing:
+        raise SystemExit(f"torch.load: {missing[0]} is missing (write it first: --measures torch.save --keep, "
+                         f"the same --dir, --state-mib and world size)")
     loads = []
     for f in files:
         cold()
         loads.append(timed(lambda f=f: torch.load(f, weights_only=True)))
     report("torch.load", loads, total_bytes, world_size)
 
-    # dd with O_DIRECT on the same size per rank.
+
+def dd_write_and_read(args, rank, rank_bytes, world_size, settle, cold):
+    """dd with O_DIRECT on the same size per rank."""
     block = 8 << 20
     blocks = (rank_bytes + block - 1) // block
     dd_files = [os.path.join(args.dir, f"dd-{r}-rank{rank}") for r in range(args.repetitions)]
@@ -198,13 +243,6 @@ def main():
         cold()
         reads.append(timed(lambda f=f: dd([f"if={f}", "of=/dev/null", "iflag=direct"])))
     report("dd O_DIRECT read", reads, blocks * block * world_size, world_size)
-
-    barrier()
-    if rank == 0:
-        print(json.dumps({"engine": "peer", "torch": torch.__version__, "page_cache_dropped": dropped}), flush=True)
-        shutil.rmtree(args.dir, ignore_errors=True)
-    if dist.is_initialized():
-        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

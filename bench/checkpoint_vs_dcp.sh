@@ -6,14 +6,19 @@
 # O_DIRECT through libaio), and its async save's stall is shown beside DCP's async_save's.
 # The GPU machine has torch; any Linux host with torch will do (no GPU is used).
 #
-# Usage: bench/checkpoint_vs_dcp.sh BUILD_DIR DIR [SIZE_MIB] [REPETITIONS] [WRITERS]
-#   SIZE_MIB 1024, REPETITIONS 3. Needs root for dropping the page cache (both sides say when
-#   they could not).
-# Output: each side's lines, then a table of medians in MB/s with zerosim / peer ratios.
+# Then, at W = 1 and W = 4, PAIRS loads of zerosim and PAIRS torch.loads alternating in one
+# series (checkpoint_bench --peer-load; each cold): the disk's rate drifts over minutes, so the
+# loads are also compared pair by pair, each pair measured seconds apart.
+#
+# Usage: bench/checkpoint_vs_dcp.sh BUILD_DIR DIR [SIZE_MIB] [REPETITIONS] [WRITERS] [PAIRS]
+#   SIZE_MIB 1024, REPETITIONS 3, PAIRS 5 (0: none). Needs root for dropping the page cache (both
+#   sides say when they could not).
+# Output: each side's lines, then a table of medians in MB/s with zerosim / peer ratios, then the
+# paired loads with each pair's ratio and their median.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 if [ $# -lt 2 ]; then
-  echo "usage: $0 BUILD_DIR DIR [SIZE_MIB] [REPETITIONS] [WRITERS, e.g. \"none fast\"]" >&2
+  echo "usage: $0 BUILD_DIR DIR [SIZE_MIB] [REPETITIONS] [WRITERS, e.g. \"none fast\"] [PAIRS]" >&2
   exit 2
 fi
 build_dir=$1
@@ -21,6 +26,10 @@ dir=$2
 size_mib=${3:-1024}
 repetitions=${4:-3}
 writers=${5:-none fast}
+pairs=${6:-5}
+case "$pairs" in
+  ''|*[!0-9]*) echo "checkpoint_vs_dcp: PAIRS must be a whole number (0: no paired loads), got '$pairs'" >&2; exit 2;;
+esac
 bench="$build_dir/bench/checkpoint_bench"
 [ -x "$bench" ] || { echo "checkpoint_vs_dcp: $bench is missing (build the checkpoint_bench target)" >&2; exit 3; }
 python3 -c 'import torch.distributed.checkpoint' 2>/dev/null || {
@@ -29,7 +38,8 @@ python3 -c 'import torch.distributed.checkpoint' 2>/dev/null || {
 }
 mkdir -p "$dir"
 results=$(mktemp)
-trap 'rm -f "$results"' EXIT
+paired=$(mktemp)
+trap 'rm -f "$results" "$paired"' EXIT
 for w in 1 4; do
   for writer in $writers; do
     out=$("$bench" --dir "$dir/zerosim" --state-mib "$size_mib" --world-size "$w" --repetitions "$repetitions" \
@@ -45,7 +55,22 @@ for w in 1 4; do
       { echo "checkpoint_vs_dcp: the peer at W=$w failed; its errors:" >&2; tail -20 "$dir/peer-w$w.err" >&2; }
   fi
 done
-python3 - "$results" <<'PY'
+# Paired loads: torch.save once (kept), then zerosim's loads with a torch.load after each.
+if [ "$pairs" -gt 0 ]; then
+  for w in 1 4; do
+    if [ "$w" = 1 ]; then peer=(python3 "$root/bench/checkpoint_peer.py")
+    else peer=(torchrun --standalone --nproc_per_node "$w" "$root/bench/checkpoint_peer.py"); fi
+    common="--dir $dir/paired-peer --state-mib $size_mib --repetitions 1 --keep"
+    "${peer[@]}" $common --measures torch.save > /dev/null 2> "$dir/paired-w$w.err" ||
+      { echo "checkpoint_vs_dcp: the paired torch.save at W=$w failed; its errors:" >&2; tail -20 "$dir/paired-w$w.err" >&2; exit 1; }
+    out=$("$bench" --dir "$dir/zerosim" --state-mib "$size_mib" --world-size "$w" --repetitions "$pairs" --writer none \
+                   --drop-caches --settle-seconds 8 --peer-load "${peer[*]} $common --measures torch.load 2>> $dir/paired-w$w.err")
+    echo "$out" | grep '"measure": "torch.load"' >> "$paired"
+    echo "$out" | tail -n 1 >> "$paired"
+    rm -rf "$dir/paired-peer"
+  done
+fi
+python3 - "$results" "$paired" <<'PY'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip().startswith("{")]
 def peer(measure, w):
@@ -76,4 +101,23 @@ for w in (1, 4):
     line += f" DCP async_save {stall[0]['median_stall_ms']} ms" if stall else " DCP async_save -"
     line += f", written at {done[0]['median_mb_per_s']:.0f} MB/s" if done else ""
     print(line)
+paired = [json.loads(line) for line in open(sys.argv[2]) if line.strip().startswith("{")]
+for w in (1, 4):
+    peers = [r for r in paired if r.get("measure") == "torch.load" and r.get("world_size") == w]
+    ours = [r for r in paired if "load_seconds" in r and r.get("world_size") == w]
+    if not peers or not ours:
+        continue
+    ours = ours[0]
+    rates = [ours["size_bytes"] / s / 1e6 for s in ours["load_seconds"]]
+    peer_rates = [r["bytes"] / r["seconds"][0] / 1e6 for r in peers]
+    if len(rates) != len(peer_rates):
+        print(f"paired loads at W={w}: {len(rates)} zerosim loads but {len(peer_rates)} torch.loads (see DIR/paired-w{w}.err)")
+        continue
+    ratios = sorted(a / b for a, b in zip(rates, peer_rates))
+    print(f"\npaired loads at W={w} (alternating, each cold), MB/s:")
+    print("| pair | zerosim load | torch.load | ratio |\n|---|---|---|---|")
+    for i, (a, b) in enumerate(zip(rates, peer_rates)):
+        print(f"| {i + 1} | {a:.0f} | {b:.0f} | {a / b:.2f} |")
+    median = lambda v: sorted(v)[(len(v) - 1) // 2] if len(v) % 2 else (sorted(v)[len(v) // 2 - 1] + sorted(v)[len(v) // 2]) / 2
+    print(f"| median | {median(rates):.0f} | {median(peer_rates):.0f} | {median(ratios):.2f} (of the pairs' ratios) |")
 PY
