@@ -13,7 +13,9 @@
 //             staging buffers are 4096-aligned, the device moves the bytes, no page cache.
 // Either way a file is moved through staging buffers in two groups: one group's transfers run
 // while the caller fills (or empties) the other, so hashing and copying overlap the I/O (one
-// group when not double-buffered: the caller waits for its transfers before each refill).
+// group when not double-buffered: the caller waits for its transfers before each refill). A
+// buffered read larger than what is queued ahead skips the staging for the rest: it is read
+// straight into the caller's memory (parallel_file_reader.h).
 #pragma once
 
 #include <cstddef>
