@@ -112,24 +112,24 @@ TEST(ParallelFileReader, AFailedReadNamesTheFileAndEndsTheReader) {
   // every read into it before the call returns.
   for (const bool direct : {false, true}) {
     for (const size_t piece_bytes : {size_t{5000}, content.size()}) {
-    for (const int64_t occurrence : {1, 3, 9, 14}) {
-      SCOPED_TRACE(testing::Message() << "read " << occurrence << " fails, direct " << direct << ", reads of "
-                                      << piece_bytes << " bytes");
-      FaultyDisk disk(*real, {{"*/shard", FaultOperation::kRead, occurrence, FaultKind::kIoError, 0, 0}});
-      Result<std::unique_ptr<ParallelFileReader>> reader =
-          ParallelFileReader::open(disk, path, content.size(), io(4096, 2, 2, direct));
-      Status status = reader.status();
-      std::vector<std::byte> piece;
-      while (status.ok() && (*reader)->position() < content.size()) {
-        piece.resize(std::min<size_t>(piece_bytes, content.size() - (*reader)->position()));
-        status = (*reader)->read(piece);
+      for (const int64_t occurrence : {1, 3, 9, 14}) {
+        SCOPED_TRACE(testing::Message() << "read " << occurrence << " fails, direct " << direct << ", reads of "
+                                        << piece_bytes << " bytes");
+        FaultyDisk disk(*real, {{"*/shard", FaultOperation::kRead, occurrence, FaultKind::kIoError, 0, 0}});
+        Result<std::unique_ptr<ParallelFileReader>> reader =
+            ParallelFileReader::open(disk, path, content.size(), io(4096, 2, 2, direct));
+        Status status = reader.status();
+        std::vector<std::byte> piece;
+        while (status.ok() && (*reader)->position() < content.size()) {
+          piece.resize(std::min<size_t>(piece_bytes, content.size() - (*reader)->position()));
+          status = (*reader)->read(piece);
+        }
+        EXPECT_EQ(status.code(), StatusCode::kIoError) << status.to_string();
+        EXPECT_NE(status.message().find("shard"), std::string::npos) << status.message();
+        if (reader.ok()) {
+          EXPECT_FALSE((*reader)->skip(0).ok()) << "the reader takes nothing after an error";
+        }
       }
-      EXPECT_EQ(status.code(), StatusCode::kIoError) << status.to_string();
-      EXPECT_NE(status.message().find("shard"), std::string::npos) << status.message();
-      if (reader.ok()) {
-        EXPECT_FALSE((*reader)->skip(0).ok()) << "the reader takes nothing after an error";
-      }
-    }
     }
   }
 }
