@@ -217,8 +217,13 @@ def torch_save_and_load(args, state, rank, world_size, total_bytes, settle, cold
     if "torch.load" not in measures:
         return
     missing = [f for f in files if not os.path.isfile(f)]
-    if missing:
-        raise SystemExit(f"torch.load: {missing[0]} is missing (write it first: --measures torch.save --keep, "
+    # Every rank learns whether any lacks its file: one rank leaving alone would hang the others.
+    missing_anywhere = torch.tensor([len(missing)])
+    if dist.is_initialized():
+        dist.all_reduce(missing_anywhere, op=dist.ReduceOp.MAX)
+    if int(missing_anywhere) > 0:
+        what = missing[0] if missing else "another rank's file"
+        raise SystemExit(f"torch.load: {what} is missing (write it first: --measures torch.save --keep, "
                          f"the same --dir, --state-mib and world size)")
     loads = []
     for f in files:
