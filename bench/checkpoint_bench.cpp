@@ -69,6 +69,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/page_cache.h"
 #include "core/checkpoint/manifest.h"
 #include "core/engine/engine.h"
 #include "core/tensor/huge_page_allocator.h"
@@ -161,21 +162,6 @@ TrainingOptions make_options(const BenchFlags& flags, const std::string& run_id)
   options.data.feature_count = kInputWidth;
   options.data.class_count = kClassCount;
   return options;
-}
-
-// Needs root (CAP_SYS_ADMIN); the dirty pages are written first so that nothing is lost.
-bool drop_page_cache(std::string* error) {
-  ::sync();
-  const int descriptor = ::open("/proc/sys/vm/drop_caches", O_WRONLY | O_CLOEXEC);
-  if (descriptor < 0) {
-    *error = std::string("open /proc/sys/vm/drop_caches: ") + std::strerror(errno);
-    return false;
-  }
-  const bool written = ::write(descriptor, "3\n", 2) == 2;
-  const int saved_errno = errno;
-  ::close(descriptor);
-  if (!written) *error = std::string("write /proc/sys/vm/drop_caches: ") + std::strerror(saved_errno);
-  return written;
 }
 
 // Runs `body(rank, comm)` on W threads of one world. The first real error wins (a kAborted is

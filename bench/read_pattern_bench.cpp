@@ -28,6 +28,8 @@
 #include <thread>
 #include <vector>
 
+#include "bench/page_cache.h"
+
 namespace {
 
 constexpr size_t kMiB = size_t{1} << 20;
@@ -39,15 +41,6 @@ constexpr size_t kMiB = size_t{1} << 20;
 
 double seconds_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-bool drop_page_cache() {
-  sync();
-  const int control = open("/proc/sys/vm/drop_caches", O_WRONLY);
-  if (control < 0) return false;
-  const bool dropped = write(control, "3\n", 2) == 2;
-  close(control);
-  return dropped;
 }
 
 // Touched memory of `bytes`, so that the reads measure the disk and not page faults.
@@ -141,12 +134,13 @@ int main(int argc, char** argv) {
   };
   std::vector<std::vector<double>> rates(patterns.size());
   bool dropped = true;
+  std::string drop_error;
   for (int r = 0; r < repetitions; ++r) {
     for (size_t p = 0; p < patterns.size(); ++p) {
       const Pattern& pattern = patterns[p];
       const std::vector<std::string> files = file_names(directory, pattern.files);
       const size_t file_bytes = total_bytes / static_cast<size_t>(pattern.files);
-      dropped = drop_page_cache() && dropped;
+      dropped = zerosim::drop_page_cache(&drop_error) && dropped;
       const double start = seconds_now();
       if (pattern.processes) {
         std::vector<pid_t> children;
@@ -175,8 +169,9 @@ int main(int argc, char** argv) {
       rates[p].push_back(static_cast<double>(total_bytes) / (seconds_now() - start) / 1e6);
     }
   }
+  const std::string cache = dropped ? "dropped before each" : "NOT dropped (" + drop_error + "): reads may be cached";
   std::printf("read_pattern_bench: %s, %ld MiB, %d repetitions interleaved, page cache %s; MB/s:\n", directory.c_str(),
-              total_mib, repetitions, dropped ? "dropped before each" : "NOT dropped (not root?): reads may be cached");
+              total_mib, repetitions, cache.c_str());
   for (size_t p = 0; p < patterns.size(); ++p) {
     std::printf("  %-66s", patterns[p].name);
     for (const double rate : rates[p]) std::printf(" %7.0f", rate);
