@@ -60,18 +60,20 @@ if [ "$pairs" -gt 0 ]; then
   for w in 1 4; do
     if [ "$w" = 1 ]; then peer=(python3 "$root/bench/checkpoint_peer.py")
     else peer=(torchrun --standalone --nproc_per_node "$w" "$root/bench/checkpoint_peer.py"); fi
-    common="--dir $dir/paired-peer --state-mib $size_mib --repetitions 1 --keep"
-    "${peer[@]}" $common --measures torch.save > /dev/null 2> "$dir/paired-w$w.err" ||
+    common=(--dir "$dir/paired-peer" --state-mib "$size_mib" --repetitions 1 --keep)
+    "${peer[@]}" "${common[@]}" --measures torch.save > /dev/null 2> "$dir/paired-w$w.err" ||
       { echo "checkpoint_vs_dcp: the paired torch.save at W=$w failed; its errors:" >&2; tail -20 "$dir/paired-w$w.err" >&2; exit 1; }
+    # --peer-load runs its command through sh -c: every word quoted for it.
+    peer_load="$(printf '%q ' "${peer[@]}" "${common[@]}" --measures torch.load) 2>> $(printf '%q' "$dir/paired-w$w.err")"
     out=$("$bench" --dir "$dir/zerosim" --state-mib "$size_mib" --world-size "$w" --repetitions "$pairs" --writer none \
-                   --drop-caches --settle-seconds 8 --peer-load "${peer[*]} $common --measures torch.load 2>> $dir/paired-w$w.err")
+                   --drop-caches --settle-seconds 8 --peer-load "$peer_load")
     echo "$out" | grep '"measure": "torch.load"' >> "$paired"
     echo "$out" | tail -n 1 >> "$paired"
     rm -rf "$dir/paired-peer"
   done
 fi
 python3 - "$results" "$paired" <<'PY'
-import json, sys
+import json, statistics, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip().startswith("{")]
 def peer(measure, w):
     for r in rows:
@@ -113,11 +115,11 @@ for w in (1, 4):
     if len(rates) != len(peer_rates):
         print(f"paired loads at W={w}: {len(rates)} zerosim loads but {len(peer_rates)} torch.loads (see DIR/paired-w{w}.err)")
         continue
-    ratios = sorted(a / b for a, b in zip(rates, peer_rates))
+    ratios = [a / b for a, b in zip(rates, peer_rates)]
     print(f"\npaired loads at W={w} (alternating, each cold), MB/s:")
     print("| pair | zerosim load | torch.load | ratio |\n|---|---|---|---|")
     for i, (a, b) in enumerate(zip(rates, peer_rates)):
         print(f"| {i + 1} | {a:.0f} | {b:.0f} | {a / b:.2f} |")
-    median = lambda v: sorted(v)[(len(v) - 1) // 2] if len(v) % 2 else (sorted(v)[len(v) // 2 - 1] + sorted(v)[len(v) // 2]) / 2
+    median = statistics.median
     print(f"| median | {median(rates):.0f} | {median(peer_rates):.0f} | {median(ratios):.2f} (of the pairs' ratios) |")
 PY
