@@ -11,7 +11,9 @@
 //                  preads (parallel_file_reader.h's buffered queue at W = 4 on 16 cores), in one
 //                  process and in four; 8 MiB preads with 3, 2 and 1 threads a file; 1 with
 //                  POSIX_FADV_SEQUENTIAL; and one file with 4 threads (W = 1)
-// Output: one line per pattern, its rate in MB/s (1e6 bytes) in each repetition.
+// Output: one line per pattern, its rate in MB/s (1e6 bytes) in each repetition, then the median
+// of its per-repetition ratios to torch.load's pattern over as many files, and in how many
+// repetitions it read slower than that pattern.
 //
 // Usage: read_pattern_bench DIR [TOTAL_MIB] [REPETITIONS]   (1024, 3)
 #include <fcntl.h>
@@ -19,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -172,9 +175,36 @@ int main(int argc, char** argv) {
   const std::string cache = dropped ? "dropped before each" : "NOT dropped (" + drop_error + "): reads may be cached";
   std::printf("read_pattern_bench: %s, %ld MiB, %d repetitions interleaved, page cache %s; MB/s:\n", directory.c_str(),
               total_mib, repetitions, cache.c_str());
+  // Each pattern against the torch.load pattern with the same number of files, repetition by
+  // repetition (the two ran seconds apart, so a drift of the disk falls on both): the median of
+  // those ratios, and in how many repetitions the pattern read slower. A single run's spread on
+  // a virtual disk is wider than the gaps between patterns; the ratios are what to compare.
+  const auto reference_for = [&](const Pattern& pattern) {
+    for (size_t q = 0; q < patterns.size(); ++q) {
+      if (patterns[q].files == pattern.files && patterns[q].threads_per_file == 1 &&
+          patterns[q].chunk_bytes == 16 * kMiB && (pattern.files == 1 || patterns[q].processes)) {
+        return q;
+      }
+    }
+    return patterns.size();
+  };
+  std::printf("  %-66s %s\n", "", "rates, then: median ratio to torch.load's pattern (same files), slower in");
   for (size_t p = 0; p < patterns.size(); ++p) {
     std::printf("  %-66s", patterns[p].name);
     for (const double rate : rates[p]) std::printf(" %7.0f", rate);
+    const size_t reference = reference_for(patterns[p]);
+    if (reference != p && reference < patterns.size()) {
+      std::vector<double> ratios;
+      int slower = 0;
+      for (int r = 0; r < repetitions; ++r) {
+        ratios.push_back(rates[p][static_cast<size_t>(r)] / rates[reference][static_cast<size_t>(r)]);
+        slower += ratios.back() < 1.0 ? 1 : 0;
+      }
+      std::sort(ratios.begin(), ratios.end());
+      const size_t middle = ratios.size() / 2;
+      const double median = ratios.size() % 2 == 1 ? ratios[middle] : (ratios[middle - 1] + ratios[middle]) / 2;
+      std::printf("   x%.2f, %d of %d", median, slower, repetitions);
+    }
     std::printf("\n");
   }
   for (const int count : {1, 4}) {
