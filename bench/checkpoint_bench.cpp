@@ -39,9 +39,12 @@
 // Async saves (checkpoint.async_save), after the loads: R more saves from one engine, each
 // waited for before the next; the stall is how long save_checkpoint keeps the step loop (the
 // snapshot into host memory), the background rate the snapshot's write + fsync + commit.
-//   --cpus-per-rank  Env::cpus_per_rank, which sizes the buffered writer's and reader's I/O
-//                threads (1 to 4, one CPU left to the rank); by default this process's CPUs over
-//                W, as `zerosim train` sets it; 0: not known, four threads.
+//   --parallel-reads  a load reads each shard with several threads, both batches in flight
+//                (TrainingOptions::parallel_checkpoint_reads), not as one sequential stream:
+//                the earlier policy, to compare the two on a disk (README, [ckpt-io]).
+//   --cpus-per-rank  Env::cpus_per_rank, which sizes those parallel reads' I/O threads (1 to
+//                4, one CPU left to the rank); by default this process's CPUs over W, as
+//                `zerosim train` sets it; 0: not known, four threads.
 //   --writer     checkpoint.writer.type: none (the default: the page cache, four threads),
 //                python (one thread) or fast (O_DIRECT through libaio, the aio defaults), with
 //                --io-buffer-mib its io_buffer_size (64, DeepSpeed's default; halved, double),
@@ -49,7 +52,7 @@
 //                queue_depth and intra_op_parallelism (1024, 8, 1: DeepSpeed's defaults).
 // Flags: --dir DIR --state-mib N --world-size W --offload none|nvme --repetitions R
 //        [--writer none|python|fast] [--io-buffer-mib N] [--aio-block-kib N] [--aio-queue-depth N] [--aio-threads N]
-//        [--cpus-per-rank N]
+//        [--cpus-per-rank N] [--parallel-reads]
 //        [--drop-caches [--settle-seconds S]] [--keep] [--phases] [--peer-load CMD]
 // Output: a human summary, then one JSON line (the last line).
 #include <fcntl.h>
@@ -97,6 +100,7 @@ struct BenchFlags {
   bool keep = false;
   bool phases = false;
   std::string peer_load_command;  // empty: none
+  bool parallel_reads = false;    // TrainingOptions::parallel_checkpoint_reads
   CheckpointWriterType writer = CheckpointWriterType::kNone;
   int64_t io_buffer_mib = 64;
   int cpus_per_rank = -1;  // -1: cpus_per_rank_on_host(world_size)
@@ -161,6 +165,7 @@ TrainingOptions make_options(const BenchFlags& flags, const std::string& run_id)
   }
   options.data.feature_count = kInputWidth;
   options.data.class_count = kClassCount;
+  options.parallel_checkpoint_reads = flags.parallel_reads;
   return options;
 }
 
@@ -344,6 +349,10 @@ int main(int argc, char** argv) {
       flags.keep = true;
       continue;
     }
+    if (flag == "--parallel-reads") {
+      flags.parallel_reads = true;
+      continue;
+    }
     if (flag == "--phases") {
       flags.phases = true;
       continue;
@@ -374,7 +383,7 @@ int main(int argc, char** argv) {
                    "checkpoint_bench: unknown flag or value %s %s\n"
                    "flags: --dir DIR --state-mib N --world-size W --offload none|nvme --repetitions R "
                    "[--writer none|python|fast] [--io-buffer-mib N] [--aio-block-kib N] [--aio-queue-depth N] "
-                   "[--aio-threads N] [--cpus-per-rank N] [--drop-caches [--settle-seconds S]] [--keep] [--phases] "
+                   "[--aio-threads N] [--cpus-per-rank N] [--parallel-reads] [--drop-caches [--settle-seconds S]] [--keep] [--phases] "
                    "[--peer-load CMD]\n",
                    flag.c_str(), value.c_str());
       return 2;
@@ -531,8 +540,12 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(size_bytes), static_cast<double>(size_bytes) / 1048576.0, world_size,
               flags.offload_nvme ? "on NVMe (swap files under DIR/swap)" : "in memory", repetitions, "");
   if (flags.writer == CheckpointWriterType::kNone) {
-    std::printf("  %d CPU(s) per rank: %d I/O thread(s) per shard\n", env.cpus_per_rank,
-                checkpoint_io_options_from(save_options.config, env.cpus_per_rank).threads);
+    if (flags.parallel_reads) {
+      std::printf("  %d CPU(s) per rank: reads with %d I/O thread(s) per shard, both batches in flight\n",
+                  env.cpus_per_rank, checkpoint_io_options_from(save_options.config, env.cpus_per_rank).threads);
+    } else {
+      std::printf("  reads as one sequential stream a shard (--parallel-reads: several threads)\n");
+    }
   }
   std::printf("  first touch of the state's memory (fresh huge pages, %d thread(s)): median %.3f s, %.1f MB/s: inside "
               "each load's time\n",
@@ -584,11 +597,11 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"save_mb_per_s\": %.1f, \"save_median_mb_per_s\": %.1f, \"load_mb_per_s\": %.1f, \"load_median_mb_per_s\": "
       "%.1f, \"size_bytes\": %llu, \"world_size\": %d, \"offload\": \"%s\", \"writer\": \"%s\", "
-      "\"async_stall_median_ms\": %.1f, \"async_median_mb_per_s\": %.1f, \"repetitions\": %d, "
+      "\"reads\": \"%s\", \"async_stall_median_ms\": %.1f, \"async_median_mb_per_s\": %.1f, \"repetitions\": %d, "
       "\"page_cache_dropped\": %s, \"save_seconds\": %s, \"load_seconds\": %s, \"first_touch_median_seconds\": %.4f}\n",
       save.best_mb_per_s, save.median_mb_per_s, load.best_mb_per_s, load.median_mb_per_s,
       static_cast<unsigned long long>(size_bytes), world_size, flags.offload_nvme ? "nvme" : "none",
-      checkpoint_writer_type_name(flags.writer), stall_median_ms, async_median_mb_per_s, repetitions,
+      checkpoint_writer_type_name(flags.writer), flags.parallel_reads ? "parallel" : "sequential", stall_median_ms, async_median_mb_per_s, repetitions,
       caches_dropped ? "true" : "false", seconds_json(save.seconds).c_str(), seconds_json(load.seconds).c_str(),
       touch_median_seconds);
   return 0;

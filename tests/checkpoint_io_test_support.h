@@ -18,6 +18,13 @@ inline CheckpointIoOptions io(size_t buffer_bytes, int buffers_per_group, int th
   options.threads = threads;
   options.direct_io = direct;
   options.double_buffered = double_buffered;
+  options.sequential_reads = false;  // `threads` threads a buffer; one_stream() for the other mode
+  return options;
+}
+
+// The same options reading a buffered file as one sequential stream.
+inline CheckpointIoOptions one_stream(CheckpointIoOptions options) {
+  options.sequential_reads = true;
   return options;
 }
 

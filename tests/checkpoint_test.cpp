@@ -531,8 +531,9 @@ TEST(Checkpoint, AsyncSaveWritesTheSameShardsAsASynchronousSaveWhileTrainingGoes
 }
 
 // With the rank's CPUs known (Env::cpus_per_rank), an async snapshot's large pieces are copied
-// by several threads and a load reads through several I/O threads: the shards are byte for byte
-// the single-threaded ones, and a resume from them continues the run. The hidden matrix's
+// by several threads: the shards are byte for byte the single-threaded ones, and a resume from
+// them continues the run, read as one stream a shard (the default) or by several I/O threads
+// (TrainingOptions::parallel_checkpoint_reads). The hidden matrix's
 // master and moments (12.6 MB each at W = 1) are above the parallel copy's 8 MiB threshold.
 TEST(Checkpoint, AnAsyncSnapshotCopiedBySeveralThreadsWritesTheSameShards) {
   TestDirectory directory;
@@ -542,7 +543,7 @@ TEST(Checkpoint, AnAsyncSnapshotCopiedBySeveralThreadsWritesTheSameShards) {
   ASSERT_TRUE(train(options, 2, save_to(directory.path() + "/sync", 1)).ok());
   RealEnv real_env;
   Env env = real_env.env();
-  env.cpus_per_rank = 5;  // 5 snapshot copy threads, 4 read threads
+  env.cpus_per_rank = 5;  // 5 snapshot copy threads; 4 read threads when reads are parallel
   ASSERT_TRUE(train(async_options, 2, save_to(directory.path() + "/async", 1), env).ok());
   for (const char* tag : {"global_step1", "global_step2"}) {
     const std::string shard = std::string("/") + tag + "/" + shard_file_name(0, 1);
@@ -551,12 +552,17 @@ TEST(Checkpoint, AnAsyncSnapshotCopiedBySeveralThreadsWritesTheSameShards) {
     EXPECT_TRUE(synchronous == file_bytes(directory.path() + "/async" + shard)) << shard << "; replay: ctest -R AnAsyncSnapshot";
   }
   CheckpointPlan resume = resume_from(directory.path() + "/async", "global_step1");
-  Result<TrainingRun> resumed = train(options, 2, resume, env);
-  ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
   Result<TrainingRun> uninterrupted = train(options, 2, CheckpointPlan{});
   ASSERT_TRUE(uninterrupted.ok()) << uninterrupted.status().to_string();
-  EXPECT_EQ(first_differing_component(uninterrupted->digests, resumed->digests), "")
-      << "the run resumed from the multi-threaded snapshot departs from the uninterrupted one";
+  for (const bool parallel_reads : {false, true}) {
+    TrainingOptions resume_options = options;
+    resume_options.parallel_checkpoint_reads = parallel_reads;
+    Result<TrainingRun> resumed = train(resume_options, 2, resume, env);
+    ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
+    EXPECT_EQ(first_differing_component(uninterrupted->digests, resumed->digests), "")
+        << "the run resumed from the multi-threaded snapshot (parallel reads " << parallel_reads
+        << ") departs from the uninterrupted one";
+  }
 }
 
 TEST(Checkpoint, AFailedBackgroundWriteLeavesThePreviousCheckpointAsLatest) {

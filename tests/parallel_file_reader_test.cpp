@@ -5,7 +5,9 @@
 // file's XXH3-128 (file_checksum); on a real disk and on SimDisk (whose queue completes reads in
 // a shuffled order and refuses unaligned direct reads). A read past the end, a failed read and
 // bad options are errors that name the file; after one the reader takes nothing more. A large
-// read of a buffered file reads what is not yet queued straight into its destination.
+// read of a buffered file reads what is not yet queued straight into its destination. Read as
+// one stream (sequential_reads), a buffered file has one batch's reads in flight at a time, by
+// one thread in reads of a buffer; not sequential, both batches', `threads` threads each.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -58,12 +60,15 @@ TEST(ParallelFileReader, EveryByteAndTheChecksumAreTheFilesOnARealDisk) {
   std::mt19937_64 random(17);
   for (const CheckpointIoOptions options :
        {io(4096, 1, 1), io(4096, 2, 3), io(3 * 4096, 3, 8), CheckpointIoOptions{}, io(4096, 1, 1, false, false),
-        io(4096, 1, 1, true), io(3 * 4096, 2, 2, true), io(size_t{1} << 20, 1, 1, true, false)}) {
+        io(4096, 1, 1, true), io(3 * 4096, 2, 2, true), io(size_t{1} << 20, 1, 1, true, false),
+        one_stream(io(4096, 2, 3)), one_stream(io(3 * 4096, 3, 8)), one_stream(io(4096, 1, 1, false, false)),
+        one_stream(io(4096, 2, 2, true))}) {
     for (const size_t size : {size_t{0}, size_t{1}, size_t{4095}, size_t{4096}, size_t{1000003}, size_t{21} << 20}) {
       SCOPED_TRACE(testing::Message() << size << " bytes, buffers of " << options.buffer_bytes << ", "
                                       << options.buffers_per_group << " per group, " << options.threads
                                       << " threads, direct " << options.direct_io << ", double "
-                                      << options.double_buffered << "; replay: ctest -R ParallelFileReader");
+                                      << options.double_buffered << ", one stream " << options.sequential_reads
+                                      << "; replay: ctest -R ParallelFileReader");
       const std::string path = directory.path() + "/file";
       const std::vector<std::byte> content = random_bytes(size, random);
       ASSERT_TRUE(write_whole_file(*disk, path, content, false).ok());
@@ -77,8 +82,10 @@ TEST(ParallelFileReader, TheSimulatorsShuffledReadsGiveTheSameBytes) {
   std::mt19937_64 random(19);
   const std::vector<std::byte> content = random_bytes(200003, random);
   ASSERT_TRUE(write_whole_file(disk, "/file", content, false).ok());
-  for (const CheckpointIoOptions options : {io(4096, 4, 2), io(2 * 4096, 2, 1, true), io(4096, 3, 1, true, false)}) {
-    SCOPED_TRACE(testing::Message() << "direct " << options.direct_io << ", double " << options.double_buffered);
+  for (const CheckpointIoOptions options :
+       {io(4096, 4, 2), io(2 * 4096, 2, 1, true), io(4096, 3, 1, true, false), one_stream(io(4096, 4, 2))}) {
+    SCOPED_TRACE(testing::Message() << "direct " << options.direct_io << ", double " << options.double_buffered
+                                    << ", one stream " << options.sequential_reads);
     read_in_pieces(disk, "/file", content, options, random);
   }
 }
@@ -110,14 +117,15 @@ TEST(ParallelFileReader, AFailedReadNamesTheFileAndEndsTheReader) {
   // Reads of 5000 bytes take everything through staging buffers; one read of the whole file
   // takes most of it straight into its destination (buffered), where a failure must also end
   // every read into it before the call returns.
-  for (const bool direct : {false, true}) {
+  for (const CheckpointIoOptions options : {io(4096, 2, 2), one_stream(io(4096, 2, 2)), io(4096, 2, 2, true)}) {
     for (const size_t piece_bytes : {size_t{5000}, content.size()}) {
       for (const int64_t occurrence : {1, 3, 9, 14}) {
-        SCOPED_TRACE(testing::Message() << "read " << occurrence << " fails, direct " << direct << ", reads of "
-                                        << piece_bytes << " bytes");
+        SCOPED_TRACE(testing::Message() << "read " << occurrence << " fails, direct " << options.direct_io
+                                        << ", one stream " << options.sequential_reads << ", reads of " << piece_bytes
+                                        << " bytes");
         FaultyDisk disk(*real, {{"*/shard", FaultOperation::kRead, occurrence, FaultKind::kIoError, 0, 0}});
         Result<std::unique_ptr<ParallelFileReader>> reader =
-            ParallelFileReader::open(disk, path, content.size(), io(4096, 2, 2, direct));
+            ParallelFileReader::open(disk, path, content.size(), options);
         Status status = reader.status();
         std::vector<std::byte> piece;
         while (status.ok() && (*reader)->position() < content.size()) {
@@ -134,13 +142,24 @@ TEST(ParallelFileReader, AFailedReadNamesTheFileAndEndsTheReader) {
   }
 }
 
-// Records the memory every queued read lands in.
+// Records the memory every queued read lands in, the options of every queue made, and the
+// most queues that had reads submitted and not yet waited for at once.
 class ReadTargetRecordingDisk final : public ForwardingDisk {
  public:
   using ForwardingDisk::ForwardingDisk;
   Result<std::unique_ptr<AsyncIoQueue>> make_async_queue(const AsyncIoOptions& options, AsyncEngine engine) override {
     ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<AsyncIoQueue> inner, base_.make_async_queue(options, engine));
+    std::lock_guard lock(mutex_);
+    queue_options_.push_back(options);
     return std::unique_ptr<AsyncIoQueue>(new Recorded(*this, std::move(inner)));
+  }
+  std::vector<AsyncIoOptions> queue_options() {
+    std::lock_guard lock(mutex_);
+    return queue_options_;
+  }
+  int most_queues_in_flight() {
+    std::lock_guard lock(mutex_);
+    return most_in_flight_;
   }
   // The bytes read into [begin, end).
   uint64_t bytes_read_into(const std::byte* begin, const std::byte* end) {
@@ -160,18 +179,32 @@ class ReadTargetRecordingDisk final : public ForwardingDisk {
       {
         std::lock_guard lock(disk_.mutex_);
         disk_.requests_.push_back(request);
+        if (!in_flight_) {
+          in_flight_ = true;
+          disk_.most_in_flight_ = std::max(disk_.most_in_flight_, ++disk_.in_flight_);
+        }
       }
       return inner_->submit(request);
     }
-    Status wait_all() override { return inner_->wait_all(); }
+    Status wait_all() override {
+      Status status = inner_->wait_all();
+      std::lock_guard lock(disk_.mutex_);
+      if (in_flight_) --disk_.in_flight_;
+      in_flight_ = false;
+      return status;
+    }
     const char* engine_name() const override { return inner_->engine_name(); }
 
    private:
     ReadTargetRecordingDisk& disk_;
     std::unique_ptr<AsyncIoQueue> inner_;
+    bool in_flight_ = false;  // submitted since the last wait_all (under disk_.mutex_)
   };
   std::mutex mutex_;
   std::vector<IoRequest> requests_;
+  std::vector<AsyncIoOptions> queue_options_;
+  int in_flight_ = 0;
+  int most_in_flight_ = 0;
 };
 
 TEST(ParallelFileReader, ALargeReadOfABufferedFileLandsStraightInItsDestination) {
@@ -185,13 +218,13 @@ TEST(ParallelFileReader, ALargeReadOfABufferedFileLandsStraightInItsDestination)
   // rest of a whole-file read, 960 KiB (30 batches of 32 KiB), goes straight into its
   // destination. O_DIRECT keeps its aligned staging buffers; a read shorter than what is
   // queued ahead takes everything from staging.
-  for (const bool direct : {false, true}) {
+  for (const CheckpointIoOptions options : {io(4 * 4096, 2, 2), one_stream(io(4 * 4096, 2, 2)), io(4 * 4096, 2, 2, true)}) {
+    const bool direct = options.direct_io;
     for (const size_t first_read_bytes : {content.size(), size_t{64} << 10}) {
-      SCOPED_TRACE(testing::Message() << "direct " << direct << ", first read " << first_read_bytes
-                                      << " bytes; replay: ctest -R ParallelFileReader");
+      SCOPED_TRACE(testing::Message() << "direct " << direct << ", one stream " << options.sequential_reads
+                                      << ", first read " << first_read_bytes << " bytes; replay: ctest -R ParallelFileReader");
       ReadTargetRecordingDisk disk(*posix);
-      Result<std::unique_ptr<ParallelFileReader>> reader =
-          ParallelFileReader::open(disk, path, content.size(), io(4 * 4096, 2, 2, direct));
+      Result<std::unique_ptr<ParallelFileReader>> reader = ParallelFileReader::open(disk, path, content.size(), options);
       ASSERT_TRUE(reader.ok()) << reader.status().to_string();
       ASSERT_EQ((*reader)->note(), "");
       std::vector<std::byte> destination(first_read_bytes);
@@ -203,6 +236,57 @@ TEST(ParallelFileReader, ALargeReadOfABufferedFileLandsStraightInItsDestination)
       Result<std::string> expected = file_checksum(*posix, path, nullptr);
       ASSERT_TRUE(expected.ok()) << expected.status().to_string();
       EXPECT_EQ((*reader)->checksum(), *expected) << "bytes read in place are hashed in place, in file order";
+    }
+  }
+}
+
+// One stream: whatever the caller's reads (staged or in place), at most one batch's reads are
+// in flight, on one thread, in reads of a buffer; the bytes and the checksum are the file's.
+// Not sequential, both batches' reads run at once, `threads` threads each (so the count can
+// tell the two apart). O_DIRECT files are libaio's either way (both batches in flight).
+TEST(ParallelFileReader, OneStreamHasOneBatchOfReadsInFlight) {
+  TestDirectory directory;
+  std::unique_ptr<Disk> posix = make_posix_disk();
+  std::mt19937_64 random(37);
+  const std::vector<std::byte> content = random_bytes((size_t{1} << 20) + 12345, random);
+  const std::string path = directory.path() + "/shard";
+  ASSERT_TRUE(write_whole_file(*posix, path, content, false).ok());
+  for (const CheckpointIoOptions options :
+       {one_stream(io(4 * 4096, 2, 3)), io(4 * 4096, 2, 3), one_stream(io(4 * 4096, 2, 3, true))}) {
+    for (const size_t piece_bytes : {size_t{5000}, size_t{200000}, content.size()}) {
+      SCOPED_TRACE(testing::Message() << "one stream " << options.sequential_reads << ", direct " << options.direct_io
+                                      << ", reads of " << piece_bytes << " bytes; replay: ctest -R ParallelFileReader");
+      ReadTargetRecordingDisk disk(*posix);
+      Result<std::unique_ptr<ParallelFileReader>> reader = ParallelFileReader::open(disk, path, content.size(), options);
+      ASSERT_TRUE(reader.ok()) << reader.status().to_string();
+      std::vector<std::byte> piece;
+      while ((*reader)->position() < content.size()) {
+        const uint64_t at = (*reader)->position();
+        piece.resize(std::min<size_t>(piece_bytes, content.size() - at));
+        ASSERT_TRUE((*reader)->read(piece).ok());
+        ASSERT_TRUE(std::equal(piece.begin(), piece.end(), content.begin() + static_cast<std::ptrdiff_t>(at)))
+            << "bytes from " << at;
+      }
+      Result<std::string> expected = file_checksum(*posix, path, nullptr);
+      ASSERT_TRUE(expected.ok()) << expected.status().to_string();
+      EXPECT_EQ((*reader)->checksum(), *expected);
+      const bool one_stream = options.sequential_reads && !options.direct_io;
+      EXPECT_EQ(disk.most_queues_in_flight(), one_stream ? 1 : 2);
+      const std::vector<AsyncIoOptions> queues = disk.queue_options();
+      ASSERT_EQ(queues.size(), 2u);
+      if (!options.direct_io) {
+        for (const AsyncIoOptions& queue : queues) EXPECT_EQ(queue.intra_op_parallelism, one_stream ? 1 : 3);
+      }
+    }
+  }
+  // A stream's preads are a buffer long; parallel threads' at most 1 MiB.
+  for (const CheckpointIoOptions options : {one_stream(io(size_t{2} << 20, 2, 3)), io(size_t{2} << 20, 2, 3)}) {
+    ReadTargetRecordingDisk disk(*posix);
+    Result<std::unique_ptr<ParallelFileReader>> reader = ParallelFileReader::open(disk, path, content.size(), options);
+    ASSERT_TRUE(reader.ok()) << reader.status().to_string();
+    ASSERT_TRUE((*reader)->skip(content.size()).ok());
+    for (const AsyncIoOptions& queue : disk.queue_options()) {
+      EXPECT_EQ(queue.block_size_bytes, options.sequential_reads ? int64_t{2} << 20 : int64_t{1} << 20);
     }
   }
 }

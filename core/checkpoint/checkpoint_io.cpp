@@ -42,11 +42,16 @@ Result<CheckpointFile> open_checkpoint_file(Disk& disk, const std::string& path,
 }
 
 Result<std::unique_ptr<AsyncIoQueue>> make_checkpoint_queue(Disk& disk, const File& file,
-                                                            const CheckpointIoOptions& options) {
+                                                            const CheckpointIoOptions& options, IoDirection direction) {
   if (file.direct_io()) return disk.make_async_queue(options.aio, Disk::AsyncEngine::kLibaio);
   AsyncIoOptions buffered;
-  buffered.block_size_bytes = static_cast<int64_t>(std::min<size_t>(options.buffer_bytes, size_t{1} << 20));
   buffered.queue_depth = 8;
+  if (direction == IoDirection::kRead && options.sequential_reads) {
+    buffered.block_size_bytes = static_cast<int64_t>(options.buffer_bytes);
+    buffered.intra_op_parallelism = 1;
+    return disk.make_async_queue(buffered, Disk::AsyncEngine::kPreadPwrite);
+  }
+  buffered.block_size_bytes = static_cast<int64_t>(std::min<size_t>(options.buffer_bytes, size_t{1} << 20));
   buffered.intra_op_parallelism = options.threads;
   return disk.make_async_queue(buffered, Disk::AsyncEngine::kPreadPwrite);
 }

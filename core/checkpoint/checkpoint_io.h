@@ -5,10 +5,11 @@
 // Two modes, as DeepSpeed's checkpoint writers (runtime/model_checkpointing: the "fast" writer
 // is O_DIRECT through its aio handle with a double io buffer; without a writer, buffered
 // torch.save):
-//   buffered  the page cache, with `threads` pread threads per staged buffer when reading (a
-//             buffered copy runs at one core's speed: several threads are how DCP reaches the
-//             disk) and one writing thread (see parallel_file_writer.h: the file system
-//             serializes buffered writes to one file);
+//   buffered  the page cache: reads as one sequential stream a file (sequential_reads: one
+//             thread, a buffer a pread, one batch in flight, the kernel reading ahead), or with
+//             `threads` pread threads per staged buffer (as DCP's threads read); one writing
+//             thread (see parallel_file_writer.h: the file system serializes buffered writes to
+//             one file);
 //   direct    O_DIRECT through libaio (the swapper's engine) with the `aio` settings: the
 //             staging buffers are 4096-aligned, the device moves the bytes, no page cache.
 // Either way a file is moved through staging buffers in two groups: one group's transfers run
@@ -34,7 +35,11 @@ struct CheckpointIoOptions {
   size_t buffer_bytes = size_t{8} << 20;  // one staging buffer, and so one queued transfer
   int buffers_per_group = 2;
   bool double_buffered = true;            // two groups of buffers (see above), else one
-  int threads = 4;          // buffered: pread threads per transfer (writes: one, see above)
+  int threads = 4;          // buffered reads that are not sequential: pread threads per transfer
+  // Buffered reads as one stream a file: one batch in flight, read by one thread in preads of
+  // a buffer, in file order, so the kernel sees a single sequential reader and reads ahead
+  // for it (parallel_file_reader.h). False: both batches in flight, `threads` threads each.
+  bool sequential_reads = true;
   bool direct_io = false;   // O_DIRECT through libaio (see above), buffered where refused
   AsyncIoOptions aio;       // direct: the libaio queue's block size, depth, contexts
 };
@@ -52,9 +57,10 @@ struct CheckpointFile {
 Result<CheckpointFile> open_checkpoint_file(Disk& disk, const std::string& path, OpenMode mode, bool direct_io);
 
 // The queue that moves a file's staged buffers: libaio for a direct file, else the
-// pread/pwrite engine with `threads` threads.
+// pread/pwrite engine with `threads` threads in 1 MiB pieces, or, for sequential reads, one
+// thread in pieces of a buffer.
 Result<std::unique_ptr<AsyncIoQueue>> make_checkpoint_queue(Disk& disk, const File& file,
-                                                            const CheckpointIoOptions& options);
+                                                            const CheckpointIoOptions& options, IoDirection direction);
 
 inline constexpr uint64_t kDirectIoAlignmentBytes = AlignedBuffer::kAlignmentBytes;
 

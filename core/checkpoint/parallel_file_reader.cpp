@@ -20,7 +20,7 @@ Result<std::unique_ptr<ParallelFileReader>> ParallelFileReader::open(Disk& disk,
   }
   for (uint64_t b = 0; b < reader->batch_count(); ++b) {
     Batch& batch = reader->batches_[b];
-    ZEROSIM_ASSIGN_OR_RETURN(batch.queue, make_checkpoint_queue(disk, *reader->file_, options));
+    ZEROSIM_ASSIGN_OR_RETURN(batch.queue, make_checkpoint_queue(disk, *reader->file_, options, IoDirection::kRead));
     batch.buffers.resize(static_cast<size_t>(options.buffers_per_group));
     ZEROSIM_RETURN_IF_ERROR(reader->fill(batch));
   }
@@ -37,6 +37,7 @@ ParallelFileReader::~ParallelFileReader() {
 Status ParallelFileReader::fill(Batch& batch) {
   batch.segments.clear();
   batch.ready = false;
+  batch.pending = false;
   batch.begin_bytes = batch.end_bytes = queued_end_;
   if (queued_end_ >= size_bytes_) return Status();
   ZEROSIM_CHECK(read_destination_ == nullptr || (read_begin_ <= queued_end_),
@@ -69,6 +70,18 @@ Status ParallelFileReader::fill(Batch& batch) {
       batch.segments.push_back(segment);
     }
   }
+  batch.end_bytes = queued_end_ = batch.segments.back().offset_bytes + batch.segments.back().length_bytes;
+  // One stream: this batch's reads start when the other's have ended (current_batch()).
+  const Batch& other = batches_[(&batch - batches_ + 1) % batch_count()];
+  if (one_stream() && &other != &batch && other.in_flight) {
+    batch.pending = true;
+    return Status();
+  }
+  return submit(batch);
+}
+
+Status ParallelFileReader::submit(Batch& batch) {
+  batch.pending = false;
   for (const Segment& segment : batch.segments) {
     // A direct read stops at the last 4096 boundary; the rest comes through the page cache.
     const uint64_t queued = tail_file_ ? segment.length_bytes / kDirectIoAlignmentBytes * kDirectIoAlignmentBytes
@@ -88,7 +101,6 @@ Status ParallelFileReader::fill(Batch& batch) {
           segment.offset_bytes + queued, std::span<std::byte>(segment.target + queued, segment.length_bytes - queued)));
     }
   }
-  batch.end_bytes = queued_end_ = batch.segments.back().offset_bytes + batch.segments.back().length_bytes;
   return Status();
 }
 
@@ -103,10 +115,14 @@ Result<ParallelFileReader::Batch*> ParallelFileReader::current_batch() {
   }
   ZEROSIM_CHECK(position_ >= batch->begin_bytes && position_ < batch->end_bytes, "the front batch holds the position");
   if (!batch->ready) {
+    ZEROSIM_CHECK(!batch->pending, "a pending batch is submitted when the one before it is waited for");
     if (batch->in_flight) {
       batch->in_flight = false;
       ZEROSIM_RETURN_IF_ERROR(batch->queue->wait_all());
     }
+    // One stream: the next batch's reads run while this one is hashed and taken.
+    Batch& next = batches_[(front_ + 1) % batch_count()];
+    if (next.pending) ZEROSIM_RETURN_IF_ERROR(submit(next));
     for (const Segment& segment : batch->segments) {
       hash_.update(std::span<const std::byte>(segment.target, segment.length_bytes));
     }

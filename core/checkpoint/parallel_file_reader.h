@@ -17,6 +17,13 @@
 // staging). Such a batch ends with the read, so no transfer into the destination outlives the
 // call that gave it, not even one that fails.
 //
+// With CheckpointIoOptions::sequential_reads a buffered file is read as one stream: a batch's
+// reads are submitted only when the other batch's have ended (the consumer starts them when it
+// has waited for that batch, and hashes and takes it while they run), by one thread in preads
+// of a buffer, in file order. Several threads of preads at interleaved offsets of one file read
+// it 10-13% slower than one sequential reader on the GPU machine's virtual disk (read_pattern_
+// bench, README): the kernel's read-ahead follows one reader, not several.
+//
 // On a direct (O_DIRECT) file the reads go through libaio into 4096-aligned buffers; a last
 // block that the file ends inside is read through a buffered handle of the same file. Every
 // read's completion is checked; a failure names the file, the offset and the length, and the
@@ -75,14 +82,20 @@ class ParallelFileReader {
     uint64_t begin_bytes = 0;       // the file's bytes [begin, end)
     uint64_t end_bytes = 0;
     bool in_flight = false;
+    bool pending = false;           // filled, its reads not submitted yet (one stream)
     bool ready = false;             // waited for and hashed
   };
   ParallelFileReader(const CheckpointIoOptions& options, uint64_t size_bytes, uint64_t buffer_bytes)
       : options_(options), size_bytes_(size_bytes), buffer_bytes_(buffer_bytes) {}
   uint64_t batch_count() const { return options_.double_buffered ? 2 : 1; }
-  // Queues the reads of the file's next unqueued part (from queued_end_) into `batch`: straight
-  // into the current read's destination where it reaches far enough, else staging buffers.
+  // Sequential reads of a buffered file: one batch's reads in flight at a time.
+  bool one_stream() const { return options_.sequential_reads && !file_->direct_io(); }
+  // Plans the reads of the file's next unqueued part (from queued_end_) into `batch`: straight
+  // into the current read's destination where it reaches far enough, else staging buffers;
+  // and submits them, unless one stream and the other batch's reads are in flight (pending).
   Status fill(Batch& batch);
+  // Submits the batch's planned reads.
+  Status submit(Batch& batch);
   // Makes the batch holding position_ readable (refilling the one before it, waiting for it,
   // hashing it) and returns it.
   Result<Batch*> current_batch();

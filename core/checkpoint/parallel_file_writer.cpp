@@ -15,7 +15,7 @@ Result<std::unique_ptr<ParallelFileWriter>> ParallelFileWriter::create(Disk& dis
   if (!file.direct_io()) queue_options.threads = 1;
   for (int g = 0; g < writer->group_count(); ++g) {
     Group& group = writer->groups_[g];
-    ZEROSIM_ASSIGN_OR_RETURN(group.queue, make_checkpoint_queue(disk, file, queue_options));
+    ZEROSIM_ASSIGN_OR_RETURN(group.queue, make_checkpoint_queue(disk, file, queue_options, IoDirection::kWrite));
     group.buffers.resize(static_cast<size_t>(options.buffers_per_group));
   }
   ZEROSIM_RETURN_IF_ERROR(writer->prepare_buffer(writer->groups_[0].buffers[0]));

@@ -87,6 +87,10 @@ struct TrainingOptions {
   // step, or right after the load when the run starts there) in TrainingRun::captured. Costs
   // the whole model's tensors in memory once; -1 = none.
   int64_t capture_state_at_step = -1;
+  // A load reads each buffered shard with several threads at once, both batches in flight,
+  // instead of as one sequential stream (CheckpointIoOptions::sequential_reads): the earlier
+  // policy, kept to compare the two (checkpoint_bench --parallel-reads).
+  bool parallel_checkpoint_reads = false;
 };
 
 // The data a run of `model` trains on: the MLP's synthetic samples (features and classes its
@@ -104,9 +108,10 @@ AdamHyperparameters adam_hyperparameters_from(const ResolvedConfig& config, doub
 // The top-level "aio" block, as the swap engines and a "fast" checkpoint writer take it.
 AsyncIoOptions async_io_options_from(const AioConfig& aio);
 // How the run's shards are written and read (checkpoint.writer and aio; checkpoint_io.h).
-// Without a writer, the buffered I/O threads follow the rank's CPUs (Env::cpus_per_rank): one
-// CPU stays with the rank, which copies and hashes every byte, and the I/O threads take the
-// rest, 1 to 4 of them; 4 when the CPUs are not known (0).
+// Buffered reads are one sequential stream a shard; where they are not (a load with
+// TrainingOptions::parallel_checkpoint_reads), their I/O threads follow the rank's CPUs
+// (Env::cpus_per_rank): one CPU stays with the rank, which copies and hashes every byte, and
+// the I/O threads take the rest, 1 to 4 of them; 4 when the CPUs are not known (0).
 CheckpointIoOptions checkpoint_io_options_from(const ResolvedConfig& config, int cpus_per_rank);
 
 // The model's parameters with TrainingOptions::frozen_parameters applied (requires_grad), or

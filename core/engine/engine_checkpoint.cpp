@@ -16,11 +16,11 @@ namespace zerosim {
 
 CheckpointIoOptions checkpoint_io_options_from(const ResolvedConfig& config, int cpus_per_rank) {
   const CheckpointConfig& checkpoint = config.checkpoint;
-  // No writer: 8 MiB staging buffers, two in flight while two fill, each moved by up to four
-  // threads (a page-cache copy runs at one core's speed: parallel reads are how one rank
-  // reaches the disk's rate, as DCP's threads do). Threads beyond the CPUs only take turns
-  // with the rank's own copying and hashing: on a 2-core VM a load at W = 1 ran 3,340 MB/s
-  // with four threads and 4,710 with one, at W = 4 2,450 and 4,100.
+  // No writer: 8 MiB staging buffers, two a batch; reads as one sequential stream a shard
+  // (CheckpointIoOptions::sequential_reads), or, not sequential, each buffer moved by up to
+  // four threads. Threads beyond the CPUs only take turns with the rank's own copying and
+  // hashing: on a 2-core VM a load at W = 1 ran 3,340 MB/s with four threads and 4,710 with
+  // one, at W = 4 2,450 and 4,100.
   CheckpointIoOptions io;
   if (checkpoint.writer == CheckpointWriterType::kNone) {
     if (cpus_per_rank > 0) io.threads = std::clamp(cpus_per_rank - 1, 1, io.threads);
@@ -484,7 +484,9 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
   // shards hold it, one sub-group at a time, and written where this run keeps it.
   // Each shard this rank touches is read once, in order, and verified in that pass (checked
   // before the state is used): at the same world size that is exactly its own shard.
-  CheckpointShardReader reader(disk, tag_directory, manifest, checkpoint_io_options_from(options_.config, env_.cpus_per_rank));
+  CheckpointIoOptions read_io = checkpoint_io_options_from(options_.config, env_.cpus_per_rank);
+  read_io.sequential_reads = !options_.parallel_checkpoint_reads;
+  CheckpointShardReader reader(disk, tag_directory, manifest, read_io);
   const int rank = comm_.rank();
   const size_t element_bytes = dtype_size_bytes(model_dtype_);
   const int64_t step =
