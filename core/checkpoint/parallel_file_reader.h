@@ -1,12 +1,13 @@
-// Reads a file from its first byte to its last, in order, with the file system's parallelism,
-// and hashes every byte as it passes: the reading half of a checkpoint's shard I/O (the
-// writing half is parallel_file_writer.h; the settings are checkpoint_io.h's).
+// Reads a file from its first byte to its last, in order, ahead of its caller, and hashes
+// every byte as it passes: the reading half of a checkpoint's shard I/O (the writing half is
+// parallel_file_writer.h; the settings are checkpoint_io.h's).
 //
-// The file is read ahead in batches, two (one when not double-buffered): both are queued at
-// the start; the caller takes bytes (read, or skip) out of one batch while the other's reads
-// run, and a batch is refilled with the next unread part of the file as soon as the caller has
-// taken all of its bytes. So the caller's copying and the XXH3-128 of every byte overlap the
-// I/O, and the file is read once, whichever parts the caller wants: what it skips is read and
+// The file is read ahead in batches, two (one when not double-buffered): both are filled at
+// the start (with one stream, below, the second's reads start when the first's end); the
+// caller takes bytes (read, or skip) out of one batch while the other's reads run, and a batch
+// is refilled with the next unread part of the file as soon as the caller has taken all of its
+// bytes. So the caller's copying and the XXH3-128 of every byte overlap the I/O, and the file
+// is read once, whichever parts the caller wants: what it skips is read and
 // hashed too, so that checksum() is the whole file's once it is all taken. The caller trusts
 // nothing it read before that checksum matches the manifest's.
 //
