@@ -42,10 +42,12 @@
 //   --parallel-reads  a load reads each shard with several threads, both batches in flight
 //                (TrainingOptions::parallel_checkpoint_reads), not as one sequential stream:
 //                the earlier policy, to compare the two on a disk (README, [ckpt-io]).
-//   --cpus-per-rank  Env::cpus_per_rank, which sizes those parallel reads' I/O threads (1 to
-//                4, one CPU left to the rank); by default this process's CPUs over W, as
-//                `zerosim train` sets it; 0: not known, four threads.
-//   --writer     checkpoint.writer.type: none (the default: the page cache, four threads),
+//   --cpus-per-rank  Env::cpus_per_rank, which sizes an async save's snapshot copy threads (up
+//                to 8) and those parallel reads' I/O threads (1 to 4, one CPU left to the
+//                rank); by default this process's CPUs over W, as `zerosim train` sets it; 0:
+//                not known (one copy thread, four read threads).
+//   --writer     checkpoint.writer.type: none (the default: the page cache, one writing thread
+//                and one read stream a shard),
 //                python (one thread) or fast (O_DIRECT through libaio, the aio defaults), with
 //                --io-buffer-mib its io_buffer_size (64, DeepSpeed's default; halved, double),
 //                --aio-block-kib, --aio-queue-depth, --aio-threads the aio block's block_size,
