@@ -533,8 +533,8 @@ TEST(Checkpoint, AsyncSaveWritesTheSameShardsAsASynchronousSaveWhileTrainingGoes
 // With the rank's CPUs known (Env::cpus_per_rank), an async snapshot's large pieces are copied
 // by several threads: the shards are byte for byte the single-threaded ones, and a resume from
 // them continues the run, read as one stream a shard (the default) or by several I/O threads
-// (TrainingOptions::parallel_checkpoint_reads). The hidden matrix's
-// master and moments (12.6 MB each at W = 1) are above the parallel copy's 8 MiB threshold.
+// (TrainingOptions::parallel_checkpoint_reads). The hidden matrix's master and moments (12.6
+// MB each at W = 1) are above the parallel copy's 8 MiB threshold.
 TEST(Checkpoint, AnAsyncSnapshotCopiedBySeveralThreadsWritesTheSameShards) {
   TestDirectory directory;
   const TrainingOptions options = make_options(ModelSpec{{64, 2048, 1536, 16}}, Precision::kFp16, 2, 1, 1, 100000000, 23);
