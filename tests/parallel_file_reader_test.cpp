@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <mutex>
 #include <random>
 #include <vector>
 
@@ -20,7 +19,6 @@
 #include "faults/faulty_disk.h"
 #include "sim/sim_disk.h"
 #include "tests/checkpoint_io_test_support.h"
-#include "tests/forwarding_disk.h"
 #include "tests/test_directory.h"
 
 namespace zerosim {
@@ -142,71 +140,6 @@ TEST(ParallelFileReader, AFailedReadNamesTheFileAndEndsTheReader) {
   }
 }
 
-// Records the memory every queued read lands in, the options of every queue made, and the
-// most queues that had reads submitted and not yet waited for at once.
-class ReadTargetRecordingDisk final : public ForwardingDisk {
- public:
-  using ForwardingDisk::ForwardingDisk;
-  Result<std::unique_ptr<AsyncIoQueue>> make_async_queue(const AsyncIoOptions& options, AsyncEngine engine) override {
-    ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<AsyncIoQueue> inner, base_.make_async_queue(options, engine));
-    std::lock_guard lock(mutex_);
-    queue_options_.push_back(options);
-    return std::unique_ptr<AsyncIoQueue>(new Recorded(*this, std::move(inner)));
-  }
-  std::vector<AsyncIoOptions> queue_options() {
-    std::lock_guard lock(mutex_);
-    return queue_options_;
-  }
-  int most_queues_in_flight() {
-    std::lock_guard lock(mutex_);
-    return most_in_flight_;
-  }
-  // The bytes read into [begin, end).
-  uint64_t bytes_read_into(const std::byte* begin, const std::byte* end) {
-    std::lock_guard lock(mutex_);
-    uint64_t inside = 0;
-    for (const IoRequest& request : requests_) {
-      if (request.buffer >= begin && request.buffer + request.length_bytes <= end) inside += request.length_bytes;
-    }
-    return inside;
-  }
-
- private:
-  class Recorded final : public AsyncIoQueue {
-   public:
-    Recorded(ReadTargetRecordingDisk& disk, std::unique_ptr<AsyncIoQueue> inner) : disk_(disk), inner_(std::move(inner)) {}
-    Status submit(const IoRequest& request) override {
-      {
-        std::lock_guard lock(disk_.mutex_);
-        disk_.requests_.push_back(request);
-        if (!in_flight_) {
-          in_flight_ = true;
-          disk_.most_in_flight_ = std::max(disk_.most_in_flight_, ++disk_.in_flight_);
-        }
-      }
-      return inner_->submit(request);
-    }
-    Status wait_all() override {
-      Status status = inner_->wait_all();
-      std::lock_guard lock(disk_.mutex_);
-      if (in_flight_) --disk_.in_flight_;
-      in_flight_ = false;
-      return status;
-    }
-    const char* engine_name() const override { return inner_->engine_name(); }
-
-   private:
-    ReadTargetRecordingDisk& disk_;
-    std::unique_ptr<AsyncIoQueue> inner_;
-    bool in_flight_ = false;  // submitted since the last wait_all (under disk_.mutex_)
-  };
-  std::mutex mutex_;
-  std::vector<IoRequest> requests_;
-  std::vector<AsyncIoOptions> queue_options_;
-  int in_flight_ = 0;
-  int most_in_flight_ = 0;
-};
-
 TEST(ParallelFileReader, ALargeReadOfABufferedFileLandsStraightInItsDestination) {
   TestDirectory directory;
   std::unique_ptr<Disk> posix = make_posix_disk();
@@ -223,7 +156,7 @@ TEST(ParallelFileReader, ALargeReadOfABufferedFileLandsStraightInItsDestination)
     for (const size_t first_read_bytes : {content.size(), size_t{64} << 10}) {
       SCOPED_TRACE(testing::Message() << "direct " << direct << ", one stream " << options.sequential_reads
                                       << ", first read " << first_read_bytes << " bytes; replay: ctest -R ParallelFileReader");
-      ReadTargetRecordingDisk disk(*posix);
+      QueueRecordingDisk disk(*posix);
       Result<std::unique_ptr<ParallelFileReader>> reader = ParallelFileReader::open(disk, path, content.size(), options);
       ASSERT_TRUE(reader.ok()) << reader.status().to_string();
       ASSERT_EQ((*reader)->note(), "");
@@ -231,7 +164,7 @@ TEST(ParallelFileReader, ALargeReadOfABufferedFileLandsStraightInItsDestination)
       ASSERT_TRUE((*reader)->read(destination).ok());
       EXPECT_TRUE(std::equal(destination.begin(), destination.end(), content.begin()));
       const uint64_t expected_inside = !direct && first_read_bytes == content.size() ? (size_t{960} << 10) : 0;
-      EXPECT_EQ(disk.bytes_read_into(destination.data(), destination.data() + destination.size()), expected_inside);
+      EXPECT_EQ(disk.bytes_transferred_into(destination.data(), destination.data() + destination.size()), expected_inside);
       ASSERT_TRUE((*reader)->skip(content.size() - first_read_bytes).ok());
       Result<std::string> expected = file_checksum(*posix, path, nullptr);
       ASSERT_TRUE(expected.ok()) << expected.status().to_string();
@@ -256,7 +189,7 @@ TEST(ParallelFileReader, OneStreamHasOneBatchOfReadsInFlight) {
     for (const size_t piece_bytes : {size_t{5000}, size_t{200000}, content.size()}) {
       SCOPED_TRACE(testing::Message() << "one stream " << options.sequential_reads << ", direct " << options.direct_io
                                       << ", reads of " << piece_bytes << " bytes; replay: ctest -R ParallelFileReader");
-      ReadTargetRecordingDisk disk(*posix);
+      QueueRecordingDisk disk(*posix);
       Result<std::unique_ptr<ParallelFileReader>> reader = ParallelFileReader::open(disk, path, content.size(), options);
       ASSERT_TRUE(reader.ok()) << reader.status().to_string();
       std::vector<std::byte> piece;
@@ -271,7 +204,7 @@ TEST(ParallelFileReader, OneStreamHasOneBatchOfReadsInFlight) {
       ASSERT_TRUE(expected.ok()) << expected.status().to_string();
       EXPECT_EQ((*reader)->checksum(), *expected);
       const bool one_stream = options.sequential_reads && !options.direct_io;
-      EXPECT_EQ(disk.most_queues_in_flight(), one_stream ? 1 : 2);
+      EXPECT_EQ(disk.most_queues_outstanding(), one_stream ? 1 : 2);
       const std::vector<AsyncIoOptions> queues = disk.queue_options();
       ASSERT_EQ(queues.size(), 2u);
       if (!options.direct_io) {
@@ -281,7 +214,7 @@ TEST(ParallelFileReader, OneStreamHasOneBatchOfReadsInFlight) {
   }
   // A stream's preads are a buffer long; parallel threads' at most 1 MiB.
   for (const CheckpointIoOptions options : {one_stream(io(size_t{2} << 20, 2, 3)), io(size_t{2} << 20, 2, 3)}) {
-    ReadTargetRecordingDisk disk(*posix);
+    QueueRecordingDisk disk(*posix);
     Result<std::unique_ptr<ParallelFileReader>> reader = ParallelFileReader::open(disk, path, content.size(), options);
     ASSERT_TRUE(reader.ok()) << reader.status().to_string();
     ASSERT_TRUE((*reader)->skip(content.size()).ok());

@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <mutex>
 #include <random>
 #include <vector>
 
@@ -16,7 +15,6 @@
 #include "faults/faulty_disk.h"
 #include "sim/sim_disk.h"
 #include "tests/checkpoint_io_test_support.h"
-#include "tests/forwarding_disk.h"
 #include "tests/test_directory.h"
 
 namespace zerosim {
@@ -90,52 +88,6 @@ TEST(ParallelFileWriter, TheSimulatorsReorderedWritesMakeTheSameFile) {
     EXPECT_TRUE(*direct_read == stream) << "double-buffered " << double_buffered;
   }
 }
-
-// Records, over all the queues it makes, the threads each was given and the most queues that
-// had transfers outstanding (submitted, not yet waited for) at once.
-class QueueRecordingDisk final : public ForwardingDisk {
- public:
-  using ForwardingDisk::ForwardingDisk;
-  Result<std::unique_ptr<AsyncIoQueue>> make_async_queue(const AsyncIoOptions& options, AsyncEngine engine) override {
-    ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<AsyncIoQueue> inner, base_.make_async_queue(options, engine));
-    most_threads_ = std::max(most_threads_, options.intra_op_parallelism);
-    return std::unique_ptr<AsyncIoQueue>(new Recorded(*this, std::move(inner)));
-  }
-  int64_t most_threads() const { return most_threads_; }
-  int most_queues_outstanding() const { return most_outstanding_; }
-
- private:
-  class Recorded final : public AsyncIoQueue {
-   public:
-    Recorded(QueueRecordingDisk& disk, std::unique_ptr<AsyncIoQueue> inner) : disk_(disk), inner_(std::move(inner)) {}
-    Status submit(const IoRequest& request) override {
-      if (!outstanding_) {
-        std::lock_guard lock(disk_.mutex_);
-        outstanding_ = true;
-        disk_.most_outstanding_ = std::max(disk_.most_outstanding_, ++disk_.outstanding_);
-      }
-      return inner_->submit(request);
-    }
-    Status wait_all() override {
-      Status waited = inner_->wait_all();
-      if (outstanding_) {
-        std::lock_guard lock(disk_.mutex_);
-        outstanding_ = false;
-        --disk_.outstanding_;
-      }
-      return waited;
-    }
-    const char* engine_name() const override { return inner_->engine_name(); }
-
-   private:
-    QueueRecordingDisk& disk_;
-    std::unique_ptr<AsyncIoQueue> inner_;
-    bool outstanding_ = false;
-  };
-  std::mutex mutex_;
-  int outstanding_ = 0, most_outstanding_ = 0;
-  int64_t most_threads_ = 0;
-};
 
 // Through the page cache the file system serializes writes to one file (the inode's lock), so
 // the writer keeps one group's writes in flight, on one thread, whatever `threads` says; a
