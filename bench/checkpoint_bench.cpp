@@ -385,7 +385,8 @@ int main(int argc, char** argv) {
                    "checkpoint_bench: unknown flag or value %s %s\n"
                    "flags: --dir DIR --state-mib N --world-size W --offload none|nvme --repetitions R "
                    "[--writer none|python|fast] [--io-buffer-mib N] [--aio-block-kib N] [--aio-queue-depth N] "
-                   "[--aio-threads N] [--cpus-per-rank N] [--parallel-reads] [--drop-caches [--settle-seconds S]] [--keep] [--phases] "
+                   "[--aio-threads N] [--cpus-per-rank N] [--parallel-reads] [--drop-caches [--settle-seconds S]] "
+                   "[--keep] [--phases] "
                    "[--peer-load CMD]\n",
                    flag.c_str(), value.c_str());
       return 2;
@@ -603,7 +604,8 @@ int main(int argc, char** argv) {
       "\"page_cache_dropped\": %s, \"save_seconds\": %s, \"load_seconds\": %s, \"first_touch_median_seconds\": %.4f}\n",
       save.best_mb_per_s, save.median_mb_per_s, load.best_mb_per_s, load.median_mb_per_s,
       static_cast<unsigned long long>(size_bytes), world_size, flags.offload_nvme ? "nvme" : "none",
-      checkpoint_writer_type_name(flags.writer), flags.parallel_reads ? "parallel" : "sequential", stall_median_ms, async_median_mb_per_s, repetitions,
+      checkpoint_writer_type_name(flags.writer), flags.parallel_reads ? "parallel" : "sequential", stall_median_ms,
+      async_median_mb_per_s, repetitions,
       caches_dropped ? "true" : "false", seconds_json(save.seconds).c_str(), seconds_json(load.seconds).c_str(),
       touch_median_seconds);
   return 0;

@@ -151,20 +151,24 @@ TEST(ParallelFileReader, ALargeReadOfABufferedFileLandsStraightInItsDestination)
   // rest of a whole-file read, 960 KiB (30 batches of 32 KiB), goes straight into its
   // destination. O_DIRECT keeps its aligned staging buffers; a read shorter than what is
   // queued ahead takes everything from staging.
-  for (const CheckpointIoOptions options : {io(4 * 4096, 2, 2), one_stream(io(4 * 4096, 2, 2)), io(4 * 4096, 2, 2, true)}) {
+  for (const CheckpointIoOptions options :
+       {io(4 * 4096, 2, 2), one_stream(io(4 * 4096, 2, 2)), io(4 * 4096, 2, 2, true)}) {
     const bool direct = options.direct_io;
     for (const size_t first_read_bytes : {content.size(), size_t{64} << 10}) {
       SCOPED_TRACE(testing::Message() << "direct " << direct << ", one stream " << options.sequential_reads
-                                      << ", first read " << first_read_bytes << " bytes; replay: ctest -R ParallelFileReader");
+                                      << ", first read " << first_read_bytes
+                                      << " bytes; replay: ctest -R ParallelFileReader");
       QueueRecordingDisk disk(*posix);
-      Result<std::unique_ptr<ParallelFileReader>> reader = ParallelFileReader::open(disk, path, content.size(), options);
+      Result<std::unique_ptr<ParallelFileReader>> reader =
+          ParallelFileReader::open(disk, path, content.size(), options);
       ASSERT_TRUE(reader.ok()) << reader.status().to_string();
       ASSERT_EQ((*reader)->note(), "");
       std::vector<std::byte> destination(first_read_bytes);
       ASSERT_TRUE((*reader)->read(destination).ok());
       EXPECT_TRUE(std::equal(destination.begin(), destination.end(), content.begin()));
       const uint64_t expected_inside = !direct && first_read_bytes == content.size() ? (size_t{960} << 10) : 0;
-      EXPECT_EQ(disk.bytes_transferred_into(destination.data(), destination.data() + destination.size()), expected_inside);
+      EXPECT_EQ(disk.bytes_transferred_into(destination.data(), destination.data() + destination.size()),
+                expected_inside);
       ASSERT_TRUE((*reader)->skip(content.size() - first_read_bytes).ok());
       Result<std::string> expected = file_checksum(*posix, path, nullptr);
       ASSERT_TRUE(expected.ok()) << expected.status().to_string();
@@ -190,7 +194,8 @@ TEST(ParallelFileReader, OneStreamHasOneBatchOfReadsInFlight) {
       SCOPED_TRACE(testing::Message() << "one stream " << options.sequential_reads << ", direct " << options.direct_io
                                       << ", reads of " << piece_bytes << " bytes; replay: ctest -R ParallelFileReader");
       QueueRecordingDisk disk(*posix);
-      Result<std::unique_ptr<ParallelFileReader>> reader = ParallelFileReader::open(disk, path, content.size(), options);
+      Result<std::unique_ptr<ParallelFileReader>> reader =
+          ParallelFileReader::open(disk, path, content.size(), options);
       ASSERT_TRUE(reader.ok()) << reader.status().to_string();
       std::vector<std::byte> piece;
       while ((*reader)->position() < content.size()) {
