@@ -3,7 +3,8 @@
 // loader's own? (README, [ckpt-io]: the W = 4 load against torch.load.)
 //
 // Writes 1 file and 4 files holding TOTAL_MIB between them (fsynced), then, REPETITIONS times,
-// each pattern once in turn (interleaved, so a drift of the disk's rate falls on all alike), the
+// each pattern once in turn (interleaved, so a drift of the disk's rate falls on all alike; odd
+// repetitions in reverse order, so that no pattern always follows the same one), the
 // page cache dropped before each (needs root; the output says when it could not):
 //   torch.load's   four processes, each one sequential read() of 16 MiB at a time of its file
 //                  (torch.load reads each storage record whole); the same from four threads
@@ -11,6 +12,12 @@
 //                  preads (parallel_file_reader.h's buffered queue at W = 4 on 16 cores), in one
 //                  process and in four; 8 MiB preads with 3, 2 and 1 threads a file; 1 with
 //                  POSIX_FADV_SEQUENTIAL; and one file with 4 threads (W = 1)
+//   with their memory   the reads above reuse one touched buffer (the disk alone); a load reads
+//                  into memory it has never touched: torch.load into fresh storages (4 processes,
+//                  16 MiB reads, no advice), zerosim's ranks into fresh state on advised huge
+//                  pages (4 threads of one process, 8 MiB reads), and each from the other's
+//                  processes or threads: do four threads faulting in one address space read
+//                  slower than four processes? (The transparent-huge-page mode is printed.)
 // Output: one line per pattern, its rate in MB/s (1e6 bytes) in each repetition, then the median
 // of its per-repetition ratios to torch.load's pattern over as many files, and in how many
 // repetitions it read slower than that pattern.
@@ -62,10 +69,35 @@ struct Pattern {
   size_t chunk_bytes;   // taken round-robin by a file's threads
   size_t read_bytes;    // each chunk in reads of this size
   bool sequential_advice;
+  bool fresh_memory = false;    // read into fresh memory of the file's size (one thread a file)
+  bool huge_page_advice = false;  // ... advised MADV_HUGEPAGE, as the engine's state
 };
+
+// One thread reads the whole file in order into memory it has never touched, as a load builds
+// state: the page faults fall inside the reads.
+void read_file_into_fresh_memory(const std::string& path, size_t size_bytes, const Pattern& pattern) {
+  const int descriptor = open(path.c_str(), O_RDONLY);
+  if (descriptor < 0) die("open " + path);
+  void* memory = mmap(nullptr, size_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (memory == MAP_FAILED) die("mmap of " + std::to_string(size_bytes) + " bytes");
+  if (pattern.huge_page_advice && madvise(memory, size_bytes, MADV_HUGEPAGE) != 0) die("madvise MADV_HUGEPAGE");
+  std::byte* destination = static_cast<std::byte*>(memory);
+  for (size_t at = 0; at < size_bytes; at += pattern.read_bytes) {
+    const size_t length = std::min(pattern.read_bytes, size_bytes - at);
+    if (pread(descriptor, destination + at, length, static_cast<off_t>(at)) != static_cast<ssize_t>(length)) {
+      die("pread " + path + " at offset " + std::to_string(at) + " length " + std::to_string(length));
+    }
+  }
+  munmap(memory, size_bytes);
+  close(descriptor);
+}
 
 // One file, as `pattern` says: the file's threads take chunks round-robin.
 void read_file(const std::string& path, size_t size_bytes, const Pattern& pattern) {
+  if (pattern.fresh_memory) {
+    read_file_into_fresh_memory(path, size_bytes, pattern);
+    return;
+  }
   const int descriptor = open(path.c_str(), O_RDONLY);
   if (descriptor < 0) die("open " + path);
   if (pattern.sequential_advice && posix_fadvise(descriptor, 0, 0, POSIX_FADV_SEQUENTIAL) != 0) die("fadvise " + path);
@@ -89,6 +121,22 @@ void read_file(const std::string& path, size_t size_bytes, const Pattern& patter
   }
   for (std::thread& thread : threads) thread.join();
   close(descriptor);
+}
+
+// The kernel's transparent-huge-page mode (the bracketed word of the sysfs file), or why not known.
+std::string transparent_huge_page_mode() {
+  FILE* mode_file = std::fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+  if (mode_file == nullptr) return std::string("unknown (") + std::strerror(errno) + ")";
+  char line[256] = {};
+  const bool read_ok = std::fgets(line, sizeof line, mode_file) != nullptr;
+  std::fclose(mode_file);
+  if (!read_ok) return "unknown (empty sysfs file)";
+  const std::string text(line);
+  const size_t open_bracket = text.find('['), close_bracket = text.find(']');
+  if (open_bracket == std::string::npos || close_bracket == std::string::npos || close_bracket < open_bracket) {
+    return "unknown (" + text + ")";
+  }
+  return text.substr(open_bracket + 1, close_bracket - open_bracket - 1);
 }
 
 std::vector<std::string> file_names(const std::string& directory, int count) {
@@ -134,12 +182,21 @@ int main(int argc, char** argv) {
       {"4 files x 1 thread, 8 MiB preads, FADV_SEQUENTIAL", 4, false, 1, 8 * kMiB, 8 * kMiB, true},
       {"torch.load's W=1: 1 file, sequential 16 MiB reads", 1, false, 1, 16 * kMiB, 16 * kMiB, false},
       {"zerosim's W=1: 1 file x 4 threads, 8 MiB chunks, 1 MiB preads", 1, false, 4, 8 * kMiB, 1 * kMiB, false},
+      {"torch.load's with its memory: 4 processes, 16 MiB reads, fresh", 4, true, 1, 16 * kMiB, 16 * kMiB, false, true},
+      {"the same from 4 threads", 4, false, 1, 16 * kMiB, 16 * kMiB, false, true},
+      {"zerosim's with its memory: 4 threads, 8 MiB reads, fresh huge", 4, false, 1, 8 * kMiB, 8 * kMiB, false, true,
+       true},
+      {"the same in 4 processes", 4, true, 1, 8 * kMiB, 8 * kMiB, false, true, true},
   };
   std::vector<std::vector<double>> rates(patterns.size());
   bool dropped = true;
   std::string drop_error;
   for (int r = 0; r < repetitions; ++r) {
-    for (size_t p = 0; p < patterns.size(); ++p) {
+    for (size_t turn = 0; turn < patterns.size(); ++turn) {
+      // Odd repetitions run the patterns in reverse: on a VM that hands freed memory back to the
+      // host, a pattern right after one that freed a gigabyte reads into memory the host still
+      // backs, and runs faster for it (5x seen here); reversing puts each pattern after another.
+      const size_t p = r % 2 == 0 ? turn : patterns.size() - 1 - turn;
       const Pattern& pattern = patterns[p];
       const std::vector<std::string> files = file_names(directory, pattern.files);
       const size_t file_bytes = total_bytes / static_cast<size_t>(pattern.files);
@@ -175,6 +232,7 @@ int main(int argc, char** argv) {
   const std::string cache = dropped ? "dropped before each" : "NOT dropped (" + drop_error + "): reads may be cached";
   std::printf("read_pattern_bench: %s, %ld MiB, %d repetitions interleaved, page cache %s; MB/s:\n", directory.c_str(),
               total_mib, repetitions, cache.c_str());
+  std::printf("  transparent huge pages: %s\n", transparent_huge_page_mode().c_str());
   // Each pattern against the torch.load pattern with the same number of files, repetition by
   // repetition (the two ran seconds apart, so a drift of the disk falls on both): the median of
   // those ratios, and in how many repetitions the pattern read slower. A single run's spread on
@@ -182,7 +240,8 @@ int main(int argc, char** argv) {
   const auto reference_for = [&](const Pattern& pattern) {
     for (size_t q = 0; q < patterns.size(); ++q) {
       if (patterns[q].files == pattern.files && patterns[q].threads_per_file == 1 &&
-          patterns[q].chunk_bytes == 16 * kMiB && (pattern.files == 1 || patterns[q].processes)) {
+          patterns[q].chunk_bytes == 16 * kMiB && patterns[q].fresh_memory == pattern.fresh_memory &&
+          (pattern.files == 1 || patterns[q].processes)) {
         return q;
       }
     }
