@@ -25,6 +25,7 @@
 // Usage: read_pattern_bench DIR [TOTAL_MIB] [REPETITIONS]   (1024, 3)
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -232,7 +233,9 @@ int main(int argc, char** argv) {
   const std::string cache = dropped ? "dropped before each" : "NOT dropped (" + drop_error + "): reads may be cached";
   std::printf("read_pattern_bench: %s, %ld MiB, %d repetitions interleaved, page cache %s; MB/s:\n", directory.c_str(),
               total_mib, repetitions, cache.c_str());
-  std::printf("  transparent huge pages: %s\n", transparent_huge_page_mode().c_str());
+  struct utsname system_name {};
+  const std::string kernel = uname(&system_name) == 0 ? system_name.release : std::string("unknown");
+  std::printf("  kernel %s, transparent huge pages: %s\n", kernel.c_str(), transparent_huge_page_mode().c_str());
   // Each pattern against the torch.load pattern with the same number of files, repetition by
   // repetition (the two ran seconds apart, so a drift of the disk falls on both): the median of
   // those ratios, and in how many repetitions the pattern read slower. A single run's spread on
