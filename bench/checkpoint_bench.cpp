@@ -28,7 +28,12 @@
 //                shards one after the other: first touch of fresh anonymous memory (a load
 //                must fault in the state it builds), the verification pass (file_checksum:
 //                read + XXH3) cold and warm, and a plain read with one reused 8 MiB buffer
-//                (what fio does) cold and warm.
+//                (what fio does) cold and warm. Then the loader's reader alone (ParallelFileReader,
+//                as the load sets it) reading each rank's shard into fresh state memory (huge
+//                pages advised) and checking its checksum, from W threads of one process (as
+//                the bench's ranks run) and from W processes (as a job's ranks run, and
+//                torch.load's), cold, three times interleaved: does sharing one address space
+//                cost the load its rate?
 //
 //   --peer-load CMD  after each load, run the shell command CMD (a peer's cold load, which drops
 //                the page cache itself, e.g. bench/checkpoint_peer.py --measures torch.load),
@@ -66,9 +71,11 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -76,6 +83,7 @@
 
 #include "bench/page_cache.h"
 #include "core/checkpoint/manifest.h"
+#include "core/checkpoint/parallel_file_reader.h"
 #include "core/engine/engine.h"
 #include "core/tensor/huge_page_allocator.h"
 
@@ -332,6 +340,142 @@ Status print_phases(Disk& disk, const std::vector<std::string>& shard_paths, uin
   return Status();
 }
 
+// One rank's part of a load, without the engine: its shard read through the loader's reader into
+// fresh state memory (ZeroPageArray, huge pages advised), 16 MiB a read() (fragments that size
+// are read in place), and the checksum compared with the manifest's.
+Status read_shard_into_fresh_state(Disk& disk, const std::string& path, const ShardRecord& shard,
+                                   const CheckpointIoOptions& options) {
+  ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<ParallelFileReader> reader,
+                           ParallelFileReader::open(disk, path, shard.size_bytes, options));
+  ZeroPageArray<std::byte> state;
+  state.assign_zeros(static_cast<size_t>(shard.size_bytes));
+  constexpr uint64_t kReadBytes = uint64_t{16} << 20;
+  for (uint64_t at = 0; at < shard.size_bytes; at += kReadBytes) {
+    const uint64_t length = std::min(kReadBytes, shard.size_bytes - at);
+    ZEROSIM_RETURN_IF_ERROR(reader->read(std::span<std::byte>(state.data() + at, static_cast<size_t>(length))));
+  }
+  if (reader->checksum() != shard.xxh3_128) {
+    return data_loss(path + ": checksum " + reader->checksum() + ", the manifest says " + shard.xxh3_128);
+  }
+  return Status();
+}
+
+// The shards read as above by W threads of this process, or by W forked processes; seconds from
+// when every one of them is started and waiting (so no fork or thread start is timed, and the
+// page cache is dropped by `before_start` after the forks) to the last one's end.
+Result<double> reader_seconds(Disk& disk, const std::vector<std::string>& paths, const std::vector<ShardRecord>& shards,
+                              const CheckpointIoOptions& options, bool processes,
+                              const std::function<void()>& before_start) {
+  if (processes) {
+    int ready[2] = {-1, -1}, go[2] = {-1, -1};
+    if (::pipe(ready) != 0 || ::pipe(go) != 0) return io_error(std::string("pipe: ") + std::strerror(errno));
+    std::vector<pid_t> children;
+    std::string failed;
+    for (size_t rank = 0; rank < paths.size() && failed.empty(); ++rank) {
+      const pid_t child = ::fork();
+      if (child < 0) {
+        failed = std::string("fork: ") + std::strerror(errno);
+      } else if (child == 0) {
+        char byte = 'r';
+        if (::write(ready[1], &byte, 1) != 1 || ::read(go[0], &byte, 1) != 1) ::_exit(2);
+        const Status read = read_shard_into_fresh_state(disk, paths[rank], shards[rank], options);
+        if (!read.ok()) std::fprintf(stderr, "checkpoint_bench: rank %zu: %s\n", rank, read.to_string().c_str());
+        ::_exit(read.ok() ? 0 : 1);
+      } else {
+        children.push_back(child);
+      }
+    }
+    // The children hold these ends now: a child that dies before its start byte ends the read below.
+    ::close(ready[1]);
+    ::close(go[0]);
+    for (size_t waiting = 0; waiting < children.size() && failed.empty(); ++waiting) {
+      char byte = 0;
+      if (::read(ready[0], &byte, 1) != 1) failed = "a reading process ended before it started";
+    }
+    if (failed.empty()) before_start();
+    const SteadyClock::time_point start = SteadyClock::now();
+    // On a failure the go pipe is closed unwritten: each child's read returns 0 and it exits.
+    for (size_t rank = 0; rank < children.size() && failed.empty(); ++rank) {
+      const char byte = 'g';
+      if (::write(go[1], &byte, 1) != 1) failed = std::string("write of a child's go: ") + std::strerror(errno);
+    }
+    ::close(ready[0]);
+    ::close(go[1]);
+    for (size_t rank = 0; rank < children.size(); ++rank) {
+      int status = 0;
+      if (::waitpid(children[rank], &status, 0) != children[rank]) {
+        failed = std::string("waitpid: ") + std::strerror(errno);
+      } else if ((!WIFEXITED(status) || WEXITSTATUS(status) != 0) && failed.empty()) {
+        failed = "the process reading " + paths[rank] + " failed (status " + std::to_string(status) + ")";
+      }
+    }
+    if (!failed.empty()) return io_error(failed);
+    return seconds_since(start);
+  }
+  std::vector<Status> results(paths.size());
+  std::mutex mutex;
+  std::condition_variable changed;
+  size_t started = 0;
+  bool go = false;
+  std::vector<std::thread> ranks;
+  for (size_t rank = 0; rank < paths.size(); ++rank) {
+    ranks.emplace_back([&, rank] {
+      {
+        std::unique_lock lock(mutex);
+        ++started;
+        changed.notify_all();
+        changed.wait(lock, [&] { return go; });
+      }
+      results[rank] = read_shard_into_fresh_state(disk, paths[rank], shards[rank], options);
+    });
+  }
+  {
+    std::unique_lock lock(mutex);
+    changed.wait(lock, [&] { return started == paths.size(); });
+  }
+  before_start();
+  const SteadyClock::time_point start = SteadyClock::now();
+  {
+    std::lock_guard lock(mutex);
+    go = true;
+  }
+  changed.notify_all();
+  for (std::thread& rank : ranks) rank.join();
+  const double seconds = seconds_since(start);
+  for (const Status& result : results) ZEROSIM_RETURN_IF_ERROR(result);
+  return seconds;
+}
+
+Status print_reader_threads_against_processes(Disk& disk, const std::vector<std::string>& paths,
+                                              const std::vector<ShardRecord>& shards, const CheckpointIoOptions& options,
+                                              uint64_t size_bytes, bool drop_caches) {
+  std::string drop_error;
+  std::vector<double> thread_rates, process_rates;
+  for (int r = 0; r < 3; ++r) {
+    // Alternate which goes first, so that neither always follows the other's freed memory.
+    for (const bool processes : {r % 2 == 1, r % 2 == 0}) {
+      const auto cold = [&] {
+        if (drop_caches && !drop_page_cache(&drop_error)) drop_caches = false;
+      };
+      ZEROSIM_ASSIGN_OR_RETURN(double seconds, reader_seconds(disk, paths, shards, options, processes, cold));
+      (processes ? process_rates : thread_rates).push_back(static_cast<double>(size_bytes) / seconds / 1e6);
+    }
+  }
+  std::printf("  the loader's reader (%s) into fresh state memory, %s, MB/s of 3 runs interleaved:\n",
+              options.sequential_reads ? "one stream a shard" : "parallel reads", drop_caches ? "cold" : "cache NOT dropped");
+  for (const bool processes : {false, true}) {
+    const std::vector<double>& rates = processes ? process_rates : thread_rates;
+    std::printf("    %zu %-10s %8.1f %8.1f %8.1f\n", paths.size(), processes ? "processes" : "threads", rates[0], rates[1],
+                rates[2]);
+  }
+  std::vector<double> ratios;
+  for (size_t r = 0; r < thread_rates.size(); ++r) ratios.push_back(thread_rates[r] / process_rates[r]);
+  std::sort(ratios.begin(), ratios.end());
+  std::printf("    threads / processes, run by run: median %.2f (%.2f-%.2f)\n", ratios[1], ratios[0], ratios[2]);
+  if (!drop_error.empty()) std::printf("    (page cache not dropped: %s)\n", drop_error.c_str());
+  return Status();
+}
+
 int fail(const std::string& what, const Status& status) {
   std::fprintf(stderr, "checkpoint_bench: %s: %s\n", what.c_str(), status.to_string().c_str());
   return 1;
@@ -584,6 +728,13 @@ int main(int argc, char** argv) {
     }
     if (Status measured = print_phases(disk, shard_paths, size_bytes, flags.drop_caches); !measured.ok()) {
       return fail("phases", measured);
+    }
+    CheckpointIoOptions read_io = checkpoint_io_options_from(load_options.config, env.cpus_per_rank);
+    read_io.sequential_reads = !load_options.parallel_checkpoint_reads;
+    if (Status measured = print_reader_threads_against_processes(disk, shard_paths, manifest->shards, read_io,
+                                                                 size_bytes, flags.drop_caches);
+        !measured.ok()) {
+      return fail("phases: the reader in threads and in processes", measured);
     }
   }
   if (!flags.keep) {
