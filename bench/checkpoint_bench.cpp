@@ -39,7 +39,12 @@
 //                the page cache itself, e.g. bench/checkpoint_peer.py --measures torch.load),
 //                so that the two loads alternate in one series and a drift of the disk's rate
 //                over the run falls on both alike (checkpoint_vs_dcp.sh pairs them). A failing
-//                command ends the bench with its exit status.
+//                command ends the bench (exit 1, naming the command and its status).
+//   --peer-save CMD  the same for the saves: after each save, run CMD (a peer's durable save,
+//                e.g. checkpoint_peer.py --measures dcp.save --settle-seconds 0, which drops
+//                the page cache before it writes); with --drop-caches, each of zerosim's saves
+//                after the first is preceded by a drop too, so that both sides of every pair
+//                start from the same cache. A failing command ends the bench likewise.
 //
 // Async saves (checkpoint.async_save), after the loads: R more saves from one engine, each
 // waited for before the next; the stall is how long save_checkpoint keeps the step loop (the
@@ -110,6 +115,7 @@ struct BenchFlags {
   bool keep = false;
   bool phases = false;
   std::string peer_load_command;  // empty: none
+  std::string peer_save_command;  // empty: none
   bool parallel_reads = false;    // TrainingOptions::parallel_checkpoint_reads
   CheckpointWriterType writer = CheckpointWriterType::kNone;
   int64_t io_buffer_mib = 64;
@@ -476,6 +482,20 @@ Status print_reader_threads_against_processes(Disk& disk, const std::vector<std:
   return Status();
 }
 
+// A peer's measurement between two of ours (--peer-load, --peer-save), through sh -c.
+Status run_peer_command(const std::string& flag, const std::string& command) {
+  std::fflush(stdout);  // the command writes to the same stdout
+  const int status = std::system(command.c_str());
+  if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    const std::string how = status == -1              ? std::string("could not run: ") + std::strerror(errno)
+                            : WIFEXITED(status)         ? "exit status " + std::to_string(WEXITSTATUS(status))
+                            : WIFSIGNALED(status)       ? "killed by signal " + std::to_string(WTERMSIG(status))
+                                                        : "wait status " + std::to_string(status);
+    return internal_error(flag + " command failed (" + how + "): " + command);
+  }
+  return Status();
+}
+
 int fail(const std::string& what, const Status& status) {
   std::fprintf(stderr, "checkpoint_bench: %s: %s\n", what.c_str(), status.to_string().c_str());
   return 1;
@@ -524,6 +544,7 @@ int main(int argc, char** argv) {
     else if (flag == "--aio-queue-depth") flags.aio_queue_depth = std::atoll(value.c_str());
     else if (flag == "--aio-threads") flags.aio_threads = std::atoll(value.c_str());
     else if (flag == "--peer-load" && !value.empty()) flags.peer_load_command = value;
+    else if (flag == "--peer-save" && !value.empty()) flags.peer_save_command = value;
     else {
       std::fprintf(stderr,
                    "checkpoint_bench: unknown flag or value %s %s\n"
@@ -531,7 +552,7 @@ int main(int argc, char** argv) {
                    "[--writer none|python|fast] [--io-buffer-mib N] [--aio-block-kib N] [--aio-queue-depth N] "
                    "[--aio-threads N] [--cpus-per-rank N] [--parallel-reads] [--drop-caches [--settle-seconds S]] "
                    "[--keep] [--phases] "
-                   "[--peer-load CMD]\n",
+                   "[--peer-load CMD] [--peer-save CMD]\n",
                    flag.c_str(), value.c_str());
       return 2;
     }
@@ -562,6 +583,8 @@ int main(int argc, char** argv) {
   std::string saved_digest;
   bool settled = false;
   std::string settle_error;
+  bool paired_saves_dropped = true;  // the drops before saves 2..R with --peer-save
+  std::string paired_drop_error;
   Status saved = run_on_ranks(world_size, [&](int rank, Comm& comm) -> Status {
     RankEngine engine(save_options, comm, env);
     ZEROSIM_RETURN_IF_ERROR(engine.initialize());
@@ -578,9 +601,18 @@ int main(int argc, char** argv) {
     }
     for (int r = 0; r < repetitions; ++r) {
       ZEROSIM_RETURN_IF_ERROR(comm.barrier());
+      if (r > 0 && !flags.peer_save_command.empty() && flags.drop_caches) {
+        // The peer's save that ran before this one dropped the cache before it wrote.
+        if (rank == 0 && !drop_page_cache(&paired_drop_error)) paired_saves_dropped = false;
+        ZEROSIM_RETURN_IF_ERROR(comm.barrier());
+      }
       save_times.begin[static_cast<size_t>(r)][static_cast<size_t>(rank)] = SteadyClock::now();
       ZEROSIM_RETURN_IF_ERROR(engine.save_checkpoint(checkpoint_directory, tag_for_repetition(r)));
       save_times.end[static_cast<size_t>(r)][static_cast<size_t>(rank)] = SteadyClock::now();
+      if (!flags.peer_save_command.empty()) {
+        ZEROSIM_RETURN_IF_ERROR(comm.barrier());  // every rank's save has ended
+        if (rank == 0) ZEROSIM_RETURN_IF_ERROR(run_peer_command("--peer-save", flags.peer_save_command));
+      }
     }
     return Status();
   });
@@ -621,13 +653,7 @@ int main(int argc, char** argv) {
     });
     if (!loaded.ok()) return fail("load " + tag_for_repetition(r), loaded);
     if (!flags.peer_load_command.empty()) {
-      std::fflush(stdout);  // the command writes to the same stdout
-      const int status = std::system(flags.peer_load_command.c_str());
-      if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        std::fprintf(stderr, "checkpoint_bench: --peer-load command failed (status %d): %s\n", status,
-                     flags.peer_load_command.c_str());
-        return 1;
-      }
+      if (Status peer = run_peer_command("--peer-load", flags.peer_load_command); !peer.ok()) return fail("load", peer);
     }
   }
   if (loaded_digest != saved_digest) {
@@ -709,6 +735,13 @@ int main(int argc, char** argv) {
     std::printf("  page cache dropped %d s before the first save\n", flags.settle_seconds);
   } else if (flags.drop_caches && flags.settle_seconds > 0) {
     std::printf("  page cache NOT dropped before the first save (%s)\n", settle_error.c_str());
+  }
+  if (!flags.peer_save_command.empty() && flags.drop_caches && repetitions > 1) {
+    if (paired_saves_dropped) {
+      std::printf("  page cache dropped before every save after the first (each follows a peer's save)\n");
+    } else {
+      std::printf("  page cache NOT dropped before the saves after the first (%s)\n", paired_drop_error.c_str());
+    }
   }
   const double mib_per_mb = 1e6 / 1048576.0;
   std::printf("  save (write + fsync + commit): best %8.1f MB/s (%8.1f MiB/s), median %8.1f MB/s, seconds %s\n",

@@ -17,7 +17,9 @@ timed from a barrier to the last rank's return. Measures:
   dd O_DIRECT         one file per rank of the same size: write with oflag=direct conv=fsync,
                       read with iflag=direct, 8 MiB blocks
 
---measures picks some of them (dcp, dcp_async, torch.save, torch.load, dd; all by default);
+--measures picks some of them (dcp, dcp_async, torch.save, torch.load, dd; all by default;
+dcp.save is DCP's save alone, checkpoint_vs_dcp.sh's paired saves: checkpoint_bench --peer-save
+runs it after each of its saves, with --settle-seconds 0: the page cache dropped, no wait);
 torch.load alone loads the files an earlier --measures torch.save --keep run left in --dir
 (checkpoint_vs_dcp.sh's paired loads: checkpoint_bench --peer-load runs it after each of its
 loads). --keep leaves the files.
@@ -37,7 +39,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
 ELEMENTS_PER_TENSOR = 4 << 20
-MEASURES = ("dcp", "dcp_async", "torch.save", "torch.load", "dd")
+MEASURES = ("dcp", "dcp.save", "dcp_async", "torch.save", "torch.load", "dd")
 
 
 def rank_and_world():
@@ -113,6 +115,8 @@ def main():
     args = parser.parse_args()
     if args.state_mib <= 0 or args.repetitions <= 0 or args.threads <= 0:
         parser.error("--state-mib, --repetitions and --threads must be positive")
+    if args.settle_seconds < 0:
+        parser.error("--settle-seconds must be 0 or more, got %d" % args.settle_seconds)
     measures = args.measures.split(",")
     unknown = [m for m in measures if m not in MEASURES]
     if unknown or not args.measures:
@@ -141,8 +145,9 @@ def main():
             dropped = drop_caches() and dropped
         barrier()
 
-    if "dcp" in measures:
-        dcp_save_and_load(args, state, total_elements, rank, world_size, total_bytes, settle, cold)
+    if "dcp" in measures or "dcp.save" in measures:
+        dcp_save_and_load(args, state, total_elements, rank, world_size, total_bytes, settle, cold,
+                          load="dcp" in measures)
     if "dcp_async" in measures:
         dcp_async(args, state, total_bytes, world_size)
     if "torch.save" in measures or "torch.load" in measures:
@@ -159,7 +164,7 @@ def main():
         dist.destroy_process_group()
 
 
-def dcp_save_and_load(args, state, total_elements, rank, world_size, total_bytes, settle, cold):
+def dcp_save_and_load(args, state, total_elements, rank, world_size, total_bytes, settle, cold, load=True):
     from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
     paths = [os.path.join(args.dir, f"dcp-{r}") for r in range(args.repetitions)]
     settle()
@@ -167,6 +172,8 @@ def dcp_save_and_load(args, state, total_elements, rank, world_size, total_bytes
                                                                                 sync_files=True)))
              for p in paths]
     report("dcp save", saves, total_bytes, world_size, threads=args.threads)
+    if not load:
+        return
     loads = []
     for p in paths:
         cold()

@@ -7,28 +7,52 @@
 # The GPU machine has torch; any Linux host with torch will do (no GPU is used).
 #
 # Then, at W = 1 and W = 4, PAIRS loads of zerosim and PAIRS torch.loads alternating in one
-# series (checkpoint_bench --peer-load; each cold): the disk's rate drifts over minutes, so the
-# loads are also compared pair by pair, each pair measured seconds apart.
+# series (checkpoint_bench --peer-load; each cold), and PAIRS durable saves of zerosim and PAIRS
+# of DCP alternating likewise (--peer-save; the page cache dropped before each save): the disk's
+# rate drifts over minutes, so both are also compared pair by pair, each pair seconds apart.
 #
-# Usage: bench/checkpoint_vs_dcp.sh BUILD_DIR DIR [SIZE_MIB] [REPETITIONS] [WRITERS] [PAIRS]
-#   SIZE_MIB 1024, REPETITIONS 3, PAIRS 5 (0: none). Needs root for dropping the page cache (both
-#   sides say when they could not).
+# Usage: bench/checkpoint_vs_dcp.sh BUILD_DIR DIR [SIZE_MIB] [REPETITIONS] [WRITERS] [PAIRS] [PARTS]
+#   SIZE_MIB 1024, REPETITIONS 3, PAIRS 5 (0: none), PARTS "table,paired" (either alone runs that
+#   part: the whole run takes about 12 minutes on the GPU machine's host). Needs root for dropping
+#   the page cache (both sides say when they could not).
 # Output: each side's lines, then a table of medians in MB/s with zerosim / peer ratios, then the
-# paired loads with each pair's ratio and their median.
+# paired loads and the paired saves, with each pair's ratio and their median.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 if [ $# -lt 2 ]; then
-  echo "usage: $0 BUILD_DIR DIR [SIZE_MIB] [REPETITIONS] [WRITERS, e.g. \"none fast\"] [PAIRS]" >&2
+  echo "usage: $0 BUILD_DIR DIR [SIZE_MIB] [REPETITIONS] [WRITERS, e.g. \"none fast\"] [PAIRS] [PARTS: table,paired]" >&2
   exit 2
 fi
 build_dir=$1
 dir=$2
-size_mib=${3:-1024}
-repetitions=${4:-3}
-writers=${5:-none fast}
-pairs=${6:-5}
+# A value given empty is an error, not the default.
+size_mib=${3-1024}
+repetitions=${4-3}
+writers=${5-none fast}
+pairs=${6-5}
+parts=${7-table,paired}
+for value in "SIZE_MIB=$size_mib" "REPETITIONS=$repetitions"; do
+  case "${value#*=}" in
+    ''|*[!0-9]*|0) echo "checkpoint_vs_dcp: ${value%%=*} must be a positive whole number, got '${value#*=}'" >&2; exit 2;;
+  esac
+done
+for writer in $writers; do
+  case "$writer" in
+    none|python|fast) ;;
+    *) echo "checkpoint_vs_dcp: WRITERS are checkpoint.writer types (none, python, fast), got '$writer'" >&2; exit 2;;
+  esac
+done
+[ -n "${writers// /}" ] || { echo "checkpoint_vs_dcp: WRITERS is empty (none, python or fast)" >&2; exit 2; }
+for part in ${parts//,/ }; do
+  case "$part" in
+    table|paired) ;;
+    *) echo "checkpoint_vs_dcp: PARTS is a comma-separated list of table and paired, got '$parts'" >&2; exit 2;;
+  esac
+done
+[ -n "${parts//,/}" ] || { echo "checkpoint_vs_dcp: PARTS is empty (table, paired or both)" >&2; exit 2; }
+run_part() { [[ ",$parts," == *",$1,"* ]]; }
 case "$pairs" in
-  ''|*[!0-9]*) echo "checkpoint_vs_dcp: PAIRS must be a whole number (0: no paired loads), got '$pairs'" >&2; exit 2;;
+  ''|*[!0-9]*) echo "checkpoint_vs_dcp: PAIRS must be a whole number (0: no paired loads or saves), got '$pairs'" >&2; exit 2;;
 esac
 bench="$build_dir/bench/checkpoint_bench"
 [ -x "$bench" ] || { echo "checkpoint_vs_dcp: $bench is missing (build the checkpoint_bench target)" >&2; exit 3; }
@@ -41,6 +65,7 @@ results=$(mktemp)
 paired=$(mktemp)
 trap 'rm -f "$results" "$paired"' EXIT
 for w in 1 4; do
+  run_part table || break
   for writer in $writers; do
     out=$("$bench" --dir "$dir/zerosim" --state-mib "$size_mib" --world-size "$w" --repetitions "$repetitions" \
                    --writer "$writer" --drop-caches --settle-seconds 8)
@@ -56,7 +81,7 @@ for w in 1 4; do
   fi
 done
 # Paired loads: torch.save once (kept), then zerosim's loads with a torch.load after each.
-if [ "$pairs" -gt 0 ]; then
+if [ "$pairs" -gt 0 ] && run_part paired; then
   for w in 1 4; do
     if [ "$w" = 1 ]; then peer=(python3 "$root/bench/checkpoint_peer.py")
     else peer=(torchrun --standalone --nproc_per_node "$w" "$root/bench/checkpoint_peer.py"); fi
@@ -70,6 +95,20 @@ if [ "$pairs" -gt 0 ]; then
     echo "$out" | grep '"measure": "torch.load"' >> "$paired"
     echo "$out" | tail -n 1 >> "$paired"
     rm -rf "$dir/paired-peer"
+  done
+  # Paired saves: each zerosim save followed by a DCP save (the peer drops the cache first and
+  # removes its files after; checkpoint_bench drops it before each of its later saves).
+  for w in 1 4; do
+    if [ "$w" = 1 ]; then peer=(python3 "$root/bench/checkpoint_peer.py")
+    else peer=(torchrun --standalone --nproc_per_node "$w" "$root/bench/checkpoint_peer.py"); fi
+    peer_save="$(printf '%q ' "${peer[@]}" --dir "$dir/paired-peer" --state-mib "$size_mib" --repetitions 1 \
+                   --measures dcp.save --settle-seconds 0) 2>> $(printf '%q' "$dir/paired-save-w$w.err")"
+    out=$("$bench" --dir "$dir/zerosim" --state-mib "$size_mib" --world-size "$w" --repetitions "$pairs" --writer none \
+                   --drop-caches --settle-seconds 8 --peer-save "$peer_save") ||
+      { echo "checkpoint_vs_dcp: the paired saves at W=$w failed; the peer's errors:" >&2
+        tail -20 "$dir/paired-save-w$w.err" >&2; exit 1; }
+    echo "$out" | grep '"measure": "dcp save"' >> "$paired"
+    echo "$out" | tail -n 1 | python3 -c 'import json,sys; d=json.load(sys.stdin); d["paired"]="save"; print(json.dumps(d))' >> "$paired"
   done
 fi
 python3 - "$results" "$paired" <<'PY'
@@ -104,22 +143,27 @@ for w in (1, 4):
     line += f", written at {done[0]['median_mb_per_s']:.0f} MB/s" if done else ""
     print(line)
 paired = [json.loads(line) for line in open(sys.argv[2]) if line.strip().startswith("{")]
-for w in (1, 4):
-    peers = [r for r in paired if r.get("measure") == "torch.load" and r.get("world_size") == w]
-    ours = [r for r in paired if "load_seconds" in r and r.get("world_size") == w]
-    if not peers or not ours:
-        continue
-    ours = ours[0]
-    rates = [ours["size_bytes"] / s / 1e6 for s in ours["load_seconds"]]
-    peer_rates = [r["bytes"] / r["seconds"][0] / 1e6 for r in peers]
-    if len(rates) != len(peer_rates):
-        print(f"paired loads at W={w}: {len(rates)} zerosim loads but {len(peer_rates)} torch.loads (see DIR/paired-w{w}.err)")
-        continue
-    ratios = [a / b for a, b in zip(rates, peer_rates)]
-    print(f"\npaired loads at W={w} (alternating, each cold), MB/s:")
-    print("| pair | zerosim load | torch.load | ratio |\n|---|---|---|---|")
-    for i, (a, b) in enumerate(zip(rates, peer_rates)):
-        print(f"| {i + 1} | {a:.0f} | {b:.0f} | {a / b:.2f} |")
-    median = statistics.median
-    print(f"| median | {median(rates):.0f} | {median(peer_rates):.0f} | {median(ratios):.2f} (of the pairs' ratios) |")
+# (what, the peer's measure, our seconds' key, which of our lines, the peer's name, the heading)
+kinds = [("loads", "torch.load", "load_seconds", lambda r: "paired" not in r, "torch.load", "alternating, each cold"),
+         ("saves", "dcp save", "save_seconds", lambda r: r.get("paired") == "save", "DCP save",
+          "alternating, durable, the page cache dropped before each")]
+for what, measure, key, ours_filter, peer_name, how in kinds:
+    for w in (1, 4):
+        peers = [r for r in paired if r.get("measure") == measure and r.get("world_size") == w]
+        ours = [r for r in paired if key in r and ours_filter(r) and r.get("world_size") == w]
+        if not peers or not ours:
+            continue
+        ours = ours[0]
+        rates = [ours["size_bytes"] / s / 1e6 for s in ours[key]]
+        peer_rates = [r["bytes"] / r["seconds"][0] / 1e6 for r in peers]
+        if len(rates) != len(peer_rates):
+            print(f"paired {what} at W={w}: {len(rates)} of zerosim's but {len(peer_rates)} of the peer's (see DIR/paired-*w{w}.err)")
+            continue
+        ratios = [a / b for a, b in zip(rates, peer_rates)]
+        print(f"\npaired {what} at W={w} ({how}), MB/s:")
+        print(f"| pair | zerosim | {peer_name} | ratio |\n|---|---|---|---|")
+        for i, (a, b) in enumerate(zip(rates, peer_rates)):
+            print(f"| {i + 1} | {a:.0f} | {b:.0f} | {a / b:.2f} |")
+        median = statistics.median
+        print(f"| median | {median(rates):.0f} | {median(peer_rates):.0f} | {median(ratios):.2f} (of the pairs' ratios) |")
 PY
