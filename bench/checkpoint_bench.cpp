@@ -346,6 +346,13 @@ Status print_phases(Disk& disk, const std::vector<std::string>& shard_paths, uin
   return Status();
 }
 
+// How a child ended, from its wait status.
+std::string wait_status_text(int status) {
+  if (WIFEXITED(status)) return "exit status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status));
+  return "wait status " + std::to_string(status);
+}
+
 // One rank's part of a load, without the engine: its shard read through the loader's reader into
 // fresh state memory (ZeroPageArray, huge pages advised), 16 MiB a read() (fragments that size
 // are read in place), and the checksum compared with the manifest's.
@@ -412,7 +419,7 @@ Result<double> reader_seconds(Disk& disk, const std::vector<std::string>& paths,
       if (::waitpid(children[rank], &status, 0) != children[rank]) {
         failed = std::string("waitpid: ") + std::strerror(errno);
       } else if ((!WIFEXITED(status) || WEXITSTATUS(status) != 0) && failed.empty()) {
-        failed = "the process reading " + paths[rank] + " failed (status " + std::to_string(status) + ")";
+        failed = "the process reading " + paths[rank] + " failed (" + wait_status_text(status) + ")";
       }
     }
     if (!failed.empty()) return io_error(failed);
@@ -486,12 +493,9 @@ Status print_reader_threads_against_processes(Disk& disk, const std::vector<std:
 Status run_peer_command(const std::string& flag, const std::string& command) {
   std::fflush(stdout);  // the command writes to the same stdout
   const int status = std::system(command.c_str());
-  if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    const std::string how = status == -1              ? std::string("could not run: ") + std::strerror(errno)
-                            : WIFEXITED(status)         ? "exit status " + std::to_string(WEXITSTATUS(status))
-                            : WIFSIGNALED(status)       ? "killed by signal " + std::to_string(WTERMSIG(status))
-                                                        : "wait status " + std::to_string(status);
-    return internal_error(flag + " command failed (" + how + "): " + command);
+  if (status == -1) return internal_error(flag + " command could not run (" + std::strerror(errno) + "): " + command);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return internal_error(flag + " command failed (" + wait_status_text(status) + "): " + command);
   }
   return Status();
 }
@@ -762,8 +766,7 @@ int main(int argc, char** argv) {
     if (Status measured = print_phases(disk, shard_paths, size_bytes, flags.drop_caches); !measured.ok()) {
       return fail("phases", measured);
     }
-    CheckpointIoOptions read_io = checkpoint_io_options_from(load_options.config, env.cpus_per_rank);
-    read_io.sequential_reads = !load_options.parallel_checkpoint_reads;
+    const CheckpointIoOptions read_io = checkpoint_read_options_from(load_options, env.cpus_per_rank);
     if (Status measured = print_reader_threads_against_processes(disk, shard_paths, manifest->shards, read_io,
                                                                  size_bytes, flags.drop_caches);
         !measured.ok()) {

@@ -113,6 +113,9 @@ AsyncIoOptions async_io_options_from(const AioConfig& aio);
 // (Env::cpus_per_rank): one CPU stays with the rank, which copies and hashes every byte, and
 // the I/O threads take the rest, 1 to 4 of them; 4 when the CPUs are not known (0).
 CheckpointIoOptions checkpoint_io_options_from(const ResolvedConfig& config, int cpus_per_rank);
+// What a load of this run reads its shards with: the above, one stream a shard unless
+// TrainingOptions::parallel_checkpoint_reads (a bench's probe reads as the load does through it).
+CheckpointIoOptions checkpoint_read_options_from(const TrainingOptions& options, int cpus_per_rank);
 
 // The model's parameters with TrainingOptions::frozen_parameters applied (requires_grad), or
 // kInvalidArgument naming a frozen name the model lacks, a name given twice, or a freeze that

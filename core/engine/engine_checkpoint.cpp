@@ -39,6 +39,12 @@ CheckpointIoOptions checkpoint_io_options_from(const ResolvedConfig& config, int
   return io;
 }
 
+CheckpointIoOptions checkpoint_read_options_from(const TrainingOptions& options, int cpus_per_rank) {
+  CheckpointIoOptions read_io = checkpoint_io_options_from(options.config, cpus_per_rank);
+  read_io.sequential_reads = !options.parallel_checkpoint_reads;
+  return read_io;
+}
+
 std::string RankEngine::checkpoint_io_note() const {
   std::lock_guard lock(checkpoint_io_note_mutex_);
   return checkpoint_io_note_;
@@ -484,9 +490,7 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
   // shards hold it, one sub-group at a time, and written where this run keeps it.
   // Each shard this rank touches is read once, in order, and verified in that pass (checked
   // before the state is used): at the same world size that is exactly its own shard.
-  CheckpointIoOptions read_io = checkpoint_io_options_from(options_.config, env_.cpus_per_rank);
-  read_io.sequential_reads = !options_.parallel_checkpoint_reads;
-  CheckpointShardReader reader(disk, tag_directory, manifest, read_io);
+  CheckpointShardReader reader(disk, tag_directory, manifest, checkpoint_read_options_from(options_, env_.cpus_per_rank));
   const int rank = comm_.rank();
   const size_t element_bytes = dtype_size_bytes(model_dtype_);
   const int64_t step =
