@@ -460,8 +460,9 @@ Result<double> reader_seconds(Disk& disk, const std::vector<std::string>& paths,
 }
 
 Status print_reader_threads_against_processes(Disk& disk, const std::vector<std::string>& paths,
-                                              const std::vector<ShardRecord>& shards, const CheckpointIoOptions& options,
-                                              uint64_t size_bytes, bool drop_caches) {
+                                              const std::vector<ShardRecord>& shards,
+                                              const CheckpointIoOptions& options, uint64_t size_bytes,
+                                              bool drop_caches) {
   std::string drop_error;
   std::vector<double> thread_rates, process_rates;
   for (int r = 0; r < 3; ++r) {
@@ -475,11 +476,12 @@ Status print_reader_threads_against_processes(Disk& disk, const std::vector<std:
     }
   }
   std::printf("  the loader's reader (%s) into fresh state memory, %s, MB/s of 3 runs interleaved:\n",
-              options.sequential_reads ? "one stream a shard" : "parallel reads", drop_caches ? "cold" : "cache NOT dropped");
+              options.sequential_reads ? "one stream a shard" : "parallel reads",
+              drop_caches ? "cold" : "cache NOT dropped");
   for (const bool processes : {false, true}) {
     const std::vector<double>& rates = processes ? process_rates : thread_rates;
-    std::printf("    %zu %-10s %8.1f %8.1f %8.1f\n", paths.size(), processes ? "processes" : "threads", rates[0], rates[1],
-                rates[2]);
+    std::printf("    %zu %-10s %8.1f %8.1f %8.1f\n", paths.size(), processes ? "processes" : "threads", rates[0],
+                rates[1], rates[2]);
   }
   std::vector<double> ratios;
   for (size_t r = 0; r < thread_rates.size(); ++r) ratios.push_back(thread_rates[r] / process_rates[r]);

@@ -490,7 +490,8 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
   // shards hold it, one sub-group at a time, and written where this run keeps it.
   // Each shard this rank touches is read once, in order, and verified in that pass (checked
   // before the state is used): at the same world size that is exactly its own shard.
-  CheckpointShardReader reader(disk, tag_directory, manifest, checkpoint_read_options_from(options_, env_.cpus_per_rank));
+  CheckpointShardReader reader(disk, tag_directory, manifest,
+                               checkpoint_read_options_from(options_, env_.cpus_per_rank));
   const int rank = comm_.rank();
   const size_t element_bytes = dtype_size_bytes(model_dtype_);
   const int64_t step =
