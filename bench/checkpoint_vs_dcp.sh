@@ -80,11 +80,15 @@ for w in 1 4; do
       { echo "checkpoint_vs_dcp: the peer at W=$w failed; its errors:" >&2; tail -20 "$dir/peer-w$w.err" >&2; }
   fi
 done
+# The peer's command at world size $1, into the array `peer`: one process, or torchrun's.
+peer_command() {
+  if [ "$1" = 1 ]; then peer=(python3 "$root/bench/checkpoint_peer.py")
+  else peer=(torchrun --standalone --nproc_per_node "$1" "$root/bench/checkpoint_peer.py"); fi
+}
 # Paired loads: torch.save once (kept), then zerosim's loads with a torch.load after each.
 if [ "$pairs" -gt 0 ] && run_part paired; then
   for w in 1 4; do
-    if [ "$w" = 1 ]; then peer=(python3 "$root/bench/checkpoint_peer.py")
-    else peer=(torchrun --standalone --nproc_per_node "$w" "$root/bench/checkpoint_peer.py"); fi
+    peer_command "$w"
     common=(--dir "$dir/paired-peer" --state-mib "$size_mib" --repetitions 1 --keep)
     "${peer[@]}" "${common[@]}" --measures torch.save > /dev/null 2> "$dir/paired-w$w.err" ||
       { echo "checkpoint_vs_dcp: the paired torch.save at W=$w failed; its errors:" >&2; tail -20 "$dir/paired-w$w.err" >&2; exit 1; }
@@ -99,8 +103,7 @@ if [ "$pairs" -gt 0 ] && run_part paired; then
   # Paired saves: each zerosim save followed by a DCP save (the peer drops the cache first and
   # removes its files after; checkpoint_bench drops it before each of its later saves).
   for w in 1 4; do
-    if [ "$w" = 1 ]; then peer=(python3 "$root/bench/checkpoint_peer.py")
-    else peer=(torchrun --standalone --nproc_per_node "$w" "$root/bench/checkpoint_peer.py"); fi
+    peer_command "$w"
     peer_save="$(printf '%q ' "${peer[@]}" --dir "$dir/paired-peer" --state-mib "$size_mib" --repetitions 1 \
                    --measures dcp.save --settle-seconds 0) 2>> $(printf '%q' "$dir/paired-save-w$w.err")"
     out=$("$bench" --dir "$dir/zerosim" --state-mib "$size_mib" --world-size "$w" --repetitions "$pairs" --writer none \
