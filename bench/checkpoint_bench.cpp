@@ -65,7 +65,7 @@
 // Flags: --dir DIR --state-mib N --world-size W --offload none|nvme --repetitions R
 //        [--writer none|python|fast] [--io-buffer-mib N] [--aio-block-kib N] [--aio-queue-depth N] [--aio-threads N]
 //        [--cpus-per-rank N] [--parallel-reads]
-//        [--drop-caches [--settle-seconds S]] [--keep] [--phases] [--peer-load CMD]
+//        [--drop-caches [--settle-seconds S]] [--keep] [--phases] [--peer-load CMD] [--peer-save CMD]
 // Output: a human summary, then one JSON line (the last line).
 #include <fcntl.h>
 #include <sys/mman.h>
