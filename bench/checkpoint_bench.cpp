@@ -35,16 +35,22 @@
 //                torch.load's), cold, three times interleaved: does sharing one address space
 //                cost the load its rate?
 //
-//   --peer-load CMD  after each load, run the shell command CMD (a peer's cold load, which drops
+//   --peer-load CMD  pair each load with the shell command CMD (a peer's cold load, which drops
 //                the page cache itself, e.g. bench/checkpoint_peer.py --measures torch.load),
 //                so that the two loads alternate in one series and a drift of the disk's rate
-//                over the run falls on both alike (checkpoint_vs_dcp.sh pairs them). A failing
-//                command ends the bench (exit 1, naming the command and its status).
-//   --peer-save CMD  the same for the saves: after each save, run CMD (a peer's durable save,
-//                e.g. checkpoint_peer.py --measures dcp.save --settle-seconds 0, which drops
-//                the page cache before it writes); with --drop-caches, each of zerosim's saves
-//                after the first is preceded by a drop too, so that both sides of every pair
-//                start from the same cache. A failing command ends the bench likewise.
+//                over the run falls on both alike (checkpoint_vs_dcp.sh pairs them). The peer
+//                runs after the load in the first pair, the third, ..., and before it in the
+//                second, the fourth, ..., so that neither side always follows the other;
+//                "{repetition}" in CMD becomes the pair's number from 0, so that the peer too
+//                can read a file no load has read before (as each of zerosim's loads reads
+//                its own tag). A failing command ends the bench (exit 1, naming the command
+//                and its status).
+//   --peer-save CMD  the same for the saves: CMD is a peer's durable save (e.g.
+//                checkpoint_peer.py --measures dcp.save --settle-seconds 0, which drops the
+//                page cache before it writes), after the save in the odd pairs, before it in
+//                the even; with --drop-caches, each of zerosim's saves after the first is
+//                preceded by a drop too, so that both sides of every pair start from the same
+//                cache. A failing command ends the bench likewise.
 //
 // Async saves (checkpoint.async_save), after the loads: R more saves from one engine, each
 // waited for before the next; the stall is how long save_checkpoint keeps the step loop (the
@@ -83,6 +89,7 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -491,8 +498,19 @@ Status print_reader_threads_against_processes(Disk& disk, const std::vector<std:
   return Status();
 }
 
-// A peer's measurement between two of ours (--peer-load, --peer-save), through sh -c.
-Status run_peer_command(const std::string& flag, const std::string& command) {
+// Whether the peer's half of pair `repetition` (from 0) runs before ours: in every second pair.
+bool peer_runs_first(int repetition) { return repetition % 2 == 1; }
+
+// A peer's measurement in pair `repetition` (--peer-load, --peer-save), through sh -c, with
+// "{repetition}" in the command replaced by the pair's number.
+Status run_peer_command(const std::string& flag, const std::string& command_template, int repetition) {
+  static constexpr std::string_view kPlaceholder = "{repetition}";
+  std::string command = command_template;
+  for (size_t at = command.find(kPlaceholder); at != std::string::npos; at = command.find(kPlaceholder, at)) {
+    const std::string number = std::to_string(repetition);
+    command.replace(at, kPlaceholder.size(), number);
+    at += number.size();
+  }
   std::fflush(stdout);  // the command writes to the same stdout
   const int status = std::system(command.c_str());
   if (status == -1) return internal_error(flag + " command could not run (" + std::strerror(errno) + "): " + command);
@@ -605,9 +623,14 @@ int main(int argc, char** argv) {
         settled = true;
       }
     }
+    const bool paired = !flags.peer_save_command.empty();
     for (int r = 0; r < repetitions; ++r) {
       ZEROSIM_RETURN_IF_ERROR(comm.barrier());
-      if (r > 0 && !flags.peer_save_command.empty() && flags.drop_caches) {
+      if (paired && peer_runs_first(r)) {
+        if (rank == 0) ZEROSIM_RETURN_IF_ERROR(run_peer_command("--peer-save", flags.peer_save_command, r));
+        ZEROSIM_RETURN_IF_ERROR(comm.barrier());
+      }
+      if (r > 0 && paired && flags.drop_caches) {
         // The peer's save that ran before this one dropped the cache before it wrote.
         if (rank == 0 && !drop_page_cache(&paired_drop_error)) paired_saves_dropped = false;
         ZEROSIM_RETURN_IF_ERROR(comm.barrier());
@@ -615,9 +638,9 @@ int main(int argc, char** argv) {
       save_times.begin[static_cast<size_t>(r)][static_cast<size_t>(rank)] = SteadyClock::now();
       ZEROSIM_RETURN_IF_ERROR(engine.save_checkpoint(checkpoint_directory, tag_for_repetition(r)));
       save_times.end[static_cast<size_t>(r)][static_cast<size_t>(rank)] = SteadyClock::now();
-      if (!flags.peer_save_command.empty()) {
+      if (paired && !peer_runs_first(r)) {
         ZEROSIM_RETURN_IF_ERROR(comm.barrier());  // every rank's save has ended
-        if (rank == 0) ZEROSIM_RETURN_IF_ERROR(run_peer_command("--peer-save", flags.peer_save_command));
+        if (rank == 0) ZEROSIM_RETURN_IF_ERROR(run_peer_command("--peer-save", flags.peer_save_command, r));
       }
     }
     return Status();
@@ -637,7 +660,11 @@ int main(int argc, char** argv) {
   std::string drop_error;
   std::string loaded_digest;
   std::vector<std::string> load_notes;
+  const bool paired_loads = !flags.peer_load_command.empty();
   for (int r = 0; r < repetitions; ++r) {
+    if (paired_loads && peer_runs_first(r)) {
+      if (Status peer = run_peer_command("--peer-load", flags.peer_load_command, r); !peer.ok()) return fail("load", peer);
+    }
     Status loaded = run_on_ranks(world_size, [&](int rank, Comm& comm) -> Status {
       RankEngine engine(load_options, comm, env);
       ZEROSIM_RETURN_IF_ERROR(comm.barrier());
@@ -658,8 +685,8 @@ int main(int argc, char** argv) {
       return Status();
     });
     if (!loaded.ok()) return fail("load " + tag_for_repetition(r), loaded);
-    if (!flags.peer_load_command.empty()) {
-      if (Status peer = run_peer_command("--peer-load", flags.peer_load_command); !peer.ok()) return fail("load", peer);
+    if (paired_loads && !peer_runs_first(r)) {
+      if (Status peer = run_peer_command("--peer-load", flags.peer_load_command, r); !peer.ok()) return fail("load", peer);
     }
   }
   if (loaded_digest != saved_digest) {

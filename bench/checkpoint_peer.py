@@ -21,8 +21,9 @@ timed from a barrier to the last rank's return. Measures:
 dcp.save is DCP's save alone, checkpoint_vs_dcp.sh's paired saves: checkpoint_bench --peer-save
 runs it after each of its saves, with --settle-seconds 0: the page cache dropped, no wait);
 torch.load alone loads the files an earlier --measures torch.save --keep run left in --dir
-(checkpoint_vs_dcp.sh's paired loads: checkpoint_bench --peer-load runs it after each of its
-loads). --keep leaves the files.
+(checkpoint_vs_dcp.sh's paired loads: checkpoint_bench --peer-load runs it beside each of its
+loads), all R of them, or with --load-index I the I-th alone (from 0), so that each paired load
+reads a file no load has read before. --keep leaves the files.
 
 Output: one JSON line per measure.
 """
@@ -112,12 +113,19 @@ def main():
     parser.add_argument("--measures", default=",".join(MEASURES),
                         help="comma-separated: " + ", ".join(MEASURES))
     parser.add_argument("--keep", action="store_true", help="leave the files in --dir")
+    parser.add_argument("--load-index", type=int, default=None,
+                        help="torch.load: only the file of this repetition (0 to --repetitions - 1)")
     args = parser.parse_args()
     if args.state_mib <= 0 or args.repetitions <= 0 or args.threads <= 0:
         parser.error("--state-mib, --repetitions and --threads must be positive")
     if args.settle_seconds < 0:
         parser.error("--settle-seconds must be 0 or more, got %d" % args.settle_seconds)
     measures = args.measures.split(",")
+    if args.load_index is not None:
+        if measures != ["torch.load"]:
+            parser.error("--load-index goes with --measures torch.load alone, got --measures %s" % args.measures)
+        if not 0 <= args.load_index < args.repetitions:
+            parser.error("--load-index must be 0 to --repetitions - 1 (%d), got %d" % (args.repetitions - 1, args.load_index))
     unknown = [m for m in measures if m not in MEASURES]
     if unknown or not args.measures:
         parser.error("--measures: unknown %s (known: %s)" % (unknown or "(empty)", ", ".join(MEASURES)))
@@ -223,6 +231,8 @@ def torch_save_and_load(args, state, rank, world_size, total_bytes, settle, cold
         report("torch.save", [timed(lambda f=f: torch_save(f)) for f in files], total_bytes, world_size)
     if "torch.load" not in measures:
         return
+    if args.load_index is not None:
+        files = [files[args.load_index]]
     missing = [f for f in files if not os.path.isfile(f)]
     # Every rank learns whether any lacks its file: one rank leaving alone would hang the others.
     missing_anywhere = torch.tensor([len(missing)])
@@ -231,7 +241,7 @@ def torch_save_and_load(args, state, rank, world_size, total_bytes, settle, cold
     if int(missing_anywhere) > 0:
         what = missing[0] if missing else "another rank's file"
         raise SystemExit(f"torch.load: {what} is missing (write it first: --measures torch.save --keep, "
-                         f"the same --dir, --state-mib and world size)")
+                         f"the same --dir, --state-mib, --repetitions and world size)")
     loads = []
     for f in files:
         cold()

@@ -7,9 +7,10 @@
 # The GPU machine has torch; any Linux host with torch will do (no GPU is used).
 #
 # Then, at W = 1 and W = 4, PAIRS loads of zerosim and PAIRS torch.loads alternating in one
-# series (checkpoint_bench --peer-load; each cold), and PAIRS durable saves of zerosim and PAIRS
-# of DCP alternating likewise (--peer-save; the page cache dropped before each save): the disk's
-# rate drifts over minutes, so both are also compared pair by pair, each pair seconds apart.
+# series (checkpoint_bench --peer-load; each cold, each of a file no load has read before, which
+# side goes first alternating pair by pair), and PAIRS durable saves of zerosim and PAIRS of DCP
+# alternating likewise (--peer-save; the page cache dropped before each save): the disk's rate
+# drifts over minutes, so both are also compared pair by pair, each pair seconds apart.
 #
 # Usage: bench/checkpoint_vs_dcp.sh BUILD_DIR DIR [SIZE_MIB] [REPETITIONS] [WRITERS] [PAIRS] [PARTS]
 #   SIZE_MIB 1024, REPETITIONS 3, PAIRS 5 (0: none), PARTS "table,paired" (either alone runs that
@@ -85,23 +86,28 @@ peer_command() {
   if [ "$1" = 1 ]; then peer=(python3 "$root/bench/checkpoint_peer.py")
   else peer=(torchrun --standalone --nproc_per_node "$1" "$root/bench/checkpoint_peer.py"); fi
 }
-# Paired loads: torch.save once (kept), then zerosim's loads with a torch.load after each.
+# Paired loads: torch.save of PAIRS files (kept), then zerosim's loads, each of its own tag, with
+# a torch.load beside each (after it in odd pairs, before it in even ones), each of its own file:
+# no load of either side reads what another has read.
 if [ "$pairs" -gt 0 ] && run_part paired; then
   for w in 1 4; do
     peer_command "$w"
-    common=(--dir "$dir/paired-peer" --state-mib "$size_mib" --repetitions 1 --keep)
+    common=(--dir "$dir/paired-peer" --state-mib "$size_mib" --repetitions "$pairs" --keep)
     "${peer[@]}" "${common[@]}" --measures torch.save > /dev/null 2> "$dir/paired-w$w.err" ||
       { echo "checkpoint_vs_dcp: the paired torch.save at W=$w failed; its errors:" >&2; tail -20 "$dir/paired-w$w.err" >&2; exit 1; }
-    # --peer-load runs its command through sh -c: every word quoted for it.
-    peer_load="$(printf '%q ' "${peer[@]}" "${common[@]}" --measures torch.load) 2>> $(printf '%q' "$dir/paired-w$w.err")"
+    # --peer-load runs its command through sh -c: every word quoted for it ({repetition}, which
+    # checkpoint_bench replaces with the pair's number, left bare: quoting would escape it).
+    peer_load="$(printf '%q ' "${peer[@]}" "${common[@]}" --measures torch.load) --load-index {repetition}"
+    peer_load+=" 2>> $(printf '%q' "$dir/paired-w$w.err")"
     out=$("$bench" --dir "$dir/zerosim" --state-mib "$size_mib" --world-size "$w" --repetitions "$pairs" --writer none \
                    --drop-caches --settle-seconds 8 --peer-load "$peer_load")
     echo "$out" | grep '"measure": "torch.load"' >> "$paired"
     echo "$out" | tail -n 1 >> "$paired"
     rm -rf "$dir/paired-peer"
   done
-  # Paired saves: each zerosim save followed by a DCP save (the peer drops the cache first and
-  # removes its files after; checkpoint_bench drops it before each of its later saves).
+  # Paired saves: each zerosim save beside a DCP save (after it in odd pairs, before it in even
+  # ones; the peer drops the cache first and removes its files after; checkpoint_bench drops it
+  # before each of its later saves).
   for w in 1 4; do
     peer_command "$w"
     peer_save="$(printf '%q ' "${peer[@]}" --dir "$dir/paired-peer" --state-mib "$size_mib" --repetitions 1 \
@@ -147,9 +153,10 @@ for w in (1, 4):
     print(line)
 paired = [json.loads(line) for line in open(sys.argv[2]) if line.strip().startswith("{")]
 # (what, the peer's measure, our seconds' key, which of our lines, the peer's name, the heading)
-kinds = [("loads", "torch.load", "load_seconds", lambda r: "paired" not in r, "torch.load", "alternating, each cold"),
+kinds = [("loads", "torch.load", "load_seconds", lambda r: "paired" not in r, "torch.load",
+          "alternating, each side first by turns, each cold, every file read once"),
          ("saves", "dcp save", "save_seconds", lambda r: r.get("paired") == "save", "DCP save",
-          "alternating, durable, the page cache dropped before each")]
+          "alternating, each side first by turns, durable, the page cache dropped before each")]
 for what, measure, key, ours_filter, peer_name, how in kinds:
     for w in (1, 4):
         peers = [r for r in paired if r.get("measure") == measure and r.get("world_size") == w]
