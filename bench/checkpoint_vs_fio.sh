@@ -12,11 +12,14 @@
 # Page cache: the binary gets --drop-caches; when it could drop the cache (root), the cache is
 # dropped before every fio read too; when it could not, fio reads with --invalidate=0 (else it
 # would drop its own file's cache), so that both read what the page cache holds.
-# For reference, one more fio pair: O_DIRECT, libaio, queue depth 8, bs 8M.
-# Each figure is best and median of R runs (fio runs R times as well).
+# Then one more fio pair: O_DIRECT, libaio, queue depth 8, bs 8M ([ckpt-io]'s yardstick: the
+# save and load against it too). Each figure is best and median of R runs (fio runs R times
+# as well).
 #
-# Usage: bench/checkpoint_vs_fio.sh DIR [SIZE_MIB] [WORLD_SIZE] [OFFLOAD] [REPETITIONS]
-#   SIZE_MIB 1024 (256 also makes sense), WORLD_SIZE 1, OFFLOAD none|nvme (none), REPETITIONS 3.
+# Usage: bench/checkpoint_vs_fio.sh DIR [SIZE_MIB] [WORLD_SIZE] [OFFLOAD] [REPETITIONS] [WRITER]
+#   SIZE_MIB 1024 (256 also makes sense), WORLD_SIZE 1, OFFLOAD none|nvme (none), REPETITIONS 3,
+#   WRITER the checkpoint.writer type zerosim saves and loads with: none (the page cache, the
+#   default), python, or fast (O_DIRECT through libaio, as DeepSpeed's FastPersist).
 # Builds nothing: expects $ZEROSIM_BUILD_DIR/bench/checkpoint_bench (ZEROSIM_BUILD_DIR defaults
 # to build/ in the repository). Needs fio (apt-get install fio) and python3.
 # ZEROSIM_SETTLE_SECONDS (8): pause after dropping the page cache before each series of writes
@@ -24,14 +27,29 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 if [ $# -lt 1 ]; then
-  echo "usage: $0 DIR [SIZE_MIB] [WORLD_SIZE] [OFFLOAD none|nvme] [REPETITIONS]" >&2
+  echo "usage: $0 DIR [SIZE_MIB] [WORLD_SIZE] [OFFLOAD none|nvme] [REPETITIONS] [WRITER none|python|fast]" >&2
   exit 2
 fi
 dir=$1
-size_mib=${2:-1024}
-world_size=${3:-1}
-offload=${4:-none}
-repetitions=${5:-3}
+# A value given empty is an error, not the default.
+size_mib=${2-1024}
+world_size=${3-1}
+offload=${4-none}
+repetitions=${5-3}
+writer=${6-none}
+for value in "SIZE_MIB=$size_mib" "WORLD_SIZE=$world_size" "REPETITIONS=$repetitions"; do
+  case "${value#*=}" in
+    ''|*[!0-9]*|0) echo "checkpoint_vs_fio: ${value%%=*} must be a positive whole number, got '${value#*=}'" >&2; exit 2;;
+  esac
+done
+case "$offload" in
+  none|nvme) ;;
+  *) echo "checkpoint_vs_fio: OFFLOAD is none or nvme, got '$offload'" >&2; exit 2;;
+esac
+case "$writer" in
+  none|python|fast) ;;
+  *) echo "checkpoint_vs_fio: WRITER is a checkpoint.writer type (none, python, fast), got '$writer'" >&2; exit 2;;
+esac
 build_dir=${ZEROSIM_BUILD_DIR:-$root/build}
 bench="$build_dir/bench/checkpoint_bench"
 [ -x "$bench" ] || {
@@ -51,7 +69,7 @@ mkdir -p "$dir"
 # Settled, every series starts from the same state, whatever ran before it.
 settle_seconds=${ZEROSIM_SETTLE_SECONDS:-8}
 bench_output=$("$bench" --dir "$dir" --state-mib "$size_mib" --world-size "$world_size" --offload "$offload" \
-                        --repetitions "$repetitions" --drop-caches --settle-seconds "$settle_seconds")
+                        --repetitions "$repetitions" --writer "$writer" --drop-caches --settle-seconds "$settle_seconds")
 echo "$bench_output" | sed '$d'
 bench_json=$(echo "$bench_output" | tail -n 1)
 json_field() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$bench_json" "$1"; }
@@ -119,18 +137,19 @@ direct_read, direct_read_median = rates(sys.argv[5])
 world_size = bench["world_size"]
 job_bytes = int(sys.argv[6])
 print(f"checkpoint {bench['size_bytes']} bytes ({bench['size_bytes'] / 2**20:.1f} MiB) in {world_size} shard(s), "
-      f"optimizer state {'on NVMe' if bench['offload'] == 'nvme' else 'in memory'}; "
+      f"optimizer state {'on NVMe' if bench['offload'] == 'nvme' else 'in memory'}, writer {bench['writer']}; "
       f"fio: {world_size} job(s) x {job_bytes >> 20} MiB, bs 8M; best / median of {bench['repetitions']}")
 print("page cache dropped before every read (checkpoint_bench and fio)" if bench["page_cache_dropped"]
       else "page cache NOT dropped: both loads and fio reads may come from the page cache")
 print(f"{'':36} {'best MB/s':>10} {'median MB/s':>12}")
 def row(label, best, median):
     print(f"{label:36} {best:10.1f} {median:12.1f}")
-def ratio(label, a, b, a_median, b_median):
-    print(f"{label:36} {a / b:10.3f} {a_median / b_median:12.3f}   (goal >= 0.85)")
+def ratio(label, a, b, a_median, b_median, goal=""):
+    print(f"{label:36} {a / b:10.3f} {a_median / b_median:12.3f}{goal}")
 row("save (write, fsync, commit)", bench["save_mb_per_s"], bench["save_median_mb_per_s"])
 row("fio write psync + end_fsync", fio_write, fio_write_median)
-ratio("  ratio save / fio", bench["save_mb_per_s"], fio_write, bench["save_median_mb_per_s"], fio_write_median)
+ratio("  ratio save / fio", bench["save_mb_per_s"], fio_write, bench["save_median_mb_per_s"], fio_write_median,
+      "   (goal >= 0.85)")
 row("load (verify, read, place)", bench["load_mb_per_s"], bench["load_median_mb_per_s"])
 touch = bench["first_touch_median_seconds"]
 load_seconds = sorted(bench["load_seconds"])
@@ -139,7 +158,12 @@ print(f"  of it, first touch of the state     {bench['size_bytes'] / touch / 1e6
 row("  load less the first touch", bench["size_bytes"] / (load_seconds[0] - touch) / 1e6,
     bench["size_bytes"] / (load_seconds[(len(load_seconds) - 1) // 2] - touch) / 1e6)
 row("fio read psync", fio_read, fio_read_median)
-ratio("  ratio load / fio", bench["load_mb_per_s"], fio_read, bench["load_median_mb_per_s"], fio_read_median)
-row("reference: fio write O_DIRECT qd8", direct_write, direct_write_median)
-row("reference: fio read O_DIRECT qd8", direct_read, direct_read_median)
+ratio("  ratio load / fio", bench["load_mb_per_s"], fio_read, bench["load_median_mb_per_s"], fio_read_median,
+      "   (goal >= 0.85)")
+row("fio write O_DIRECT qd8", direct_write, direct_write_median)
+ratio("  ratio save / fio O_DIRECT", bench["save_mb_per_s"], direct_write, bench["save_median_mb_per_s"],
+      direct_write_median, "   (goal >= 0.85)")
+row("fio read O_DIRECT qd8", direct_read, direct_read_median)
+ratio("  ratio load / fio O_DIRECT", bench["load_mb_per_s"], direct_read, bench["load_median_mb_per_s"],
+      direct_read_median, "   (goal >= 0.85)")
 PY
