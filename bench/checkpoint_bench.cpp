@@ -57,7 +57,7 @@
 // snapshot into host memory), the background rate the snapshot's write + fsync + commit.
 //   --parallel-reads  a load reads each shard with several threads, both batches in flight
 //                (TrainingOptions::parallel_checkpoint_reads), not as one sequential stream:
-//                the earlier policy, to compare the two on a disk (README, [ckpt-io]).
+//                the earlier policy, to compare the two on a disk (bench/checkpoints.md).
 //   --cpus-per-rank  Env::cpus_per_rank, which sizes an async save's snapshot copy threads (up
 //                to 8) and those parallel reads' I/O threads (1 to 4, one CPU left to the
 //                rank); by default this process's CPUs over W, as `zerosim train` sets it; 0:

@@ -1,6 +1,6 @@
 // Cold-cache read rates of the access patterns a checkpoint load can take, on one disk, in one
 // run: is a gap between zerosim's load and torch.load the disk's answer to the pattern, or the
-// loader's own? (README, [ckpt-io]: the W = 4 load against torch.load.)
+// loader's own? (bench/checkpoints.md, [ckpt-io]: the W = 4 load against torch.load.)
 //
 // Writes 1 file and 4 files holding TOTAL_MIB between them (fsynced), then, REPETITIONS times,
 // each pattern once in turn (interleaved, so a drift of the disk's rate falls on all alike; odd

@@ -23,7 +23,7 @@
 // has waited for that batch, and hashes and takes it while they run), by one thread in preads
 // of a buffer, in file order. Several threads of preads at interleaved offsets of one file read
 // it 10-13% slower than one sequential reader on the GPU machine's virtual disk (read_pattern_
-// bench, README): the kernel's read-ahead follows one reader, not several.
+// bench, bench/checkpoints.md): the kernel's read-ahead follows one reader, not several.
 //
 // On a direct (O_DIRECT) file the reads go through libaio into 4096-aligned buffers; a last
 // block that the file ends inside is read through a buffered handle of the same file. Every
