@@ -631,7 +631,7 @@ int main(int argc, char** argv) {
         ZEROSIM_RETURN_IF_ERROR(comm.barrier());
       }
       if (r > 0 && paired && flags.drop_caches) {
-        // The peer's save that ran before this one dropped the cache before it wrote.
+        // Every save of either side starts from a dropped cache (the peer drops it before it writes).
         if (rank == 0 && !drop_page_cache(&paired_drop_error)) paired_saves_dropped = false;
         ZEROSIM_RETURN_IF_ERROR(comm.barrier());
       }

@@ -19,7 +19,7 @@ timed from a barrier to the last rank's return. Measures:
 
 --measures picks some of them (dcp, dcp_async, torch.save, torch.load, dd; all by default;
 dcp.save is DCP's save alone, checkpoint_vs_dcp.sh's paired saves: checkpoint_bench --peer-save
-runs it after each of its saves, with --settle-seconds 0: the page cache dropped, no wait);
+runs it beside each of its saves, with --settle-seconds 0: the page cache dropped, no wait);
 torch.load alone loads the files an earlier --measures torch.save --keep run left in --dir
 (checkpoint_vs_dcp.sh's paired loads: checkpoint_bench --peer-load runs it beside each of its
 loads), all R of them, or with --load-index I the I-th alone (from 0), so that each paired load
