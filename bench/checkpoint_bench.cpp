@@ -661,9 +661,10 @@ int main(int argc, char** argv) {
   std::string loaded_digest;
   std::vector<std::string> load_notes;
   const bool paired_loads = !flags.peer_load_command.empty();
+  auto peer_load = [&](int r) { return run_peer_command("--peer-load", flags.peer_load_command, r); };
   for (int r = 0; r < repetitions; ++r) {
     if (paired_loads && peer_runs_first(r)) {
-      if (Status peer = run_peer_command("--peer-load", flags.peer_load_command, r); !peer.ok()) return fail("load", peer);
+      if (Status peer = peer_load(r); !peer.ok()) return fail("load", peer);
     }
     Status loaded = run_on_ranks(world_size, [&](int rank, Comm& comm) -> Status {
       RankEngine engine(load_options, comm, env);
@@ -686,7 +687,7 @@ int main(int argc, char** argv) {
     });
     if (!loaded.ok()) return fail("load " + tag_for_repetition(r), loaded);
     if (paired_loads && !peer_runs_first(r)) {
-      if (Status peer = run_peer_command("--peer-load", flags.peer_load_command, r); !peer.ok()) return fail("load", peer);
+      if (Status peer = peer_load(r); !peer.ok()) return fail("load", peer);
     }
   }
   if (loaded_digest != saved_digest) {

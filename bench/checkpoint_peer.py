@@ -125,7 +125,8 @@ def main():
         if measures != ["torch.load"]:
             parser.error("--load-index goes with --measures torch.load alone, got --measures %s" % args.measures)
         if not 0 <= args.load_index < args.repetitions:
-            parser.error("--load-index must be 0 to --repetitions - 1 (%d), got %d" % (args.repetitions - 1, args.load_index))
+            parser.error("--load-index must be 0 to --repetitions - 1 (%d), got %d"
+                         % (args.repetitions - 1, args.load_index))
     unknown = [m for m in measures if m not in MEASURES]
     if unknown or not args.measures:
         parser.error("--measures: unknown %s (known: %s)" % (unknown or "(empty)", ", ".join(MEASURES)))

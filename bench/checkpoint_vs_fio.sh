@@ -39,7 +39,9 @@ repetitions=${5-3}
 writer=${6-none}
 for value in "SIZE_MIB=$size_mib" "WORLD_SIZE=$world_size" "REPETITIONS=$repetitions"; do
   case "${value#*=}" in
-    ''|*[!0-9]*|0) echo "checkpoint_vs_fio: ${value%%=*} must be a positive whole number, got '${value#*=}'" >&2; exit 2;;
+    ''|*[!0-9]*|0)
+      echo "checkpoint_vs_fio: ${value%%=*} must be a positive whole number, got '${value#*=}'" >&2
+      exit 2;;
   esac
 done
 case "$offload" in
