@@ -82,11 +82,11 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <latch>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -433,33 +433,20 @@ Result<double> reader_seconds(Disk& disk, const std::vector<std::string>& paths,
     return seconds_since(start);
   }
   std::vector<Status> results(paths.size());
-  std::mutex mutex;
-  std::condition_variable changed;
-  size_t started = 0;
-  bool go = false;
+  std::latch started(static_cast<std::ptrdiff_t>(paths.size()));
+  std::latch go(1);
   std::vector<std::thread> ranks;
   for (size_t rank = 0; rank < paths.size(); ++rank) {
     ranks.emplace_back([&, rank] {
-      {
-        std::unique_lock lock(mutex);
-        ++started;
-        changed.notify_all();
-        changed.wait(lock, [&] { return go; });
-      }
+      started.count_down();
+      go.wait();
       results[rank] = read_shard_into_fresh_state(disk, paths[rank], shards[rank], options);
     });
   }
-  {
-    std::unique_lock lock(mutex);
-    changed.wait(lock, [&] { return started == paths.size(); });
-  }
+  started.wait();
   before_start();
   const SteadyClock::time_point start = SteadyClock::now();
-  {
-    std::lock_guard lock(mutex);
-    go = true;
-  }
-  changed.notify_all();
+  go.count_down();
   for (std::thread& rank : ranks) rank.join();
   const double seconds = seconds_since(start);
   for (const Status& result : results) ZEROSIM_RETURN_IF_ERROR(result);
