@@ -32,17 +32,9 @@ repetitions=${4-3}
 writers=${5-none fast}
 pairs=${6-5}
 parts=${7-table,paired}
-for value in "SIZE_MIB=$size_mib" "REPETITIONS=$repetitions"; do
-  case "${value#*=}" in
-    ''|*[!0-9]*|0) echo "checkpoint_vs_dcp: ${value%%=*} must be a positive whole number, got '${value#*=}'" >&2; exit 2;;
-  esac
-done
-for writer in $writers; do
-  case "$writer" in
-    none|python|fast) ;;
-    *) echo "checkpoint_vs_dcp: WRITERS are checkpoint.writer types (none, python, fast), got '$writer'" >&2; exit 2;;
-  esac
-done
+source "$root/bench/arguments.sh"
+require_positive_whole_numbers checkpoint_vs_dcp "SIZE_MIB=$size_mib" "REPETITIONS=$repetitions"
+for writer in $writers; do require_writer_type checkpoint_vs_dcp WRITERS "$writer"; done
 [ -n "${writers// /}" ] || { echo "checkpoint_vs_dcp: WRITERS is empty (none, python or fast)" >&2; exit 2; }
 for part in ${parts//,/ }; do
   case "$part" in

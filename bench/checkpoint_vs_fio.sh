@@ -37,21 +37,13 @@ world_size=${3-1}
 offload=${4-none}
 repetitions=${5-3}
 writer=${6-none}
-for value in "SIZE_MIB=$size_mib" "WORLD_SIZE=$world_size" "REPETITIONS=$repetitions"; do
-  case "${value#*=}" in
-    ''|*[!0-9]*|0)
-      echo "checkpoint_vs_fio: ${value%%=*} must be a positive whole number, got '${value#*=}'" >&2
-      exit 2;;
-  esac
-done
+source "$root/bench/arguments.sh"
+require_positive_whole_numbers checkpoint_vs_fio "SIZE_MIB=$size_mib" "WORLD_SIZE=$world_size" "REPETITIONS=$repetitions"
 case "$offload" in
   none|nvme) ;;
   *) echo "checkpoint_vs_fio: OFFLOAD is none or nvme, got '$offload'" >&2; exit 2;;
 esac
-case "$writer" in
-  none|python|fast) ;;
-  *) echo "checkpoint_vs_fio: WRITER is a checkpoint.writer type (none, python, fast), got '$writer'" >&2; exit 2;;
-esac
+require_writer_type checkpoint_vs_fio WRITER "$writer"
 build_dir=${ZEROSIM_BUILD_DIR:-$root/build}
 bench="$build_dir/bench/checkpoint_bench"
 [ -x "$bench" ] || {
