@@ -22,5 +22,5 @@ in_root apt-get update -qq
 in_root apt-get install -y -qq "/tmp/$(basename "$deb")"
 in_root dpkg -s zerosim | grep -E '^(Version|Depends):'
 # The suite's own exit status decides (0: every scenario passed).
-in_root sh -c 'mkdir -p /tmp/elsewhere && cd /tmp/elsewhere && zerosim --version && ls /usr/lib/zerosim/libzerosim_record.so &&
+in_root sh -c 'mkdir -p /tmp/elsewhere && cd /tmp/elsewhere && zerosim --version &&
   zerosim suite --report-dir report > suite.log 2>&1; status=$?; grep "scenario(s):" suite.log; exit $status'

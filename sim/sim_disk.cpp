@@ -18,6 +18,7 @@ const char* pending_operation_kind_name(PendingOperation::Kind kind) {
     case PendingOperation::Kind::kMakeDirectory: return "mkdir";
     case PendingOperation::Kind::kRename: return "rename";
     case PendingOperation::Kind::kUnlink: return "unlink";
+    case PendingOperation::Kind::kExchange: return "exchange";
   }
   return "?";
 }
@@ -25,6 +26,7 @@ const char* pending_operation_kind_name(PendingOperation::Kind kind) {
 std::string PendingOperation::describe() const {
   std::string text = std::string(pending_operation_kind_name(kind)) + " " + path;
   if (kind == Kind::kRename) text = "rename " + source_path + " -> " + path;
+  if (kind == Kind::kExchange) text = "exchange " + source_path + " <-> " + path;
   if (kind == Kind::kWrite) {
     text += " [" + std::to_string(offset_bytes) + ", " + std::to_string(offset_bytes + length_bytes) + ")";
   }
@@ -379,6 +381,35 @@ Status SimDisk::remove_tree(const std::string& raw_path) {
   return Status();
 }
 
+namespace {
+
+bool is_under(const std::string& path, const std::string& directory) {
+  return path.size() > directory.size() && path.compare(0, directory.size(), directory) == 0 &&
+         path[directory.size()] == '/';
+}
+
+// `path` with its prefix `from` replaced by `to` (path is `from` or lies under it).
+std::string moved(const std::string& path, const std::string& from, const std::string& to) {
+  return to + path.substr(from.size());
+}
+
+// Moves a name and everything under it (a directory's entries) to another name.
+template <typename Names>
+void move_subtree(Names& names, const std::string& from, const std::string& to) {
+  std::vector<std::pair<std::string, typename Names::mapped_type>> taken;
+  for (auto it = names.begin(); it != names.end();) {
+    if (it->first == from || is_under(it->first, from)) {
+      taken.emplace_back(moved(it->first, from, to), it->second);
+      it = names.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto& [path, entry] : taken) names[path] = entry;
+}
+
+}  // namespace
+
 Status SimDisk::rename(const std::string& raw_from, const std::string& raw_to) {
   if (raw_from.find("..") != std::string::npos || raw_to.find("..") != std::string::npos) {
     return invalid_argument("rename " + raw_from + " -> " + raw_to + ": '..' in a path");
@@ -389,16 +420,55 @@ Status SimDisk::rename(const std::string& raw_from, const std::string& raw_to) {
   const std::string to = normalize(raw_to);
   auto found = visible_.find(from);
   if (found == visible_.end()) return not_found("rename " + from + " -> " + to + ": no such file");
-  if (found->second.is_directory) return unimplemented("rename " + from + ": the simulated disk renames files only");
+  if (from == to) return Status();
   ZEROSIM_RETURN_IF_ERROR(require_parent_directory(to));
   auto target = visible_.find(to);
-  if (target != visible_.end() && target->second.is_directory) {
-    return failed_precondition("rename " + from + " -> " + to + ": the target is a directory");
+  const bool directory = found->second.is_directory;
+  if (target != visible_.end() && target->second.is_directory != directory) {
+    return failed_precondition("rename " + from + " -> " + to + ": " + (directory ? "the target is a file" : "the target is a directory"));
   }
-  Entry entry = found->second;
-  visible_.erase(found);
-  visible_[to] = entry;
+  if (directory) {
+    if (is_under(to, from)) return invalid_argument("rename " + from + " -> " + to + ": into itself");
+    if (target != visible_.end()) {
+      auto inside = visible_.upper_bound(to + "/");
+      if (inside != visible_.end() && is_under(inside->first, to)) {
+        return failed_precondition("rename " + from + " -> " + to + ": the target directory is not empty");
+      }
+      visible_.erase(target);
+    }
+    move_subtree(visible_, from, to);
+    // Pending operations inside the directory follow it: they belong to its (renamed) entries.
+    for (DirectoryOperation& operation : pending_directory_operations_) {
+      PendingOperation& op = operation.operation;
+      if (is_under(op.path, from)) op.path = moved(op.path, from, to);
+      if (is_under(op.source_path, from)) op.source_path = moved(op.source_path, from, to);
+      if (operation.parent == from || is_under(operation.parent, from)) operation.parent = moved(operation.parent, from, to);
+    }
+  } else {
+    Entry entry = found->second;
+    visible_.erase(found);
+    visible_[to] = entry;
+  }
   record_directory_operation(PendingOperation::Kind::kRename, to, from, nullptr);
+  return Status();
+}
+
+Status SimDisk::exchange(const std::string& raw_first, const std::string& raw_second) {
+  std::lock_guard lock(mutex_);
+  ZEROSIM_RETURN_IF_ERROR(check_frozen(raw_first));
+  const std::string first = normalize(raw_first);
+  const std::string second = normalize(raw_second);
+  if (visible_.count(first) == 0 || visible_.count(second) == 0) {
+    return not_found("exchange " + first + " <-> " + second + ": both names must exist");
+  }
+  if (parent_of(first) != parent_of(second)) {
+    return unimplemented("exchange " + first + " <-> " + second + ": the simulated disk exchanges names of one directory only");
+  }
+  const std::string aside = first + "\x01exchange";
+  move_subtree(visible_, first, aside);
+  move_subtree(visible_, second, first);
+  move_subtree(visible_, aside, second);
+  record_directory_operation(PendingOperation::Kind::kExchange, second, first, nullptr);
   return Status();
 }
 
@@ -414,9 +484,22 @@ void SimDisk::apply_directory_operation(Namespace& names, const DirectoryOperati
     case PendingOperation::Kind::kRename: {
       auto found = names.find(op.source_path);
       if (found == names.end()) break;  // its create was lost: nothing to rename
-      Entry entry = found->second;
-      names.erase(found);
-      names[op.path] = entry;
+      if (!found->second.is_directory) {
+        Entry entry = found->second;
+        names.erase(found);
+        names[op.path] = entry;
+        break;
+      }
+      std::erase_if(names, [&](const auto& item) { return item.first == op.path; });
+      move_subtree(names, op.source_path, op.path);
+      break;
+    }
+    case PendingOperation::Kind::kExchange: {
+      if (names.count(op.source_path) == 0 || names.count(op.path) == 0) break;  // a name's create was lost
+      const std::string aside = op.source_path + "\x01exchange";
+      move_subtree(names, op.source_path, aside);
+      move_subtree(names, op.path, op.source_path);
+      move_subtree(names, aside, op.path);
       break;
     }
     case PendingOperation::Kind::kUnlink:

@@ -55,10 +55,10 @@ struct CrashFate {
 };
 
 struct PendingOperation {
-  enum class Kind { kWrite, kTruncate, kCreate, kMakeDirectory, kRename, kUnlink };
+  enum class Kind { kWrite, kTruncate, kCreate, kMakeDirectory, kRename, kUnlink, kExchange };
   Kind kind = Kind::kWrite;
   std::string path;         // the file written, or the name created, renamed to or removed
-  std::string source_path;  // kRename: the old name
+  std::string source_path;  // kRename: the old name; kExchange: the other name
   uint64_t offset_bytes = 0;
   uint64_t length_bytes = 0;  // kWrite: bytes; kTruncate: the new size
   uint64_t sector_count = 0;  // kWrite: sectors it touches (a tear needs at least 2)
@@ -102,6 +102,9 @@ class SimDisk final : public Disk {
   Status remove_file(const std::string& path) override;
   Status remove_tree(const std::string& path) override;
   Status rename(const std::string& from, const std::string& to) override;
+  // renameat2(RENAME_EXCHANGE): the two names (files or directories) swap atomically; one
+  // pending operation, durable when their directory is fsynced. Both in one directory.
+  Status exchange(const std::string& first, const std::string& second);
   Status sync_directory(const std::string& path) override;
   Result<bool> exists(const std::string& path) override;
   Result<std::vector<std::string>> list_directory(const std::string& path) override;

@@ -1,7 +1,9 @@
-// zerosim exec (scenarios/exec_harness.h, tools/recorder): the state-log contract, the
-// recording format, and the example trainer's four checkpoint protocols under the real
-// recorder, as a user runs them: the three flawed ones are found, with the operation named,
-// the correct one passes, and a failure's replay file reproduces it.
+// zerosim exec (exec/): the state-log contract, the recording format and its self-check, the
+// system-call tracer on writers that a C library interposer cannot see (raw system calls, a
+// static binary, forked and exec'd children) and on what it cannot model (a shared mapping,
+// io_uring), parallel resumes in mount namespaces, verdicts without a state log, and the
+// example trainer's four checkpoint protocols as a user runs them: the flawed ones are found,
+// with the operation named, the correct one passes, and a failure's replay file reproduces it.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -9,8 +11,9 @@
 #include <fstream>
 #include <string>
 
-#include "scenarios/exec_harness.h"
-#include "sim/fs_recording.h"
+#include "exec/crash_state_model.h"
+#include "exec/exec_harness.h"
+#include "exec/fs_recording.h"
 #include "tests/shell_command.h"
 #include "tests/test_directory.h"
 
@@ -160,11 +163,17 @@ TEST(Exec, BadInputIsNamed) {
   const ShellResult no_command = run_shell_command(std::string(ZEROSIM_CLI_PATH) + " exec --watch " + directory.path() + "/c 2>&1");
   EXPECT_EQ(no_command.exit_code, 2) << no_command.output;
   EXPECT_NE(no_command.output.find("no command"), std::string::npos) << no_command.output;
-  // A command that writes no state log: exit 3, saying what the program must do.
+  // A command that changes nothing under the watched directory: nothing to judge, exit 3.
   const ShellResult silent = run_shell_command(std::string(ZEROSIM_CLI_PATH) + " exec --watch " + directory.path() +
                                                "/c --work-dir " + directory.path() + "/w -- true 2>&1");
   EXPECT_EQ(silent.exit_code, 3) << silent.output;
-  EXPECT_NE(silent.output.find("wrote no line to ZEROSIM_STATE_LOG"), std::string::npos) << silent.output;
+  EXPECT_NE(silent.output.find("nothing to judge: the command changed nothing under the watched directories"),
+            std::string::npos)
+      << silent.output;
+  const ShellResult no_jobs = run_shell_command(std::string(ZEROSIM_CLI_PATH) + " exec --jobs 0 --watch " +
+                                                directory.path() + "/c -- true 2>&1");
+  EXPECT_EQ(no_jobs.exit_code, 2) << no_jobs.output;
+  EXPECT_NE(no_jobs.output.find("--jobs"), std::string::npos) << no_jobs.output;
   const ShellResult failing = run_shell_command(std::string(ZEROSIM_CLI_PATH) + " exec --watch " + directory.path() +
                                                 "/c --work-dir " + directory.path() + "/w -- false 2>&1");
   EXPECT_EQ(failing.exit_code, 3) << failing.output;
@@ -193,9 +202,6 @@ ShellResult exec_engine(const TestDirectory& directory, const std::string& name,
 }
 
 TEST(ExecEngine, ZerosimTrainPassesAndACommitOrderDefectIsFound) {
-#ifdef ZEROSIM_SANITIZED
-  GTEST_SKIP() << "a sanitized zerosim cannot run with the recorder preloaded (the sanitizer's runtime must load first)";
-#endif
   TestDirectory directory;
   const ShellResult clean = exec_engine(directory, "clean", "");
   EXPECT_EQ(clean.exit_code, 0) << clean.output;
@@ -251,8 +257,8 @@ ShellResult exec_python_script(const TestDirectory& directory, const std::string
                            " 2>&1");
 }
 
-// Python's shutil.copyfile copies with sendfile (or copy_file_range): the recorder records the
-// bytes that landed in the watched file, read back from the source.
+// Python's shutil.copyfile copies with sendfile (or copy_file_range): the tracer records the
+// bytes that landed in the watched file, read back from the file itself.
 TEST(ExecRecorder, SeesACopyMadeWithSendfile) {
   TestDirectory directory;
   const std::string watched = directory.path() + "/ckpt";
@@ -275,7 +281,7 @@ namespace zerosim {
 namespace {
 
 // Two processes (a parent and the child it starts, as torchrun's ranks) write into the watched
-// directory: both are recorded into the one recording (the child inherits the recorder).
+// directory: both are recorded into the one recording (the tracer follows the child).
 TEST(ExecRecorder, RecordsEveryProcessOfTheCommand) {
   TestDirectory directory;
   const std::string watched = directory.path() + "/ckpt";
@@ -295,6 +301,195 @@ TEST(ExecRecorder, RecordsEveryProcessOfTheCommand) {
                                              watched);
   EXPECT_TRUE(has_line_with(run.output, {"(write " + watched + "/rank0.bin [0, 700))"})) << run.output;
   EXPECT_TRUE(has_line_with(run.output, {"(write " + watched + "/rank1.bin [0, 700))"})) << run.output;
+}
+
+}  // namespace
+}  // namespace zerosim
+
+namespace zerosim {
+namespace {
+
+// The C writer (tests/exec_writers/writer.c) under exec: `protocol` through `io`, saving in
+// `save_in`; a few steps and crash states (each resume is a process start).
+ShellResult exec_writer(const TestDirectory& directory, const std::string& name, const std::string& writer,
+                        const std::string& writer_flags, const std::string& exec_flags = "--jobs 1",
+                        const std::string& checkpoint_name = "") {
+  const std::string checkpoints = directory.path() + "/ckpt-" + (checkpoint_name.empty() ? name : checkpoint_name);
+  return run_shell_command(std::string(ZEROSIM_CLI_PATH) + " exec " + exec_flags + " --states-per-point 3 --watch " +
+                           checkpoints + " --work-dir " + directory.path() + "/work-" + name + " -- " + writer +
+                           " --dir " + checkpoints + " --steps 4 --save-every 2 " + writer_flags + " 2>&1");
+}
+
+// A correct protocol passes every crash state; a rename without its directory fsync loses a
+// save that had returned, found right after the rename. Each through a path the C library
+// interposer this tracer replaced could not see.
+void expect_correct_passes_and_unsafe_is_found(const std::string& writer, const std::string& how) {
+  TestDirectory directory;
+  const ShellResult correct = exec_writer(directory, "correct", writer, "--protocol correct " + how);
+  EXPECT_EQ(correct.exit_code, 0) << correct.output;
+  EXPECT_TRUE(has_line_with(correct.output, {"crash state(s):", "passed, 0 failed"})) << correct.output;
+  const ShellResult unsafe = exec_writer(directory, "unsafe", writer, "--protocol no_dir_fsync " + how);
+  EXPECT_EQ(unsafe.exit_code, 1) << unsafe.output;
+  EXPECT_TRUE(has_line_with(unsafe.output, {"FAIL  crash after operation", "(rename ", "state.tmp -> ", "/state)"}))
+      << unsafe.output;
+  EXPECT_TRUE(has_line_with(unsafe.output, {"lost work: step", "'s save had returned"})) << unsafe.output;
+}
+
+TEST(ExecTracer, SeesARenameMadeAsARawSystemCall) {
+  expect_correct_passes_and_unsafe_is_found(ZEROSIM_EXEC_WRITER, "--io raw");
+}
+
+TEST(ExecTracer, SeesAStaticallyLinkedWriter) {
+  expect_correct_passes_and_unsafe_is_found(ZEROSIM_EXEC_WRITER_STATIC, "--io raw");
+}
+
+TEST(ExecTracer, SeesAWriterInAForkedChild) {
+  expect_correct_passes_and_unsafe_is_found(ZEROSIM_EXEC_WRITER, "--io libc --save-in fork");
+}
+
+TEST(ExecTracer, SeesAWriterInAnExecdChild) {
+  expect_correct_passes_and_unsafe_is_found(ZEROSIM_EXEC_WRITER, "--io libc --save-in exec");
+}
+
+TEST(ExecTracer, AnInPlaceWriteIsFoundEvenWithoutAStateLog) {
+  TestDirectory directory;
+  // No state log: refusals (a torn or empty state file) are still judged; lost work is not.
+  const ShellResult unsafe = exec_writer(directory, "unsafe", std::string("env -u ZEROSIM_STATE_LOG ") + ZEROSIM_EXEC_WRITER,
+                                         "--protocol in_place --io libc");
+  EXPECT_EQ(unsafe.exit_code, 1) << unsafe.output;
+  EXPECT_TRUE(has_line_with(unsafe.output, {"the resume refused: exit status 1", "corrupt checkpoint"})) << unsafe.output;
+  EXPECT_TRUE(has_line_with(unsafe.output, {"judged without a state log", "would add lost work"})) << unsafe.output;
+  EXPECT_FALSE(has_line_with(unsafe.output, {"lost work: step"})) << unsafe.output;
+  const ShellResult correct = exec_writer(directory, "correct", std::string("env -u ZEROSIM_STATE_LOG ") + ZEROSIM_EXEC_WRITER,
+                                          "--protocol correct --io libc");
+  EXPECT_EQ(correct.exit_code, 0) << correct.output;
+  EXPECT_TRUE(has_line_with(correct.output, {"the resume completed (no state log"})) << correct.output;
+}
+
+// What the recording cannot stand for is named, and exec refuses to judge (exit 3), for a
+// correct protocol and an unsafe one alike.
+TEST(ExecTracer, RefusesToJudgeWritesThroughASharedMapping) {
+  TestDirectory directory;
+  for (const std::string protocol : {"correct", "in_place"}) {
+    const ShellResult run = exec_writer(directory, "mmap-" + protocol, ZEROSIM_EXEC_WRITER, "--protocol " + protocol + " --io mmap");
+    EXPECT_EQ(run.exit_code, 3) << run.output;
+    EXPECT_TRUE(has_line_with(run.output, {"a writable shared mapping of ", "ckpt-mmap-" + protocol + "/state"})) << run.output;
+    EXPECT_FALSE(has_line_with(run.output, {"PASS"})) << run.output;
+  }
+}
+
+TEST(ExecTracer, RefusesToJudgeWritesThroughIoUring) {
+  TestDirectory directory;
+  for (const std::string protocol : {"correct", "in_place"}) {
+    const ShellResult run = exec_writer(directory, "uring-" + protocol, ZEROSIM_EXEC_WRITER, "--protocol " + protocol + " --io uring");
+    if (run.output.find("exit status 77") != std::string::npos) GTEST_SKIP() << "io_uring is disabled on this kernel";
+    EXPECT_EQ(run.exit_code, 3) << run.output;
+    EXPECT_TRUE(has_line_with(run.output, {"io_uring_setup: the submissions of an io_uring are not system calls"}))
+        << run.output;
+    EXPECT_FALSE(has_line_with(run.output, {"PASS"})) << run.output;
+  }
+}
+
+// The verdict lines (PASS/FAIL with the crash point and state) in order.
+std::vector<std::string> verdict_lines(const std::string& output, const std::string& work) {
+  std::vector<std::string> lines;
+  size_t at = 0;
+  while (at < output.size()) {
+    size_t end = output.find('\n', at);
+    if (end == std::string::npos) end = output.size();
+    std::string line = output.substr(at, end - at);
+    if (line.rfind("PASS  ", 0) == 0 || line.rfind("FAIL  ", 0) == 0 || line.find("replay: ") != std::string::npos) {
+      for (size_t found; (found = line.find(work)) != std::string::npos;) line.replace(found, work.size(), "WORK");
+      lines.push_back(line);
+    }
+    at = end + 1;
+  }
+  return lines;
+}
+
+TEST(ExecJobs, ParallelResumesInMountNamespacesGiveTheSerialVerdictsInOrder) {
+  TestDirectory directory;
+  const std::string flags = "--protocol no_dir_fsync --io libc";
+  const ShellResult serial = exec_writer(directory, "w1", ZEROSIM_EXEC_WRITER, flags, "--jobs 1", "same");
+  const ShellResult parallel = exec_writer(directory, "w3", ZEROSIM_EXEC_WRITER, flags, "--jobs 3", "same");
+  EXPECT_EQ(serial.exit_code, 1) << serial.output;
+  EXPECT_EQ(parallel.exit_code, 1) << parallel.output;
+  EXPECT_TRUE(has_line_with(parallel.output, {"with 3 job(s)"})) << parallel.output;
+  const std::vector<std::string> serial_lines = verdict_lines(serial.output, directory.path() + "/work-w1");
+  EXPECT_GT(serial_lines.size(), 10u) << serial.output;
+  EXPECT_EQ(serial_lines, verdict_lines(parallel.output, directory.path() + "/work-w3"));
+  // The watched directory is left as it was before (it did not exist): no bind leaks out.
+  EXPECT_FALSE(std::filesystem::exists(directory.path() + "/ckpt-same"));
+}
+
+TEST(ExecJobs, WhereNamespacesAreRefusedJobsIsAClearErrorAndOneJobWorks) {
+  TestDirectory directory;
+  const std::string deny = ZEROSIM_DENY_UNSHARE;
+  const std::string flags = "--protocol correct --io libc";
+  const ShellResult refused = exec_writer(directory, "deny", ZEROSIM_EXEC_WRITER, flags, "--jobs 4");
+  ASSERT_EQ(refused.exit_code, 0) << refused.output;  // namespaces work here
+  const std::string checkpoints = directory.path() + "/ckpt-denied";
+  const std::string command = std::string(ZEROSIM_EXEC_WRITER) + " --dir " + checkpoints + " --steps 4 --save-every 2 " + flags;
+  const ShellResult denied = run_shell_command(deny + " " + ZEROSIM_CLI_PATH + " exec --jobs 4 --watch " + checkpoints +
+                                               " --work-dir " + directory.path() + "/w -- " + command + " 2>&1");
+  EXPECT_EQ(denied.exit_code, 2) << denied.output;
+  EXPECT_TRUE(has_line_with(denied.output, {"--jobs 4: cannot run", "in a private mount namespace", "run with --jobs 1"}))
+      << denied.output;
+  const ShellResult serial = run_shell_command(deny + " " + ZEROSIM_CLI_PATH + " exec --jobs 1 --watch " + checkpoints +
+                                               " --work-dir " + directory.path() + "/w -- " + command + " 2>&1");
+  EXPECT_EQ(serial.exit_code, 0) << serial.output;
+  // Without --jobs, the default falls back to one job and says why.
+  const ShellResult fallback = run_shell_command(deny + " " + ZEROSIM_CLI_PATH + " exec --watch " + checkpoints +
+                                                 " --work-dir " + directory.path() + "/w -- " + command + " 2>&1");
+  EXPECT_EQ(fallback.exit_code, 0) << fallback.output;
+  EXPECT_TRUE(has_line_with(fallback.output, {"resuming one crash state at a time"})) << fallback.output;
+}
+
+// The self-check: a recording replayed with every write kept must leave what the program left.
+// A recording missing one operation (as a write the tracer could not see) is refused, naming
+// the file that differs.
+TEST(ExecSelfCheck, ARecordingMissingAnOperationIsRefusedNamingTheFile) {
+  const std::vector<std::string> roots = {"/watched"};
+  auto record = [](FsRecordKind kind, const std::string& path, const std::string& data = "", uint64_t offset = 0) {
+    FsRecord made;
+    made.kind = kind;
+    made.path = path;
+    made.data = data;
+    made.offset_bytes = offset;
+    if (kind == FsRecordKind::kOpen) made.flags = kFlagCreated | kFlagTruncated;
+    return made;
+  };
+  FsRecord rename = record(FsRecordKind::kRename, "/watched/a.tmp");
+  rename.second_path = "/watched/a";
+  const std::vector<FsRecord> recording = {
+      record(FsRecordKind::kMakeDirectory, "/watched"),     record(FsRecordKind::kOpen, "/watched/a.tmp"),
+      record(FsRecordKind::kWrite, "/watched/a.tmp", "hello"), record(FsRecordKind::kWrite, "/watched/a.tmp", " world", 5),
+      record(FsRecordKind::kSync, "/watched/a.tmp"),        rename,
+      record(FsRecordKind::kOpen, "/watched/b"),
+  };
+  Tree left;
+  left.directories = {"/watched"};
+  left.files = {{"/watched/a", "hello world"}, {"/watched/b", ""}};
+  const Status whole = verify_recording(recording, roots, Tree{}, left);
+  EXPECT_TRUE(whole.ok()) << whole.to_string();
+  std::vector<FsRecord> missing_write = recording;
+  missing_write.erase(missing_write.begin() + 3);
+  const Status refused = verify_recording(missing_write, roots, Tree{}, left);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.message().find("/watched/a: the program left 11 bytes, the recording replayed has 5"), std::string::npos)
+      << refused.to_string();
+  std::vector<FsRecord> missing_rename = recording;
+  missing_rename.erase(missing_rename.begin() + 5);
+  const Status no_rename = verify_recording(missing_rename, roots, Tree{}, left);
+  ASSERT_FALSE(no_rename.ok());
+  EXPECT_NE(no_rename.message().find("the program left /watched/a, the recording replayed has no such file"), std::string::npos)
+      << no_rename.to_string();
+  std::vector<FsRecord> missing_open = recording;
+  missing_open.erase(missing_open.begin() + 1);
+  const Status no_open = verify_recording(missing_open, roots, Tree{}, left);
+  ASSERT_FALSE(no_open.ok());
+  EXPECT_NE(no_open.message().find("the recording does not replay"), std::string::npos) << no_open.to_string();
 }
 
 }  // namespace

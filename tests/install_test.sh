@@ -10,7 +10,7 @@ trap 'rm -rf "$work"' EXIT
 prefix="$work/prefix"
 cmake --install "$build" --prefix "$prefix" > "$work/install.log"
 fail() { echo "install_test: $*" >&2; exit 1; }
-for file in bin/zerosim lib/zerosim/libzerosim_record.so share/doc/zerosim/README.md share/doc/zerosim/LICENSE \
+for file in bin/zerosim share/doc/zerosim/README.md share/doc/zerosim/LICENSE \
             share/zerosim/python/zerosim_state.py share/zerosim/scenarios/examples/save_by_4_ranks.json; do
   [ -f "$prefix/$file" ] || fail "$prefix/$file was not installed"
 done

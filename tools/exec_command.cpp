@@ -1,5 +1,4 @@
 #include "tools/exec_command.h"
-#include "tools/install_paths.h"
 
 #include <unistd.h>
 
@@ -17,18 +16,6 @@ namespace zerosim {
 namespace {
 
 namespace fs = std::filesystem;
-
-// The recorder: ZEROSIM_RECORDER, else beside this program (the build tree), else
-// ../lib/zerosim/ (an installed tree).
-std::string find_recorder(const std::string& program_path) {
-  if (const char* chosen = std::getenv("ZEROSIM_RECORDER"); chosen != nullptr && chosen[0] != '\0') return chosen;
-  std::error_code error;
-  const fs::path directory = program_directory(program_path);
-  for (const fs::path& candidate : {directory / "libzerosim_record.so", directory / ".." / "lib" / "zerosim" / "libzerosim_record.so"}) {
-    if (fs::exists(candidate, error)) return fs::weakly_canonical(candidate, error).string();
-  }
-  return (directory / "libzerosim_record.so").string();
-}
 
 nlohmann::json replay_document(const ExecOptions& options, int64_t point, int64_t state) {
   return {{"zerosim_exec_replay", 1},  {"watch", options.watch},
@@ -72,8 +59,20 @@ int report_and_exit(const ExecFlags& flags, const ExecResult& result) {
                 "%lld passed, %d failed\n",
                 static_cast<long long>(result.operations), static_cast<long long>(result.crash_points),
                 static_cast<long long>(result.crash_states), static_cast<long long>(result.crash_states - failed), failed);
-    std::printf("exec: building a crash state from the recording took %.3f ms on average; the uninterrupted run %.3f s\n",
-                result.mean_build_state_seconds * 1e3, result.reference_seconds);
+    std::printf("exec: %lld process(es) traced, %lld record(s); the uninterrupted run (traced) %.3f s; building a crash "
+                "state %.3f ms on average; the resumes %.3f s with %lld job(s)\n",
+                static_cast<long long>(result.processes), static_cast<long long>(result.records), result.reference_seconds,
+                result.mean_build_state_seconds * 1e3, result.resume_seconds, static_cast<long long>(result.jobs));
+    if (result.passed_alone > 0) {
+      std::printf("exec: %lld crash state(s) failed beside other resumes and passed alone (their verdict): the command "
+                  "shares a path outside the watched directories between runs; watch it too, or use --jobs 1\n",
+                  static_cast<long long>(result.passed_alone));
+    }
+    if (!result.state_log) {
+      std::printf("exec: judged without a state log: refusals, crashes and timeouts only. A state log (ZEROSIM_STATE_LOG, "
+                  "python/zerosim_state.py) would add lost work (a save that had returned, then vanished) and divergence "
+                  "(each resumed step against the uninterrupted run)\n");
+    }
   }
   return finish_report(flags.report, report,
                        {{"operations", result.operations},
@@ -81,14 +80,29 @@ int report_and_exit(const ExecFlags& flags, const ExecResult& result) {
                         {"crash_states", result.crash_states},
                         {"reference_seconds", result.reference_seconds},
                         {"mean_build_state_seconds", result.mean_build_state_seconds},
+                        {"resume_seconds", result.resume_seconds},
+                        {"jobs", result.jobs},
+                        {"passed_alone", result.passed_alone},
+                        {"processes", result.processes},
+                        {"records", result.records},
+                        {"state_log", result.state_log},
                         {"recording", result.recording_path}});
 }
 
 }  // namespace
 
-int run_exec_command(ExecFlags flags, const std::string& program_path) {
+int run_exec_command(ExecFlags flags) {
   flags.options.work_directory = flags.work_directory.empty() ? "zerosim-exec" : flags.work_directory;
-  flags.options.recorder_library = find_recorder(program_path);
+  if (!flags.jobs_given) {
+    // The default uses every CPU where namespaces are permitted, and one job where not.
+    flags.options.jobs = available_cpus();
+    if (flags.options.jobs > 1) {
+      if (Status namespaces = check_private_namespaces(); !namespaces.ok()) {
+        std::fprintf(stderr, "zerosim exec: resuming one crash state at a time: %s\n", namespaces.message().c_str());
+        flags.options.jobs = 1;
+      }
+    }
+  }
   Result<ExecResult> result = run_exec(flags.options);
   if (!result.ok()) {
     std::fprintf(stderr, "zerosim exec: %s\n", result.status().to_string().c_str());
@@ -97,7 +111,7 @@ int run_exec_command(ExecFlags flags, const std::string& program_path) {
   return report_and_exit(flags, *result);
 }
 
-int run_exec_replay_command(const std::string& replay_path, const std::string& program_path) {
+int run_exec_replay_command(const std::string& replay_path) {
   std::ifstream file(replay_path);
   if (!file) {
     std::fprintf(stderr, "zerosim exec replay: %s: cannot be opened\n", replay_path.c_str());
@@ -122,7 +136,8 @@ int run_exec_replay_command(const std::string& replay_path, const std::string& p
     return 2;
   }
   flags.work_directory = fs::path(replay_path).parent_path().string() + "/replay";
-  return run_exec_command(flags, program_path);
+  flags.jobs_given = true;  // one state: one job
+  return run_exec_command(flags);
 }
 
 }  // namespace zerosim

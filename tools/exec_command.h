@@ -1,16 +1,17 @@
 // zerosim exec: the user's own training process under the power-loss harness
-// (scenarios/exec_harness.h says what it does and the state-log contract).
+// (exec/exec_harness.h says what it does; exec/state_log.h the state-log contract).
 //   zerosim exec --watch DIR [--watch DIR ...] [--resume-command LINE] [--crash-points N]
-//                [--states-per-point K] [--seed S] [--timeout SEC] [--work-dir DIR]
+//                [--states-per-point K] [--seed S] [--timeout SEC] [--jobs N] [--work-dir DIR]
 //                [--report-dir DIR] [--junit FILE] [--json] -- COMMAND [ARGS...]
 //   zerosim exec replay FILE     one crash state again, from the file a failure wrote
-// Exit codes: 0 every crash state passed, 1 one failed, 2 bad input, 3 the command could not
-// run uninterrupted (or the recorder is missing).
+// Exit codes: 0 every crash state passed, 1 one failed, 2 bad input, 3 exec cannot judge (the
+// command failed uninterrupted, the tracer cannot run or cannot model what it did, the
+// recording failed its self-check, nothing changed under the watched directories).
 #pragma once
 
 #include <string>
 
-#include "scenarios/exec_harness.h"
+#include "exec/exec_harness.h"
 #include "tools/run_command.h"
 
 namespace zerosim {
@@ -18,10 +19,11 @@ namespace zerosim {
 struct ExecFlags {
   ExecOptions options;
   std::string work_directory;  // default: zerosim-exec/ in the working directory
+  bool jobs_given = false;     // --jobs on the command line (else: the CPUs available)
   ReportFlags report;
 };
 
-int run_exec_command(ExecFlags flags, const std::string& program_path);
-int run_exec_replay_command(const std::string& replay_path, const std::string& program_path);
+int run_exec_command(ExecFlags flags);
+int run_exec_replay_command(const std::string& replay_path);
 
 }  // namespace zerosim

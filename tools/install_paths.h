@@ -3,9 +3,9 @@
 // with this binary.
 //
 // Installed (cmake --install, the .deb): <prefix>/bin/zerosim, <prefix>/share/zerosim/scenarios/
-// library, <prefix>/lib/zerosim/libzerosim_record.so. Build tree (<build>/tools/zerosim, with
-// <build>/CMakeCache.txt): the recorder beside it, the library of the source tree the build was
-// configured from (ZEROSIM_SOURCE_DIR, baked in), wherever the build directory is.
+// library. Build tree (<build>/tools/zerosim, with <build>/CMakeCache.txt): the library of the
+// source tree the build was configured from (ZEROSIM_SOURCE_DIR, baked in), wherever the build
+// directory is.
 #pragma once
 
 #include <filesystem>

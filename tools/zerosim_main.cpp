@@ -288,6 +288,10 @@ int main(int argc, char** argv) {
   exec->add_option("--seed", exec_flags.options.seed, "Seed of the sample and of the fates beyond the bound");
   exec->add_option("--timeout", exec_flags.options.timeout_seconds, "Seconds each run of the command may take")
       ->check(CLI::Range(1e-3, 1e7));
+  exec->add_option("--jobs", exec_flags.options.jobs,
+                   "Crash states resumed side by side, each in a private mount namespace (default: the CPUs available; "
+                   "1: one at a time, in place)")
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
   exec->add_option("--work-dir", exec_flags.work_directory,
                    "The recording, the state logs, the outputs and the replay files (default zerosim-exec/)");
   exec->add_option("--junit", exec_flags.report.junit_path, "Also write a JUnit XML report (a testcase per crash state)");
@@ -306,8 +310,11 @@ int main(int argc, char** argv) {
     const int code = app.exit(error);
     return code == 0 ? 0 : 2;
   }
-  if (exec_replay->parsed()) return zerosim::run_exec_replay_command(exec_replay_path, argv[0]);
-  if (exec->parsed()) return zerosim::run_exec_command(exec_flags, argv[0]);
+  if (exec_replay->parsed()) return zerosim::run_exec_replay_command(exec_replay_path);
+  if (exec->parsed()) {
+    exec_flags.jobs_given = exec->count("--jobs") > 0;
+    return zerosim::run_exec_command(exec_flags);
+  }
   if (train->parsed()) return zerosim::run_train_command(train_flags);
   if (check->parsed()) return zerosim::run_config_check_command(check_flags);
   if (bench_io->parsed()) return zerosim::run_bench_io_command(io_flags);

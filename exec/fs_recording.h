@@ -1,17 +1,19 @@
 // The recording `zerosim exec` makes of a program's file-system operations, and the model of
 // the watched directories it is replayed into.
 //
-// Format (written by tools/recorder/record_preload.cpp, an LD_PRELOAD interposer, read here):
-// a file of records, each written whole by one append (O_APPEND: the records of the processes
-// of one run interleave whole, in the order the kernel ran the appends). A record is a fixed
+// Format (written by exec/syscall_tracer.cpp, read here): a file of records in the order the
+// tracer saw the system calls complete, across every process of the command. A record is a fixed
 // little-endian header, then `path_bytes` of path, `second_path_bytes` of a second path (a
 // rename's target) and `data_bytes` of data (what a write wrote, a state-log line):
 //   u32 magic "ZSR1", u32 kind, i32 pid, i32 fd, u64 offset_bytes, u64 length_bytes,
 //   u32 flags, u32 path_bytes, u32 second_path_bytes, u32 data_bytes.
-// Paths are absolute and lexically normal (no ".", "..", or doubled "/"); only operations on
-// paths inside a watched directory (or on the directory itself) are recorded, and the lines
-// the program appends to its state log (ZEROSIM_STATE_LOG), which order the program's own
-// claims ("checkpoint": true) among its file operations.
+// Paths are absolute and lexically normal (no ".", "..", or doubled "/"); an operation through a
+// descriptor carries the path the kernel gave that descriptor at the time of the call, so the
+// model needs no descriptor table (dup, fork and renames of open files are all covered). Only
+// operations on paths inside a watched directory (or on the directory itself, or the fsync of a
+// directory above one) are recorded, and the lines the program appends to its state log
+// (ZEROSIM_STATE_LOG), which order the program's own claims ("checkpoint": true) among its
+// file operations.
 #pragma once
 
 #include <cstdint>
@@ -26,23 +28,30 @@ namespace zerosim {
 inline constexpr uint32_t kFsRecordMagic = 0x3152535au;  // "ZSR1" little-endian
 
 enum class FsRecordKind : uint32_t {
-  kOpen = 1,       // path opened as fd; flags: kFlagCreated, kFlagTruncated, kFlagDirectory
-  kWrite = 2,      // fd, offset_bytes, data (write, pwrite, writev, io_submit's pwrite)
-  kTruncate = 3,   // path (and fd when it came from ftruncate), length_bytes: the new size
-  kSync = 4,       // fd (a file's data and size, or a directory's entries): fsync, fdatasync
+  kOpen = 1,       // path opened with O_CREAT or O_TRUNC; flags: kFlagCreated, kFlagTruncated
+  kWrite = 2,      // path, offset_bytes, data; kFlagSynchronous: durable when it returned (O_DSYNC)
+  kTruncate = 3,   // path, length_bytes: the new size
+  kSync = 4,       // path (a file's data and size; with kFlagDirectory a directory's entries)
   kRename = 5,     // path -> second_path
   kUnlink = 6,     // path
   kMakeDirectory = 7,
   kRemoveDirectory = 8,
-  kClose = 9,      // fd
+  kClose = 9,      // path (changes nothing in the model; kept for the reader of a recording)
   kStateLine = 10, // data: one line the program appended to its state log
-  kLink = 11,      // path -> second_path (a hard link: recorded, not modelled)
-  kDuplicate = 12, // fd -> offset_bytes (the new fd)
+  kExchange = 11,  // path <-> second_path (renameat2 RENAME_EXCHANGE)
+  kSyncAll = 12,   // sync, or syncfs of the watched file system: everything durable
+  kSyncRange = 13, // sync_file_range: recorded, makes nothing durable
 };
 
-inline constexpr uint32_t kFlagCreated = 1;     // kOpen: the file did not exist before
-inline constexpr uint32_t kFlagTruncated = 2;   // kOpen: O_TRUNC on an existing file
-inline constexpr uint32_t kFlagDirectory = 4;   // kOpen: the path is a directory
+inline constexpr uint32_t kFlagCreated = 1;      // kOpen: O_CREAT
+inline constexpr uint32_t kFlagTruncated = 2;    // kOpen: O_TRUNC
+inline constexpr uint32_t kFlagDirectory = 4;    // kSync: the path is a directory
+inline constexpr uint32_t kFlagSynchronous = 8;  // kWrite: O_SYNC, O_DSYNC, RWF_DSYNC or RWF_SYNC
+
+// Whether a crash right after this record can differ from a crash right before it.
+inline bool changes_model(FsRecordKind kind) {
+  return kind != FsRecordKind::kClose && kind != FsRecordKind::kStateLine && kind != FsRecordKind::kSyncRange;
+}
 
 struct FsRecord {
   FsRecordKind kind = FsRecordKind::kOpen;

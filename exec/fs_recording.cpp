@@ -1,4 +1,4 @@
-#include "sim/fs_recording.h"
+#include "exec/fs_recording.h"
 
 #include <cstring>
 #include <fstream>
@@ -30,8 +30,9 @@ const char* fs_record_kind_name(FsRecordKind kind) {
     case FsRecordKind::kRemoveDirectory: return "rmdir";
     case FsRecordKind::kClose: return "close";
     case FsRecordKind::kStateLine: return "state-line";
-    case FsRecordKind::kLink: return "link";
-    case FsRecordKind::kDuplicate: return "dup";
+    case FsRecordKind::kExchange: return "exchange";
+    case FsRecordKind::kSyncAll: return "sync";
+    case FsRecordKind::kSyncRange: return "sync_file_range";
   }
   return "unknown";
 }
@@ -39,15 +40,17 @@ const char* fs_record_kind_name(FsRecordKind kind) {
 std::string FsRecord::describe() const {
   const std::string name = fs_record_kind_name(kind);
   switch (kind) {
+    case FsRecordKind::kTruncate: return name + " " + path + " to " + std::to_string(length_bytes) + " bytes";
+    case FsRecordKind::kRename: return name + " " + path + " -> " + second_path;
+    case FsRecordKind::kExchange: return name + " " + path + " <-> " + second_path;
+    case FsRecordKind::kSyncAll: return "sync (everything)";
     case FsRecordKind::kWrite:
       return name + " " + path + " [" + std::to_string(offset_bytes) + ", " +
-             std::to_string(offset_bytes + data.size()) + ")";
-    case FsRecordKind::kTruncate: return name + " " + path + " to " + std::to_string(length_bytes) + " bytes";
-    case FsRecordKind::kRename:
-    case FsRecordKind::kLink: return name + " " + path + " -> " + second_path;
+             std::to_string(offset_bytes + data.size()) + ")" + ((flags & kFlagSynchronous) != 0 ? " (synchronous)" : "");
     case FsRecordKind::kOpen:
       return name + " " + path + ((flags & kFlagCreated) != 0 ? " (created)" : "") +
              ((flags & kFlagTruncated) != 0 ? " (truncated)" : "");
+    case FsRecordKind::kSync: return name + " " + path + ((flags & kFlagDirectory) != 0 ? " (directory)" : "");
     case FsRecordKind::kStateLine: return name + " " + data.substr(0, data.find('\n'));
     default: return name + " " + path;
   }
@@ -67,7 +70,7 @@ Result<std::vector<FsRecord>> read_fs_recording(const std::string& path) {
     if (read_little_endian<uint32_t>(header) != kFsRecordMagic) return data_loss(where + ": not a record (bad magic)");
     FsRecord record;
     const uint32_t kind = read_little_endian<uint32_t>(header + 4);
-    if (kind < 1 || kind > static_cast<uint32_t>(FsRecordKind::kDuplicate)) {
+    if (kind < 1 || kind > static_cast<uint32_t>(FsRecordKind::kSyncRange)) {
       return data_loss(where + ": unknown record kind " + std::to_string(kind));
     }
     record.kind = static_cast<FsRecordKind>(kind);
