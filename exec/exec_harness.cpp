@@ -314,6 +314,7 @@ Result<ExecResult> run_exec(const ExecOptions& options) {
   // step whose "checkpoint": true line came before it.
   std::vector<const FsRecord*> operations;
   std::vector<int64_t> durable_before;  // durable_before[k]: after the first k operations
+  std::vector<int64_t> save_points;     // where each save had returned
   int64_t durable = -1;
   durable_before.push_back(durable);
   for (const FsRecord& record : records) {
@@ -321,7 +322,10 @@ Result<ExecResult> run_exec(const ExecOptions& options) {
       Result<std::vector<StateLine>> lines = parse_state_log(record.data, "the recorded state log");
       if (lines.ok()) {
         for (const StateLine& line : *lines) {
-          if (line.checkpoint) durable = std::max(durable, line.step);
+          if (line.checkpoint) {
+            durable = std::max(durable, line.step);
+            save_points.push_back(static_cast<int64_t>(operations.size()));
+          }
         }
       }
       durable_before.back() = durable;
@@ -348,8 +352,10 @@ Result<ExecResult> run_exec(const ExecOptions& options) {
     std::mt19937_64 random(options.seed);
     std::shuffle(points.begin(), points.end(), random);
     points.resize(static_cast<size_t>(options.crash_points));
-    std::sort(points.begin(), points.end());
   }
+  if (options.at_saves && !options.only_point) points.insert(points.end(), save_points.begin(), save_points.end());
+  std::sort(points.begin(), points.end());
+  points.erase(std::unique(points.begin(), points.end()), points.end());
   CrashStatePlanner planner(options, roots, operations, durable_before, points);
   ZEROSIM_RETURN_IF_ERROR(planner.load(initial));
 
@@ -366,9 +372,11 @@ Result<ExecResult> run_exec(const ExecOptions& options) {
     int64_t diverged_step = -1;
     ExecCrashVerdict crash = verdict_of(options, result.reference, planned, run, &diverged_step);
     std::lock_guard lock(mutex);
-    if (confirm_failure && !crash.verdict.passed) {
+    if (confirm_failure && !crash.verdict.passed && !run.outcome.completed()) {
       // Resumes side by side share whatever lies outside the watched directories (a lock, a
-      // swap directory): a failure counts only once it fails alone.
+      // swap directory, a port): that shows as a resume that refuses or crashes, so such a
+      // failure counts only once it fails alone. Lost work and divergence are read from the
+      // resume's own state log against the recording.
       to_confirm.push_back(std::move(planned));
       return;
     }

@@ -14,7 +14,8 @@
 //    (the command again, or --resume-command). With jobs > 1, each resume runs in a private
 //    mount namespace with its crash state bound over the watched paths, side by side; a state
 //    in which a watched directory does not exist at all runs afterwards, in place, and so does
-//    every state that failed beside others: its verdict is the one it gets alone.
+//    every state whose resume refused or crashed beside others: its verdict is the one it gets
+//    alone (resumes side by side share what lies outside the watched directories).
 // 5. Judge (exec/state_log.h): against the uninterrupted run's state log, or without one on
 //    what needs none (refusals, crashes, timeouts).
 //
@@ -39,6 +40,9 @@ struct ExecOptions {
   std::string resume_command;        // a shell command line for the resume ("": `command`)
   std::string work_directory;        // the recording, the state logs, the commands' output
   int64_t crash_points = 0;          // 0: every operation; N: a seeded sample of N of them
+  // Also crash exactly where each save returned (right before the state line that said
+  // "checkpoint": true): where losing a save is lost work the program believed durable.
+  bool at_saves = false;
   int64_t states_per_point = 8;      // crash_states' bound
   uint64_t seed = 1;
   double timeout_seconds = 600;      // per run of the command
@@ -63,8 +67,8 @@ struct ExecResult {
   int64_t crash_points = 0;   // points tried
   int64_t crash_states = 0;   // states tried
   int64_t jobs = 1;           // resumes run side by side
-  // States that failed beside others and passed when resumed alone (the final verdict): the
-  // command shares something outside the watched directories between runs.
+  // States whose resume refused or crashed beside others and passed alone (the final verdict):
+  // the command shares something outside the watched directories between runs.
   int64_t passed_alone = 0;
   bool state_log = true;      // false: judged without a state log
   std::vector<ExecCrashVerdict> verdicts;  // in the order of (point, state), whatever `jobs`

@@ -390,6 +390,18 @@ TEST(ExecTracer, RefusesToJudgeWritesThroughIoUring) {
   }
 }
 
+// --at-saves crashes exactly where each save returned, whatever the sample: with a sample of one
+// point, the rename without its directory fsync is still found there, at each of the two saves.
+TEST(ExecTracer, AtSavesCrashesWhereEachSaveReturned) {
+  TestDirectory directory;
+  const ShellResult run = exec_writer(directory, "at-saves", ZEROSIM_EXEC_WRITER, "--protocol no_dir_fsync --io libc",
+                                      "--jobs 1 --crash-points 1 --seed 3 --at-saves");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_TRUE(has_line_with(run.output, {"lost work: step 2's save had returned"})) << run.output;
+  EXPECT_TRUE(has_line_with(run.output, {"lost work: step 4's save had returned"})) << run.output;
+  EXPECT_TRUE(has_line_with(run.output, {"3 crash point(s)"}) || has_line_with(run.output, {"2 crash point(s)"})) << run.output;
+}
+
 // The verdict lines (PASS/FAIL with the crash point and state) in order.
 std::vector<std::string> verdict_lines(const std::string& output, const std::string& work) {
   std::vector<std::string> lines;

@@ -288,6 +288,8 @@ int main(int argc, char** argv) {
   exec->add_option("--seed", exec_flags.options.seed, "Seed of the sample and of the fates beyond the bound");
   exec->add_option("--timeout", exec_flags.options.timeout_seconds, "Seconds each run of the command may take")
       ->check(CLI::Range(1e-3, 1e7));
+  exec->add_flag("--at-saves", exec_flags.options.at_saves,
+                 "Also crash right where each save returned (before each state-log line with \"checkpoint\": true)");
   exec->add_option("--jobs", exec_flags.options.jobs,
                    "Crash states resumed side by side, each in a private mount namespace (default: the CPUs available; "
                    "1: one at a time, in place)")
