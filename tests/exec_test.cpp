@@ -280,6 +280,59 @@ TEST(ExecRecorder, SeesACopyMadeWithSendfile) {
 namespace zerosim {
 namespace {
 
+// Every kind of change the tracer records, from one program: its recording replayed with every
+// write kept must equal what the program left (the self-check passes: not exit 3), and the
+// operations are named as recorded.
+TEST(ExecTracer, EveryRecordedCallReplaysToWhatTheProgramLeft) {
+  TestDirectory directory;
+  const std::string watched = directory.path() + "/ckpt";
+  const ShellResult run = exec_python_script(
+      directory, "--jobs 1 --crash-points 2 --states-per-point 1",
+      "import ctypes, shutil\n"
+      "d = sys.argv[1]\n"
+      "if not os.path.exists(os.path.join(d, 'done')):\n"
+      "    shutil.rmtree(d, ignore_errors=True)\n"
+      "    os.makedirs(os.path.join(d, 'sub'))\n"
+      "    fd = os.open(os.path.join(d, 'a'), os.O_CREAT | os.O_WRONLY | os.O_TRUNC)\n"
+      "    os.write(fd, b'x' * 3000); os.pwrite(fd, b'yy', 10); os.writev(fd, [b'v1', b'v2'])\n"
+      "    os.ftruncate(fd, 2000); os.posix_fallocate(fd, 0, 5000); os.fsync(fd); os.close(fd)\n"
+      "    os.truncate(os.path.join(d, 'a'), 4500)\n"
+      "    src = os.open(os.path.join(d, 'a'), os.O_RDONLY)\n"
+      "    out = os.open(os.path.join(d, 'copy'), os.O_CREAT | os.O_WRONLY)\n"
+      "    os.copy_file_range(src, out, 1000); os.sendfile(out, src, 0, 700); os.close(out); os.close(src)\n"
+      "    fd = os.open(os.path.join(d, 'sync'), os.O_CREAT | os.O_WRONLY | os.O_DSYNC | os.O_APPEND)\n"
+      "    os.write(fd, b'durable'); os.write(fd, b'-appended'); os.close(fd)\n"
+      "    open(os.path.join(d, 'sub', 'b'), 'w').write('b')\n"
+      "    os.rename(os.path.join(d, 'sub'), os.path.join(d, 'moved'))\n"
+      "    libc = ctypes.CDLL(None, use_errno=True)\n"
+      "    if libc.syscall(316, -100, os.path.join(d, 'copy').encode(), -100, os.path.join(d, 'sync').encode(), 2) != 0:\n"
+      "        sys.exit('renameat2: %s' % os.strerror(ctypes.get_errno()))\n"
+      "    os.mkdir(os.path.join(d, 'gone')); os.rmdir(os.path.join(d, 'gone'))\n"
+      "    open(os.path.join(d, 'tmp'), 'w').write('t'); os.unlink(os.path.join(d, 'tmp'))\n"
+      "    open(os.path.join(d, 'done'), 'w').write('1')\n"
+      "    os.sync()\n"
+      "zerosim_state.StateLog().step(1, 0.0, {}, checkpoint=True)\n",
+      watched);
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  const ShellResult recording = run_shell_command("cat " + directory.path() + "/work/reference.stderr");
+  EXPECT_EQ(recording.output, "");
+  // The recording's records, by name, through the library's reader.
+  Result<std::vector<FsRecord>> records = read_fs_recording(directory.path() + "/work/recording.zsr");
+  ASSERT_TRUE(records.ok()) << records.status().to_string();
+  std::string described;
+  for (const FsRecord& record : *records) described += record.describe() + "\n";
+  for (const std::string& expected :
+       {"mkdir " + watched + "/sub", "write " + watched + "/a [10, 12)", "write " + watched + "/a [3000, 3004)",
+        "truncate " + watched + "/a to 2000 bytes", "truncate " + watched + "/a to 5000 bytes",
+        "truncate " + watched + "/a to 4500 bytes", "write " + watched + "/copy [0, 1000)",
+        "write " + watched + "/copy [1000, 1700)", "write " + watched + "/sync [0, 7) (synchronous)",
+        "write " + watched + "/sync [7, 16) (synchronous)", "rename " + watched + "/sub -> " + watched + "/moved",
+        "exchange " + watched + "/copy <-> " + watched + "/sync", "rmdir " + watched + "/gone",
+        "unlink " + watched + "/tmp", std::string("sync (everything)")}) {
+    EXPECT_NE(described.find(expected + "\n"), std::string::npos) << expected << " not in\n" << described;
+  }
+}
+
 // Two processes (a parent and the child it starts, as torchrun's ranks) write into the watched
 // directory: both are recorded into the one recording (the tracer follows the child).
 TEST(ExecRecorder, RecordsEveryProcessOfTheCommand) {

@@ -69,6 +69,63 @@ TEST(SimDisk, PendingOperationsAreListedInOrderAndFatesApplyOneByOne) {
   EXPECT_EQ(content(disk, "/d/a"), "<absent>");
 }
 
+// A directory renamed with its files: the whole tree moves at once, and the rename is durable
+// only once its parent is fsynced (a crash dropping it leaves the tree under the old name).
+TEST(SimDisk, ARenamedDirectoryMovesItsTreeDurableOnceItsParentIsSynced) {
+  SimDisk disk;
+  ASSERT_TRUE(disk.create_directories("/d/tmp-1").ok());
+  ASSERT_TRUE(write_file(disk, "/d/tmp-1/model", "weights", true).ok());
+  ASSERT_TRUE(disk.sync_directory("/d/tmp-1").ok());
+  ASSERT_TRUE(disk.sync_directory("/d").ok());
+  ASSERT_TRUE(disk.sync_directory("/").ok());
+  ASSERT_TRUE(disk.pending_operations().empty());
+  ASSERT_TRUE(disk.rename("/d/tmp-1", "/d/step-1").ok());
+  EXPECT_EQ(content(disk, "/d/step-1/model"), "weights");
+  EXPECT_EQ(content(disk, "/d/tmp-1/model"), "<absent>");
+  const std::vector<PendingOperation> pending = disk.pending_operations();
+  ASSERT_EQ(pending.size(), 1u);
+  EXPECT_EQ(pending[0].describe(), "rename /d/tmp-1 -> /d/step-1");
+  std::unique_ptr<SimDisk> dropped = disk.clone();
+  dropped->crash({drop()});
+  EXPECT_EQ(content(*dropped, "/d/tmp-1/model"), "weights");
+  EXPECT_EQ(content(*dropped, "/d/step-1/model"), "<absent>");
+  std::unique_ptr<SimDisk> kept = disk.clone();
+  kept->crash({keep()});
+  EXPECT_EQ(content(*kept, "/d/step-1/model"), "weights");
+  EXPECT_EQ(content(*kept, "/d/tmp-1/model"), "<absent>");
+  ASSERT_TRUE(disk.sync_directory("/d").ok());
+  disk.crash({});
+  EXPECT_EQ(content(disk, "/d/step-1/model"), "weights");
+  // Onto a non-empty directory, or into itself: refused.
+  ASSERT_TRUE(disk.create_directories("/d/other").ok());
+  ASSERT_TRUE(write_file(disk, "/d/other/x", "x", false).ok());
+  EXPECT_FALSE(disk.rename("/d/step-1", "/d/other").ok());
+  EXPECT_FALSE(disk.rename("/d/step-1", "/d/step-1/inner").ok());
+}
+
+// renameat2(RENAME_EXCHANGE): the two names swap in one operation; dropped, neither moves.
+TEST(SimDisk, AnExchangeSwapsTwoNamesAtomically) {
+  SimDisk disk;
+  ASSERT_TRUE(disk.create_directories("/d").ok());
+  ASSERT_TRUE(disk.sync_directory("/").ok());
+  ASSERT_TRUE(write_file(disk, "/d/current", "old", true).ok());
+  ASSERT_TRUE(write_file(disk, "/d/next", "new", true).ok());
+  ASSERT_TRUE(disk.sync_directory("/d").ok());
+  ASSERT_TRUE(disk.exchange("/d/next", "/d/current").ok());
+  EXPECT_EQ(content(disk, "/d/current"), "new");
+  EXPECT_EQ(content(disk, "/d/next"), "old");
+  ASSERT_EQ(disk.pending_operations().size(), 1u);
+  EXPECT_EQ(disk.pending_operations()[0].describe(), "exchange /d/next <-> /d/current");
+  std::unique_ptr<SimDisk> dropped = disk.clone();
+  dropped->crash({drop()});
+  EXPECT_EQ(content(*dropped, "/d/current"), "old");
+  EXPECT_EQ(content(*dropped, "/d/next"), "new");
+  disk.crash({keep()});
+  EXPECT_EQ(content(disk, "/d/current"), "new");
+  EXPECT_EQ(content(disk, "/d/next"), "old");
+  EXPECT_FALSE(disk.exchange("/d/current", "/d/missing").ok());
+}
+
 TEST(SimDisk, ATornWriteKeepsOnlyTheSurvivingSectors) {
   SimDisk disk;
   ASSERT_TRUE(disk.create_directories("/d").ok());
