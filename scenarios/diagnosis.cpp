@@ -48,7 +48,8 @@ std::vector<ScalarField> scalar_fields(const std::string& component) {
     return {{"global_steps", [](const FullTrainingState& s) { return number(s.counters.global_steps); }},
             {"skipped_steps", [](const FullTrainingState& s) { return number(s.counters.skipped_steps); }},
             {"global_samples", [](const FullTrainingState& s) { return number(s.counters.global_samples); }},
-            {"optimizer_steps", [](const FullTrainingState& s) { return number(s.counters.optimizer_steps); }}};
+            {"optimizer_steps", [](const FullTrainingState& s) { return number(s.counters.optimizer_steps); }},
+            {"steps_before_optimizer", [](const FullTrainingState& s) { return number(s.counters.steps_before_optimizer); }}};
   }
   if (component == "scheduler") {
     return {{"last_batch_iteration", [](const FullTrainingState& s) { return number(s.scheduler_last_batch_iteration); }},

@@ -210,6 +210,41 @@ RC_GTEST_PROP(CheckpointProperty, ALoadWithOptionsFollowsItsModelAtEveryStep, ()
   RC_ASSERT(first_difference(model_run.digests, after->digests) == std::string());
 }
 
+// A chain of resumes through a load option: saved at step 2, resumed with the option to step 4
+// and saved there, then resumed in full to step 6. The second resume loads step 4's checkpoint
+// (a run resumed with a fresh optimizer or the module only saves consistent counters) and ends
+// with the bits of the one resume with the option straight to step 6.
+TEST(CheckpointLoadOptions, AChainThroughEachOptionLoadsItsOwnSavesAndEndsAsOneResume) {
+  const TrainingOptions options = make_options(ModelSpec{{5, 7, 3}}, Precision::kFp16, 1, 1, 2, 16, 7);
+  for (int option = 0; option < 4; ++option) {
+    CheckpointLoadOptions load;
+    if (option == 0) load.optimizer_states = false;
+    if (option == 1) load.lr_scheduler_states = false;
+    if (option == 2) load.optimizer_states = false, load.lr_scheduler_states = false;
+    if (option == 3) load.module_only = true;
+    SCOPED_TRACE(load.describe());
+    TestDirectory directory;
+    const std::string chain = directory.path() + "/chain", straight = directory.path() + "/straight";
+    ASSERT_TRUE(train(options, 2, save_to(chain)).ok());
+    ASSERT_TRUE(train(options, 2, save_to(straight)).ok());
+    CheckpointPlan with_option = resume_and_save(chain, chain);
+    with_option.resume_load = load;
+    ASSERT_TRUE(train(options, 4, with_option).ok());
+    Result<TrainingRun> resumed = train(options, 6, resume_from(chain));
+    ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
+    EXPECT_EQ(resumed->loaded_checkpoint_step, 4);
+    EXPECT_TRUE(resumed->notes.empty() || std::none_of(resumed->notes.begin(), resumed->notes.end(), [](const std::string& note) {
+      return note.find("not a complete checkpoint") != std::string::npos;
+    })) << ::testing::PrintToString(resumed->notes);
+    CheckpointPlan once = resume_from(straight);
+    once.resume_load = load;
+    Result<TrainingRun> expected = train(options, 6, once);
+    ASSERT_TRUE(expected.ok()) << expected.status().to_string();
+    EXPECT_EQ(first_differing_component(expected->digests, resumed->digests), "");
+    EXPECT_EQ(expected->digests.state, resumed->digests.state);
+  }
+}
+
 // What each option restores, on the engine's state right after the load, and the lr of the
 // first updates (DeepSpeed keeps the optimizer's lr in its param_groups: a fresh optimizer's is
 // the lr a fresh scheduler starts with; the scheduler's next step replaces it).

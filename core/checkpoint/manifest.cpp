@@ -165,6 +165,8 @@ json manifest_to_json(const CheckpointManifest& manifest) {
       {"shards", shards},
   };
   if (!manifest.buffers.empty()) document["buffers"] = buffers;
+  // Written only when set, so a checkpoint of a run that never restarted its optimizer reads as before.
+  if (manifest.steps_before_optimizer != 0) document["counters"]["steps_before_optimizer"] = manifest.steps_before_optimizer;
   return document;
 }
 
@@ -436,11 +438,16 @@ Result<CheckpointManifest> manifest_from_json(const json& document, const std::s
   ZEROSIM_ASSIGN_OR_RETURN(manifest.skipped_steps, reader.integer(*counters, "counters", "skipped_steps", 0));
   ZEROSIM_ASSIGN_OR_RETURN(manifest.global_samples, reader.integer(*counters, "counters", "global_samples", 0));
   ZEROSIM_ASSIGN_OR_RETURN(manifest.optimizer_steps, reader.integer(*counters, "counters", "optimizer_steps", 0));
+  if (counters->contains("steps_before_optimizer")) {
+    ZEROSIM_ASSIGN_OR_RETURN(manifest.steps_before_optimizer,
+                             reader.integer(*counters, "counters", "steps_before_optimizer", 0));
+  }
   if (manifest.skipped_steps > manifest.global_steps ||
-      manifest.optimizer_steps != manifest.global_steps - manifest.skipped_steps) {
+      manifest.optimizer_steps != manifest.global_steps - manifest.skipped_steps - manifest.steps_before_optimizer) {
     return reader.error("counters", "inconsistent: optimizer_steps " + std::to_string(manifest.optimizer_steps) +
                                         " != global_steps " + std::to_string(manifest.global_steps) +
-                                        " - skipped_steps " + std::to_string(manifest.skipped_steps));
+                                        " - skipped_steps " + std::to_string(manifest.skipped_steps) +
+                                        " - steps_before_optimizer " + std::to_string(manifest.steps_before_optimizer));
   }
   ZEROSIM_ASSIGN_OR_RETURN(const json* scheduler, reader.object(document, "", "scheduler"));
   ZEROSIM_ASSIGN_OR_RETURN(manifest.scheduler_last_batch_iteration,

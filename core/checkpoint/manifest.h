@@ -119,6 +119,7 @@ struct CheckpointManifest {
   int64_t skipped_steps = 0;
   int64_t global_samples = 0;
   int64_t optimizer_steps = 0;
+  int64_t steps_before_optimizer = 0;  // see TrainingCounters (written only when non-zero)
   int64_t scheduler_last_batch_iteration = -1;
   double scheduler_learning_rate = 0.0;
   LossScalerState loss_scaler;

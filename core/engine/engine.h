@@ -154,6 +154,10 @@ struct TrainingCounters {
   int64_t skipped_steps = 0;
   int64_t global_samples = 0;
   int64_t optimizer_steps = 0;  // Adam's step count t (every sub-group steps together)
+  // Steps taken (not skipped) before this optimizer state began: a load with
+  // load_optimizer_states=false keeps the run's counters and starts Adam afresh, so that
+  // optimizer_steps == global_steps - skipped_steps - steps_before_optimizer always holds.
+  int64_t steps_before_optimizer = 0;
 };
 
 struct ComponentDigests {

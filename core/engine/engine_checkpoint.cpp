@@ -184,6 +184,7 @@ std::shared_ptr<const nlohmann::json> RankEngine::manifest_without_shards(const 
   manifest.skipped_steps = counters_.skipped_steps;
   manifest.global_samples = counters_.global_samples;
   manifest.optimizer_steps = counters_.optimizer_steps;
+  manifest.steps_before_optimizer = counters_.steps_before_optimizer;
   manifest.scheduler_last_batch_iteration = scheduler_->last_batch_iteration();
   manifest.scheduler_learning_rate = next_step_learning_rate();
   manifest.loss_scaler = loss_scaler_->state();
@@ -646,6 +647,9 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
     counters_.skipped_steps = defect_active(defects, Defect::kSkippedStepsNotRestored) ? 0 : manifest.skipped_steps;
     counters_.global_samples = manifest.global_samples;
     counters_.optimizer_steps = step;
+    // A fresh optimizer starts counting here; otherwise the checkpoint's offset carries on.
+    counters_.steps_before_optimizer =
+        fresh_optimizer ? manifest.global_steps - counters_.skipped_steps : manifest.steps_before_optimizer;
     if (defect_active(defects, Defect::kSamplerPositionLost)) counters_.global_samples = 0;
     if (defect_active(defects, Defect::kAccumulationBoundaryLost)) {
       counters_.global_samples = manifest.global_steps * options_.config.micro_batch_size * comm_.world_size();
@@ -735,6 +739,7 @@ Status RankEngine::reset_as_loaded(const CheckpointLoadOptions& load) {
       }
     }
     counters_.optimizer_steps = 0;
+    counters_.steps_before_optimizer = counters_.global_steps - counters_.skipped_steps;
     ZEROSIM_ASSIGN_OR_RETURN(LossScaler fresh_scaler, LossScaler::from_config(options_.config.loss_scaler, model_dtype_));
     loss_scaler_.emplace(std::move(fresh_scaler));
   }

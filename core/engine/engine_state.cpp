@@ -52,6 +52,9 @@ void finish_digests(const FullTrainingState& state, ComponentDigests& digests) {
     digest.i64(state.counters.skipped_steps);
     digest.i64(state.counters.global_samples);
     digest.i64(state.counters.optimizer_steps);
+    // Only when set: a run that never started its optimizer afresh keeps the digests it had
+    // before this counter existed.
+    if (state.counters.steps_before_optimizer != 0) digest.i64(state.counters.steps_before_optimizer);
     digests.counters = digest.hex();
   }
   {
