@@ -245,6 +245,52 @@ TEST(CheckpointLoadOptions, AChainThroughEachOptionLoadsItsOwnSavesAndEndsAsOneR
   }
 }
 
+// The loader's policy: only what a crash leaves (a tag never committed) is passed over. A
+// committed checkpoint with a flipped counter, resealed (the counters fail validation) or not
+// (the seal fails), is refused naming the tag and the reason; with fallback_on_invalid the
+// older tag is loaded and the note names the tag passed over and why.
+TEST(CheckpointLoadPolicy, ACommittedCheckpointThatFailsValidationIsRefusedUnlessAskedToFallBack) {
+  const TrainingOptions options = make_options(ModelSpec{{5, 7, 3}}, Precision::kFp16, 1, 1, 2, 16, 7);
+  for (const bool reseal : {true, false}) {
+    SCOPED_TRACE(reseal ? "resealed" : "seal broken");
+    TestDirectory directory;
+    const std::string checkpoints = directory.path() + "/checkpoints";
+    ASSERT_TRUE(train(options, 4, save_to(checkpoints, 2)).ok());
+    const std::string manifest_path = checkpoints + "/global_step4/" + kManifestFileName;
+    std::ifstream in(manifest_path);
+    nlohmann::json manifest = nlohmann::json::parse(in);
+    in.close();
+    manifest["counters"]["optimizer_steps"] = manifest["counters"]["optimizer_steps"].get<int64_t>() + 1;
+    if (reseal) seal_manifest(manifest);
+    std::ofstream(manifest_path, std::ios::trunc) << manifest.dump();
+    Result<TrainingRun> refused = train(options, 6, resume_from(checkpoints));
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << refused.status().to_string();
+    EXPECT_NE(refused.status().message().find("global_step4 was committed (its manifest exists) but is invalid"),
+              std::string::npos)
+        << refused.status().to_string();
+    EXPECT_NE(refused.status().message().find(reseal ? "counters: inconsistent" : "does not match its own checksum"),
+              std::string::npos)
+        << refused.status().to_string();
+    CheckpointPlan fall_back = resume_from(checkpoints);
+    fall_back.resume_load.fallback_on_invalid = true;
+    Result<TrainingRun> loaded = train(options, 6, fall_back);
+    ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+    EXPECT_EQ(loaded->loaded_checkpoint_step, 2);
+    EXPECT_TRUE(std::any_of(loaded->notes.begin(), loaded->notes.end(), [](const std::string& note) {
+      return note.find("passed over checkpoint") != std::string::npos && note.find("global_step4") != std::string::npos;
+    })) << ::testing::PrintToString(loaded->notes);
+  }
+  // What a crash leaves is still passed over without the flag: a tag without its manifest.
+  TestDirectory directory;
+  const std::string checkpoints = directory.path() + "/checkpoints";
+  ASSERT_TRUE(train(options, 4, save_to(checkpoints, 2)).ok());
+  std::filesystem::remove(checkpoints + "/global_step4/" + kManifestFileName);
+  Result<TrainingRun> fell_back = train(options, 6, resume_from(checkpoints));
+  ASSERT_TRUE(fell_back.ok()) << fell_back.status().to_string();
+  EXPECT_EQ(fell_back->loaded_checkpoint_step, 2);
+}
+
 // What each option restores, on the engine's state right after the load, and the lr of the
 // first updates (DeepSpeed keeps the optimizer's lr in its param_groups: a fresh optimizer's is
 // the lr a fresh scheduler starts with; the scheduler's next step replaces it).
@@ -816,16 +862,23 @@ TEST_F(CheckpointLoader, AnUnknownFormatVersionIsRefused) {
   expect_error(resume(options_, nullptr, "global_step2"), StatusCode::kUnimplemented, {"found 0"});
 }
 
-TEST_F(CheckpointLoader, ATornManifestIsNeverLoadedAndLatestFallsBack) {
+// A manifest is written atomically: one torn under its own name was damaged at rest, not by a
+// crash. Never loaded; `latest` does not pass over it unless asked to.
+TEST_F(CheckpointLoader, ATornManifestIsNeverLoadedAndLatestFallsBackOnlyWhenAsked) {
   const std::string path = tag_directory() + "/manifest.json";
   std::vector<char> bytes = file_bytes(path);
   bytes.resize(bytes.size() / 2);
   write_bytes(path, bytes);
   expect_error(resume(options_, nullptr, "global_step2"), StatusCode::kDataLoss, {path, "not valid JSON"});
-  std::vector<std::string> notes;
-  ASSERT_TRUE(resume(options_, &notes).ok());
-  ASSERT_FALSE(notes.empty());
-  EXPECT_NE(notes[0].find("loading the newest complete tag 'global_step1'"), std::string::npos) << notes[0];
+  expect_error(resume(options_, nullptr), StatusCode::kInvalidArgument,
+               {"global_step2 was committed (its manifest exists) but is invalid", "not valid JSON", "--fallback-on-invalid"});
+  CheckpointPlan plan = resume_from(checkpoints());
+  plan.resume_load.fallback_on_invalid = true;
+  Result<TrainingRun> run = train(options_, 3, plan);
+  ASSERT_TRUE(run.ok()) << run.status().to_string();
+  ASSERT_FALSE(run->notes.empty());
+  EXPECT_NE(run->notes[0].find("loading the newest complete tag 'global_step1'"), std::string::npos) << run->notes[0];
+  EXPECT_NE(run->notes[0].find("passed over checkpoint"), std::string::npos) << run->notes[0];
 }
 
 TEST_F(CheckpointLoader, APartialTagWithoutManifestIsNotLoaded) {

@@ -103,7 +103,7 @@ TEST(Diagnosis, ScalarComponentsNameTheFieldAndAreAlwaysLostState) {
   const ElementDiagnosis counters = diagnose_component(expected, actual, "counters");
   EXPECT_EQ(counters.tensor, "optimizer_steps");
   EXPECT_EQ(counters.differing_elements, 1);
-  EXPECT_EQ(counters.compared_elements, 4);
+  EXPECT_EQ(counters.compared_elements, 5);
 }
 
 TEST(Diagnosis, AMissingOrReshapedTensorIsLostState) {

@@ -111,6 +111,8 @@ Result<OpenedCheckpoint> open_checkpoint(Disk& disk, const CheckpointLocationFla
   }
   Result<std::string> resolved = resolve_checkpoint_tag(disk, directory, location.tag, &opened.fallback_warning);
   if (!resolved.ok()) {
+    // A committed checkpoint that fails validation is damage, for the ckpt commands (exit 1).
+    if (is_invalid_committed_checkpoint(resolved.status())) return data_loss(resolved.status().message());
     // Resolution answers kNotFound both for "no checkpoint here" (bad input) and for "the tag
     // asked for, or the one `latest` names, is incomplete" (damage); tell them apart here.
     if (resolved.status().code() != StatusCode::kNotFound) return resolved.status();

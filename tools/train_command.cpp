@@ -184,7 +184,8 @@ Status adopt_checkpoint_settings(TrainFlags& flags) {
   Disk& disk = *real_env.env().disk;
   std::string warning;
   CheckpointManifest manifest;
-  ZEROSIM_RETURN_IF_ERROR(resolve_checkpoint_tag(disk, flags.resume_directory, "latest", &warning, &manifest).status());
+  ZEROSIM_RETURN_IF_ERROR(resolve_checkpoint_tag(disk, flags.resume_directory, "latest", &warning, &manifest,
+                                                 flags.fallback_on_invalid).status());
   if (flags.model_option == nullptr || flags.model_option->count() == 0) {
     flags.model_text = model_spec_to_string(manifest.model);
   }
@@ -473,6 +474,7 @@ int train(const TrainFlags& given_flags, const MpiLaunch* mpi) {
   checkpoints.resume_load.optimizer_states = flags.load_optimizer_states;
   checkpoints.resume_load.lr_scheduler_states = flags.load_lr_scheduler_states;
   checkpoints.resume_load.module_only = flags.load_module_only;
+  checkpoints.resume_load.fallback_on_invalid = flags.fallback_on_invalid;
   if (stop_on_signals.installed()) checkpoints.stop_requested = &stop_requested;
   checkpoints.save_on_stop = flags.save_on_signal;
   DefectSet defects;

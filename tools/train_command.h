@@ -66,6 +66,7 @@ struct TrainFlags {
   bool load_optimizer_states = true;
   bool load_lr_scheduler_states = true;
   bool load_module_only = false;
+  bool fallback_on_invalid = false;  // pass over a committed checkpoint that fails validation
   // --defect NAME: a named defect switched on in this real run (zerosim exec's demonstrations:
   // the harness must find it in a real process).
   std::vector<std::string> defect_names;

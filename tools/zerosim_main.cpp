@@ -84,6 +84,11 @@ int main(int argc, char** argv) {
                     "With --resume: false starts the LR schedule fresh (the first update keeps the checkpoint's lr), "
                     "as DeepSpeed's load_lr_scheduler_states=False")
       ->needs(resume_option);
+  train->add_flag("--fallback-on-invalid", train_flags.fallback_on_invalid,
+                  "With --resume: pass over a committed checkpoint that fails validation (a flipped counter, a "
+                  "broken seal) and load the newest complete older one, with a warning naming it; without it, "
+                  "such a checkpoint is an error (exit 2)")
+      ->needs(resume_option);
   CLI::Option* module_only_flag =
       train->add_flag("--load-module-only", train_flags.load_module_only,
                       "With --resume: load only the parameters; optimizer, loss scaler, scheduler, counters and data "

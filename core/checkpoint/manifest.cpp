@@ -603,9 +603,39 @@ Result<std::vector<std::string>> list_complete_tags(Disk& disk, const std::strin
   return tags;
 }
 
+namespace {
+
+constexpr const char* kInvalidCommittedMarker = " was committed (its manifest exists) but is invalid: ";
+
+}  // namespace
+
+bool is_invalid_committed_checkpoint(const Status& status) {
+  return status.code() == StatusCode::kInvalidArgument && status.message().find(kInvalidCommittedMarker) != std::string::npos;
+}
+
+namespace {
+
+// Why a tag that is not complete is so: "" when it was never committed (no manifest, or a
+// missing or short shard: what a crash leaves), else the reason its committed manifest is invalid.
+Result<std::string> invalid_committed_reason(Disk& disk, const std::string& checkpoint_directory, const std::string& tag,
+                                             const Status& incomplete) {
+  const std::string tag_directory = checkpoint_directory + "/" + tag;
+  ZEROSIM_ASSIGN_OR_RETURN(bool committed, disk.exists(tag_directory + "/" + kManifestFileName));
+  if (!committed) return std::string();
+  Result<CheckpointManifest> read = read_manifest(disk, tag_directory);
+  if (!read.ok()) {
+    if (read.status().code() == StatusCode::kIoError) return read.status();
+    return read.status().message();
+  }
+  if (read->tag != tag) return incomplete.message();
+  return std::string();  // the manifest is valid: a shard is missing or short
+}
+
+}  // namespace
+
 Result<std::string> resolve_checkpoint_tag(Disk& disk, const std::string& checkpoint_directory,
                                            const std::string& requested, std::string* warning,
-                                           CheckpointManifest* manifest) {
+                                           CheckpointManifest* manifest, bool fallback_on_invalid) {
   ZEROSIM_ASSIGN_OR_RETURN(bool directory_exists, disk.exists(checkpoint_directory));
   if (!directory_exists) return not_found("checkpoint directory " + checkpoint_directory + " does not exist");
   auto resolved = [&](const std::string& tag, CheckpointManifest&& read) -> Result<std::string> {
@@ -632,6 +662,22 @@ Result<std::string> resolve_checkpoint_tag(Disk& disk, const std::string& checkp
   } else {
     if (!falls_back(pointed.status())) return pointed.status();
     reason = pointed.status().message();
+  }
+  // Falling back passes over every tag that is not complete: each must be one a crash left.
+  ZEROSIM_ASSIGN_OR_RETURN(std::vector<std::string> names, disk.list_directory(checkpoint_directory));
+  std::sort(names.begin(), names.end());
+  for (const std::string& name : names) {
+    if (name == "latest" || !validate_checkpoint_tag(name).ok()) continue;
+    const Status complete = check_tag_complete(disk, checkpoint_directory, name);
+    if (complete.ok() || !falls_back(complete)) continue;
+    ZEROSIM_ASSIGN_OR_RETURN(std::string invalid, invalid_committed_reason(disk, checkpoint_directory, name, complete));
+    if (invalid.empty()) continue;
+    const std::string passed_over = "checkpoint " + checkpoint_directory + "/" + name + kInvalidCommittedMarker + invalid;
+    if (!fallback_on_invalid) {
+      return invalid_argument(passed_over + "; a crash does not leave that, so it is not passed over (load an older tag "
+                              "by name, or allow it with --fallback-on-invalid)");
+    }
+    reason += "; passed over " + passed_over;
   }
   ZEROSIM_ASSIGN_OR_RETURN(std::vector<std::string> tags, list_complete_tags(disk, checkpoint_directory));
   if (tags.empty()) return not_found("no complete checkpoint in " + checkpoint_directory + ": " + reason);

@@ -180,12 +180,21 @@ Result<CheckpointManifest> read_complete_tag(Disk& disk, const std::string& chec
 Result<std::vector<std::string>> list_complete_tags(Disk& disk, const std::string& checkpoint_directory);
 
 // The tag to load for `requested` ("latest" or a tag name). An explicit tag must be complete.
-// "latest" follows the pointer; when it is missing, torn or names an incomplete tag, the newest
-// complete tag is taken and `warning` says so; no complete tag at all is kNotFound.
+// "latest" follows the pointer. The policy: fall back to an older tag only over what a crash
+// leaves, a tag that was never committed (no manifest: the save never reached its commit; a
+// missing or short shard) or a missing or torn `latest`; then the newest complete tag is taken
+// and `warning` says which tag was passed over and why. A committed tag (its manifest exists:
+// the manifest is written atomically, last) that fails validation (unreadable, its seal
+// broken, a field out of its rules, the wrong tag) is no crash's product: it is
+// kInvalidArgument naming the tag and the reason, wherever it is in the directory, unless
+// `fallback_on_invalid`, and then the warning names it too. No complete tag at all is kNotFound.
 // `manifest` (when set) receives the resolved tag's manifest, read once with its checks.
 Result<std::string> resolve_checkpoint_tag(Disk& disk, const std::string& checkpoint_directory,
                                            const std::string& requested, std::string* warning,
-                                           CheckpointManifest* manifest = nullptr);
+                                           CheckpointManifest* manifest = nullptr, bool fallback_on_invalid = false);
+
+// Whether a resolution failed on a committed checkpoint that fails validation (the policy above).
+bool is_invalid_committed_checkpoint(const Status& status);
 
 // Retention: keeps the newest `keep_last` complete tags (0 keeps all) and the one `latest`
 // names, and removes the other complete tags. Incomplete tags are left alone (a save may be

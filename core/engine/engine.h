@@ -216,6 +216,9 @@ struct CheckpointLoadOptions {
   // true: only the parameters (as optimizer_states=false), and everything else fresh: optimizer,
   // loss scaler, scheduler, counters (global step 0) and data position 0.
   bool module_only = false;
+  // Not DeepSpeed's: a committed checkpoint that fails validation is passed over (with a
+  // warning naming it) instead of refused (resolve_checkpoint_tag's policy).
+  bool fallback_on_invalid = false;
   bool fresh_optimizer() const { return module_only || !optimizer_states; }
   bool restores_scheduler() const { return !module_only && lr_scheduler_states; }
   // "load_optimizer_states=false, ..." for messages; empty for the defaults.

@@ -466,7 +466,8 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
   ResumeCompatibility compatibility;
   const Status judged = [&]() -> Status {
     ZEROSIM_ASSIGN_OR_RETURN(resolved_tag,
-                             resolve_checkpoint_tag(disk, checkpoint_directory, requested_tag, &warning, &manifest));
+                             resolve_checkpoint_tag(disk, checkpoint_directory, requested_tag, &warning, &manifest,
+                                                    load.fallback_on_invalid));
     if (manifest.world_size != comm_.world_size() && defect_active(defects, Defect::kOtherWorldSizeRefused)) {
       return invalid_argument("The checkpoint being loaded used a DP world size of " + std::to_string(manifest.world_size) +
                               " but the current world size is " + std::to_string(comm_.world_size()) +
