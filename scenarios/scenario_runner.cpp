@@ -330,6 +330,7 @@ Result<Scenario> scenario_from_json(const json& document, const std::string& sou
        {std::pair{"resume_load_optimizer_states", &scenario.resume_load.optimizer_states},
         std::pair{"resume_load_lr_scheduler_states", &scenario.resume_load.lr_scheduler_states},
         std::pair{"resume_load_module_only", &scenario.resume_load.module_only},
+        std::pair{"fallback_on_invalid", &scenario.resume_load.fallback_on_invalid},
         std::pair{"save_at_start", &scenario.save_at_start},
         std::pair{"power_loss", &scenario.power_loss}}) {
     if (!document.contains(key)) continue;
@@ -347,7 +348,7 @@ Result<Scenario> scenario_from_json(const json& document, const std::string& sou
     if (scenario.resume_save_every < 1) {
       return invalid_argument(where + ": the first restart must save for the second to resume from its saves: give resume_save_every");
     }
-    if (!(scenario.resume_load == CheckpointLoadOptions{})) {
+    if (scenario.resume_load.changes_state()) {
       return invalid_argument(where + ": a chain of resumes with load options has no model yet; drop one of them");
     }
     scenario.restart_killed_after_step = step.get<int64_t>();
@@ -890,7 +891,7 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
   verdict.resumed_at = run.total_steps - static_cast<int64_t>(resumed->steps.size());
   // The checkpoint's step (a module-only load starts the run at step 0 from it).
   const int64_t loaded_step = resumed->loaded_checkpoint_step;
-  const bool load_options = !(scenario.resume_load == CheckpointLoadOptions{});
+  const bool load_options = scenario.resume_load.changes_state();
   for (const StepRecord& step : resumed->steps) verdict.resumed_losses.push_back(step.loss);
 
   // The "deepspeed" numerics depend on W (ds_config.h NumericsMode), so a resume at another

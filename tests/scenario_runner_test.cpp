@@ -167,6 +167,34 @@ TEST(ScenarioFile, ErrorsNameTheKeyAndTheLine) {
       << world.status().to_string();
 }
 
+// A flipped bit in the newest committed manifest: the restart refuses it by name (a refusal
+// naming the damaged file passes); with fallback_on_invalid it loads the older tag, and the
+// verdict's notes say which tag was passed over and why.
+TEST(ScenarioFile, FallbackOnInvalidPassesOverADamagedCommittedManifestAndSaysSo) {
+  const auto scenario_with = [](bool fallback) {
+    nlohmann::json document = nlohmann::json::parse(R"({"model": "5,7,3", "world_size": 2, "save_every": 2,
+        "explored_save_step": 4, "steps": 6,
+        "operator_actions": [{"damage": "flip_bit", "file": "manifest", "tag": "newest", "bit": 700}]})");
+    if (fallback) document["fallback_on_invalid"] = true;
+    return scenario_from_json(document, "s.json");
+  };
+  const Result<Scenario> strict = scenario_with(false);
+  ASSERT_TRUE(strict.ok()) << strict.status().to_string();
+  const Result<ScenarioVerdict> refused = run_scenario(*strict, DefectSet{});
+  ASSERT_TRUE(refused.ok()) << refused.status().to_string();
+  EXPECT_NE(refused->outcome.find("global_step4 was committed (its manifest exists) but is invalid"), std::string::npos)
+      << refused->outcome;
+  const Result<Scenario> lenient = scenario_with(true);
+  ASSERT_TRUE(lenient.ok()) << lenient.status().to_string();
+  const Result<ScenarioVerdict> loaded = run_scenario(*lenient, DefectSet{});
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  EXPECT_TRUE(loaded->passed) << loaded->outcome << "; " << loaded->diagnosis;
+  EXPECT_EQ(loaded->resumed_at, 2) << loaded->outcome;
+  EXPECT_TRUE(std::any_of(loaded->notes.begin(), loaded->notes.end(), [](const std::string& note) {
+    return note.find("passed over checkpoint") != std::string::npos && note.find("global_step4") != std::string::npos;
+  })) << ::testing::PrintToString(loaded->notes);
+}
+
 TEST(ScenarioFile, ACrashPointThatCannotFireIsRefusedOrFailsTheScenario) {
   const Result<Scenario> misspelt = scenario_from_json(
       nlohmann::json::parse(R"({"fault_plan": {"crash": {"site": "ckpt.shard_writen"}}})"), "s.json");

@@ -221,6 +221,8 @@ struct CheckpointLoadOptions {
   bool fallback_on_invalid = false;
   bool fresh_optimizer() const { return module_only || !optimizer_states; }
   bool restores_scheduler() const { return !module_only && lr_scheduler_states; }
+  // Whether the load leaves a state other than the checkpoint's (any of DeepSpeed's options).
+  bool changes_state() const { return module_only || !optimizer_states || !lr_scheduler_states; }
   // "load_optimizer_states=false, ..." for messages; empty for the defaults.
   std::string describe() const;
   bool operator==(const CheckpointLoadOptions&) const = default;
