@@ -8,6 +8,8 @@
 #include <map>
 #include <set>
 
+#include "scenarios/scenario_file.h"
+
 namespace zerosim {
 
 namespace fs = std::filesystem;
@@ -21,14 +23,6 @@ std::string parent_of(const std::string& path) {
 
 bool is_under(const std::string& path, const std::string& root) {
   return path == root || (path.size() > root.size() && path.compare(0, root.size(), root) == 0 && path[root.size()] == '/');
-}
-
-Result<std::string> read_file(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return not_found(path + ": cannot be opened");
-  std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-  if (file.bad()) return io_error(path + ": read failed");
-  return text;
 }
 
 Status write_file(const std::string& path, const std::string& bytes) {
@@ -71,7 +65,7 @@ Result<Tree> snapshot_real(const std::vector<std::string>& roots) {
       if (it->is_directory(error)) {
         tree.directories.push_back(path);
       } else if (it->is_regular_file(error)) {
-        ZEROSIM_ASSIGN_OR_RETURN(std::string bytes, read_file(path));
+        ZEROSIM_ASSIGN_OR_RETURN(std::string bytes, read_text_file(path, "watched file"));
         tree.files.emplace_back(path, std::move(bytes));
       } else {
         return failed_precondition("watched directory " + root + ": " + path + " is neither a file nor a directory");

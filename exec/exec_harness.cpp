@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -14,6 +13,7 @@
 #include "exec/fs_recording.h"
 #include "exec/process.h"
 #include "exec/syscall_tracer.h"
+#include "scenarios/scenario_file.h"
 #include "sim/crash_explorer.h"
 
 namespace zerosim {
@@ -38,14 +38,6 @@ using WallClock = std::chrono::steady_clock;
 double seconds_since(WallClock::time_point start) { return std::chrono::duration<double>(WallClock::now() - start).count(); }
 
 std::vector<std::string> shell_command(const std::string& line) { return {"/bin/sh", "-c", line}; }
-
-Result<std::string> read_text(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return not_found(path + ": cannot be opened");
-  std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-  if (file.bad()) return io_error(path + ": read failed");
-  return text;
-}
 
 // The watched directories as absolute real paths (the tracer sees the kernel's paths).
 Result<std::vector<std::string>> real_roots(const std::vector<std::string>& watch) {
@@ -181,7 +173,7 @@ Result<ResumeRun> run_resume(const ExecOptions& options, const std::string& work
   spec.binds = binds;
   ResumeRun run;
   ZEROSIM_ASSIGN_OR_RETURN(run.outcome, run_process(spec));
-  Result<std::string> text = read_text(log_path);
+  Result<std::string> text = read_text_file(log_path, "the resume's state log");
   if (text.ok()) run.log = parse_state_log(*text, log_path);
   return run;
 }
@@ -298,7 +290,7 @@ Result<ExecResult> run_exec(const ExecOptions& options) {
     return failed_precondition("exec: cannot judge this command: it did what the recording cannot stand for, so any "
                                "crash state built from it would be a guess:" + list);
   }
-  Result<std::string> reference_text = read_text(reference_log);
+  Result<std::string> reference_text = read_text_file(reference_log, "the state log");
   if (reference_text.ok()) {
     ZEROSIM_ASSIGN_OR_RETURN(result.reference, parse_state_log(*reference_text, reference_log));
   }

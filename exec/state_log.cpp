@@ -2,10 +2,11 @@
 
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
+
+#include "scenarios/scenario_file.h"
 
 namespace zerosim {
 
@@ -48,14 +49,6 @@ Result<std::vector<StateLine>> parse_state_log(const std::string& text, const st
 
 namespace {
 
-Result<std::string> read_text(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return not_found(path + ": cannot be opened");
-  std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-  if (file.bad()) return io_error(path + ": read failed");
-  return text;
-}
-
 // A capture file (safetensors, any dtype): name -> (dtype, element bytes, data).
 struct CaptureFileTensor {
   std::string dtype;
@@ -64,7 +57,7 @@ struct CaptureFileTensor {
 };
 
 Result<std::map<std::string, CaptureFileTensor>> read_capture(const std::string& path) {
-  ZEROSIM_ASSIGN_OR_RETURN(std::string bytes, read_text(path));
+  ZEROSIM_ASSIGN_OR_RETURN(std::string bytes, read_text_file(path, "the capture"));
   if (bytes.size() < 8) return data_loss(path + ": shorter than a safetensors header");
   uint64_t header_bytes = 0;
   std::memcpy(&header_bytes, bytes.data(), 8);

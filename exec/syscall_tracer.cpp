@@ -119,6 +119,22 @@ std::string read_link(const std::string& link) {
   return std::string(buffer, static_cast<size_t>(length));
 }
 
+// Bytes [offset, offset + length) of a file, short where it ends or cannot be read.
+std::string pread_range(const std::string& path, uint64_t offset, uint64_t length) {
+  std::string out(length, '\0');
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  uint64_t done = 0;
+  while (done < length) {
+    const ssize_t got = ::pread(fd, out.data() + done, length - done, static_cast<off_t>(offset + done));
+    if (got <= 0) break;
+    done += static_cast<uint64_t>(got);
+  }
+  ::close(fd);
+  out.resize(done);
+  return out;
+}
+
 // The tracer's view of one stopped task.
 class Task {
  public:
@@ -135,18 +151,9 @@ class Task {
       if (got <= 0) break;
       done += static_cast<uint64_t>(got);
     }
-    if (done < length) {  // process_vm_readv refused (or a short read): the mem file
-      const int fd = ::open(("/proc/" + std::to_string(tid_) + "/mem").c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd >= 0) {
-        while (done < length) {
-          const ssize_t got = ::pread(fd, out.data() + done, length - done, static_cast<off_t>(address + done));
-          if (got <= 0) break;
-          done += static_cast<uint64_t>(got);
-        }
-        ::close(fd);
-      }
-    }
     out.resize(done);
+    // process_vm_readv refused (or read short): the rest from the mem file.
+    if (done < length) out += pread_range(proc("mem"), address + done, length - done);
     return out;
   }
 
@@ -518,22 +525,6 @@ class Tracer {
     return out;
   }
 
-  // Bytes [offset, offset + length) of the file a descriptor of the task has open.
-  static std::string file_bytes(const std::string& proc_path, uint64_t offset, uint64_t length) {
-    std::string out(length, '\0');
-    const int fd = ::open(proc_path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return "";
-    uint64_t done = 0;
-    while (done < length) {
-      const ssize_t got = ::pread(fd, out.data() + done, length - done, static_cast<off_t>(offset + done));
-      if (got <= 0) break;
-      done += static_cast<uint64_t>(got);
-    }
-    ::close(fd);
-    out.resize(done);
-    return out;
-  }
-
   Status on_exit(const Task& task, const InFlight& call) {
     user_regs_struct r{};
     if (::ptrace(PTRACE_GETREGS, task.tid(), nullptr, &r) != 0) return Status();
@@ -612,7 +603,7 @@ class Tracer {
         record.kind = FsRecordKind::kWrite;
         record.fd = static_cast<int32_t>(fd);
         record.offset_bytes = end - static_cast<uint64_t>(result);
-        record.data = file_bytes(task.fd_proc_path(fd), record.offset_bytes, static_cast<uint64_t>(result));
+        record.data = pread_range(task.fd_proc_path(fd), record.offset_bytes, static_cast<uint64_t>(result));
         if (record.data.size() != static_cast<uint64_t>(result)) {
           unmodelled(task, "a copy into " + call.path + " whose bytes could not be read back");
           return Status();
@@ -748,7 +739,7 @@ class Tracer {
     FsRecord write;
     write.kind = FsRecordKind::kWrite;
     write.path = call.second_path;
-    write.data = file_bytes(call.second_path, 0, static_cast<uint64_t>(info.st_size));
+    write.data = pread_range(call.second_path, 0, static_cast<uint64_t>(info.st_size));
     if (write.data.empty()) return Status();
     return emit(std::move(write), task.tid());
   }
