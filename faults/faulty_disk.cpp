@@ -359,6 +359,13 @@ std::vector<int64_t> FaultyDisk::fired_counts() const {
   return shared_->fired_counts;
 }
 
+std::vector<int64_t> FaultyDisk::matched_counts() const {
+  std::lock_guard lock(shared_->mutex);
+  std::vector<int64_t> matched(shared_->rules.size(), 0);
+  for (const auto& [rule_and_requester, count] : shared_->match_counts) matched[rule_and_requester.first] += count;
+  return matched;
+}
+
 void FaultyDisk::set_power_loss_handler(std::function<void(const std::string& what)> handler) {
   std::lock_guard lock(shared_->mutex);
   shared_->power_loss_handler = std::move(handler);

@@ -97,6 +97,9 @@ class FaultyDisk final : public Disk {
 
   // How many times each rule fired, in rule order (all requesters together).
   std::vector<int64_t> fired_counts() const;
+  // How many operations each rule matched (its path and operation, its requester, once armed),
+  // in rule order, all requesters together: what a rule that never fired saw instead.
+  std::vector<int64_t> matched_counts() const;
   // What a power_loss rule does once its operation took effect (the simulator freezes its
   // disk). Without one, power_loss fails the operation as io_error does.
   void set_power_loss_handler(std::function<void(const std::string& what)> handler);

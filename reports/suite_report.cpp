@@ -194,6 +194,7 @@ json report_json(const SuiteReport& report) {
                  {"reference_losses", verdict.reference_losses},
                  {"resumed_losses", verdict.resumed_losses},
                  {"notes", verdict.notes},
+                 {"fault_rules", verdict.fault_rule_counts},
                  {"replay", entry.replay_command},
                  {"seconds", entry.seconds}};
     if (verdict.divergence) {

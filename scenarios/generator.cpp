@@ -610,15 +610,33 @@ std::vector<ScenarioShape> shrink_candidates(const ScenarioShape& shape) {
 
 std::string failure_class(const ScenarioVerdict& verdict) {
   if (verdict.passed) return "";
+  if (verdict.fault_never_happened) return "fault never happened";
   if (verdict.divergence && verdict.divergence->found) return verdict.divergence->component;
   return verdict.resumed_at < 0 ? "refused" : "other";
 }
 
 Result<ScenarioVerdict> run_shape(const ScenarioShape& shape, const std::string& name, const DefectSet& defects,
-                                  ReferenceCache* cache, const ComputeDevice& compute) {
-  ZEROSIM_ASSIGN_OR_RETURN(Scenario scenario, scenario_from_json(scenario_document(shape, name), name));
-  scenario.run.options.compute = compute;
-  return run_scenario(scenario, defects, cache);
+                                  ReferenceCache* cache, const ComputeDevice& compute, ScenarioShape* ran) {
+  auto run_once = [&](const ScenarioShape& running) -> Result<ScenarioVerdict> {
+    ZEROSIM_ASSIGN_OR_RETURN(Scenario scenario, scenario_from_json(scenario_document(running, name), name));
+    scenario.run.options.compute = compute;
+    return run_scenario(scenario, defects, cache);
+  };
+  ScenarioShape running = normalize_shape(shape);
+  ZEROSIM_ASSIGN_OR_RETURN(ScenarioVerdict verdict, run_once(running));
+  const bool counts_swap_operations =
+      running.fault == GeneratedFault::kStorageFault && running.storage_fault != StorageFault::kLostWriteShard;
+  if (verdict.unfired_fault_rule == 0 && counts_swap_operations) {
+    if (verdict.unfired_fault_rule_matched > 0) {
+      running.fault_occurrence = verdict.unfired_fault_rule_matched;
+    } else {
+      running.fault = GeneratedFault::kNone;
+    }
+    running = normalize_shape(running);
+    ZEROSIM_ASSIGN_OR_RETURN(verdict, run_once(running));
+  }
+  if (ran != nullptr) *ran = running;
+  return verdict;
 }
 
 Result<ShrinkResult> shrink_failure(const ScenarioShape& failing, const ScenarioVerdict& verdict, const DefectSet& defects,
@@ -631,9 +649,10 @@ Result<ShrinkResult> shrink_failure(const ScenarioShape& failing, const Scenario
     for (const ScenarioShape& candidate : shrink_candidates(result.shape)) {
       if (result.attempts >= max_attempts) break;
       ++result.attempts;
-      Result<ScenarioVerdict> attempt = run_shape(candidate, result.verdict.name, defects, cache, compute);
+      ScenarioShape ran = candidate;
+      Result<ScenarioVerdict> attempt = run_shape(candidate, result.verdict.name, defects, cache, compute, &ran);
       if (!attempt.ok() || attempt->passed || failure_class(*attempt) != wanted) continue;
-      result.shape = candidate;
+      result.shape = ran;
       result.verdict = std::move(attempt).value();
       ++result.accepted;
       progressed = true;

@@ -152,7 +152,8 @@ struct ShrinkResult {
 };
 
 // The class of a failure that shrinking must keep: the diverging component ("exp_avg",
-// "scheduler", "loss") or "refused", so a shrunk case fails for the same reason.
+// "scheduler", "loss"), "refused", or "fault never happened" (a simpler shape whose fault no
+// longer fires is not the same failure), so a shrunk case fails for the same reason.
 std::string failure_class(const ScenarioVerdict& verdict);
 
 // Greedy shrinking: repeatedly takes the first candidate that still fails with the same
@@ -163,7 +164,16 @@ Result<ShrinkResult> shrink_failure(const ScenarioShape& failing, const Scenario
 
 // Runs a shape as a scenario (through its JSON document, as a replay would), computing on
 // `compute` (the CPU by default).
+//
+// A storage fault on a swap file counts the file's reads or writes after the first commit, and
+// how many there are depends on what no draw can know (an fp16 step that overflows reads and
+// writes no optimizer state). A drawn occurrence past the last one would be a fault that never
+// fires, which the runner fails as a test that tests nothing. So when that rule never fired,
+// the shape is run again with the occurrence moved to the last matching operation (the run is
+// deterministic: the same operations come before it), or without the fault when no operation
+// matched. `ran`, when given, receives the shape that ran (what a replay file must hold).
 Result<ScenarioVerdict> run_shape(const ScenarioShape& shape, const std::string& name, const DefectSet& defects,
-                                  ReferenceCache* cache = nullptr, const ComputeDevice& compute = ComputeDevice{});
+                                  ReferenceCache* cache = nullptr, const ComputeDevice& compute = ComputeDevice{},
+                                  ScenarioShape* ran = nullptr);
 
 }  // namespace zerosim

@@ -703,10 +703,33 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
         storage_lied = true;
       }
     }
+    // Each rule's counts, for the report; a rule that never fired tested nothing (checked below).
+    const std::vector<int64_t> matched = world.faulty_disk().matched_counts();
+    std::string never_fired;
+    for (size_t i = 0; i < fired.size(); ++i) {
+      const FaultRule& rule = scenario.fault_plan.disk_faults[i];
+      const std::string named = "fault rule " + std::to_string(i + 1) + " (" + rule.path_pattern + ", " +
+                                fault_operation_name(rule.operation) + ", occurrence " +
+                                (rule.occurrence == 0 ? std::string("every") : std::to_string(rule.occurrence)) +
+                                (rule.rank >= 0 ? ", rank " + std::to_string(rule.rank) : "") + ", " +
+                                fault_kind_name(rule.kind) + ")";
+      verdict.fault_rule_counts.push_back(named + ": matched " + std::to_string(matched[i]) + " time" +
+                                          (matched[i] == 1 ? "" : "s") + ", fired " + std::to_string(fired[i]));
+      if (fired[i] == 0 && never_fired.empty()) {
+        verdict.unfired_fault_rule = static_cast<int64_t>(i);
+        verdict.unfired_fault_rule_matched = matched[i];
+        never_fired = named + " never fired (it matched " + std::to_string(matched[i]) + " operation" +
+                      (matched[i] == 1 ? "" : "s") +
+                      (rule.after_path_pattern.empty() ? "" : " after its " + std::string(fault_operation_name(rule.after_operation)) +
+                                                                 " of " + rule.after_path_pattern) +
+                      ")";
+      }
+    }
     if (plans_power_loss && power_lost_at.empty()) {
       verdict.outcome = "the first phase " + (first.ok() ? std::string("ended") : "stopped by " + first.status().to_string()) +
                         " without reaching the power_loss fault of its plan";
       verdict.diagnosis = "the power_loss disk fault never fired (its occurrence is past the first phase's operations?)";
+      verdict.fault_never_happened = true;
       return verdict_before_comparison();
     }
     if (scenario.sigterm_at_step && !(first.ok() && first->stopped_early)) {
@@ -714,6 +737,7 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
                         " without stopping on the SIGTERM of step " + std::to_string(*scenario.sigterm_at_step);
       verdict.diagnosis = "the run did not stop on SIGTERM (--save-on-signal) in step " +
                           std::to_string(*scenario.sigterm_at_step);
+      verdict.fault_never_happened = true;
       return verdict_before_comparison();
     }
     if (scripted != nullptr && !scripted->fired()) {
@@ -723,6 +747,22 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
       verdict.diagnosis = "the crash point " + scenario.fault_plan.crash_point->describe() +
                           " was never reached (its occurrence is past the first phase's " +
                           std::to_string(run.explored_save_step) + " steps?)";
+      verdict.fault_never_happened = true;
+      return verdict_before_comparison();
+    }
+    if (!never_fired.empty()) {
+      verdict.outcome = "the first phase " + (first.ok() ? std::string("ended") : "stopped by " + first.status().to_string()) +
+                        " without firing every fault of its plan";
+      verdict.diagnosis = never_fired;
+      verdict.fault_never_happened = true;
+      return verdict_before_comparison();
+    }
+    if (timed != nullptr && !timed->fired()) {
+      verdict.outcome = "the first phase " + (first.ok() ? std::string("ended") : "stopped by " + first.status().to_string()) +
+                        " before the virtual time of its crash";
+      verdict.diagnosis = "the crash at virtual time " + std::to_string(*scenario.fault_plan.crash_at_virtual_time_us) +
+                          " us never happened (the first phase ended at an earlier time?)";
+      verdict.fault_never_happened = true;
       return verdict_before_comparison();
     }
   }

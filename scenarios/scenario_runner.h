@@ -144,9 +144,21 @@ struct ScenarioVerdict {
   int64_t committed_step = -1;
   std::vector<int64_t> committed_steps;  // every save that returned, in order
   std::string damage;
+  // Per rule of the fault plan's disk_faults, in order: "fault rule 1 (*/rank-0*/..., write,
+  // occurrence 3, lost_write): matched 5 times, fired 1". A rule that never fired fails the
+  // scenario: it tested nothing.
+  std::vector<std::string> fault_rule_counts;
+  // A fault the scenario names never happened in the first phase (a rule, a crash point, the
+  // power loss, the SIGTERM): the verdict fails without a resume, as a test that tested nothing.
+  bool fault_never_happened = false;
+  // The first rule that never fired (0-based; -1: none) and how many operations it matched.
+  int64_t unfired_fault_rule = -1;
+  int64_t unfired_fault_rule_matched = 0;
 };
 
-// The oracle, beyond the expectation: a resume that starts before the newest save that returned
+// The oracle, beyond the expectation: every disk fault rule, crash point, power loss and SIGTERM
+// the scenario names must happen in its first phase, or the scenario fails naming the one that
+// did not ("fault rule 2 (path, op, occurrence) never fired"). A resume that starts before the newest save that returned
 // before the crash lost work, and fails (unless the resume asked for another tag, or at-rest
 // damage to that checkpoint explains it in a warning); see AtRestDamage for damage.
 // `extra_defects` are switched on in addition to the scenario's own (zerosim run --defect).

@@ -169,6 +169,48 @@ TEST(Generator, CaseSeedsAreDisjointAcrossIndicesAndShards) {
   EXPECT_EQ(describe_shape(generate_shape(case_seed(7, 11))), describe_shape(generate_shape(case_seed(7, 11))));
 }
 
+// A storage fault on a swap file drawn past the last operation the run makes on it: run_shape
+// moves it to the last one, or drops it when there is none.
+TEST(Generator, AStorageFaultPastTheLastSwapOperationIsMovedToItOrDropped) {
+  // Two drawn cases of campaign 7 (fp16 from a scale of 2^32: the first steps overflow and are
+  // skipped, reading and writing no optimizer state). Case 266: the fourth read of rank 1's
+  // exp_avg swap file after the first commit never comes. Case 24: every step of the first
+  // phase is skipped, so rank 0's parameter swap file is never written after the first commit.
+  const ScenarioShape late = generate_shape(case_seed(7, 266));
+  ASSERT_EQ(late.fault, GeneratedFault::kStorageFault) << describe_shape(late);
+  ASSERT_EQ(late.storage_fault, StorageFault::kReadErrorSwap) << describe_shape(late);
+  ASSERT_EQ(late.fault_occurrence, 4) << describe_shape(late);
+  ScenarioShape ran;
+  const Result<ScenarioVerdict> moved = run_shape(late, "moved", DefectSet{}, nullptr, ComputeDevice{}, &ran);
+  ASSERT_TRUE(moved.ok()) << moved.status().to_string();
+  EXPECT_TRUE(moved->passed) << moved->outcome << "; " << moved->diagnosis;
+  EXPECT_EQ(ran.fault, GeneratedFault::kStorageFault);
+  EXPECT_LT(ran.fault_occurrence, 4) << describe_shape(ran);
+  EXPECT_GE(ran.fault_occurrence, 1) << describe_shape(ran);
+  ASSERT_EQ(moved->fault_rule_counts.size(), 1u);
+  EXPECT_NE(moved->fault_rule_counts[0].find(", fired 1"), std::string::npos) << moved->fault_rule_counts[0];
+
+  const ScenarioShape never = generate_shape(case_seed(7, 24));
+  ASSERT_EQ(never.fault, GeneratedFault::kStorageFault) << describe_shape(never);
+  ASSERT_EQ(never.storage_fault, StorageFault::kLostWriteSwap) << describe_shape(never);
+  const Result<ScenarioVerdict> dropped = run_shape(never, "dropped", DefectSet{}, nullptr, ComputeDevice{}, &ran);
+  ASSERT_TRUE(dropped.ok()) << dropped.status().to_string();
+  EXPECT_TRUE(dropped->passed) << dropped->outcome << "; " << dropped->diagnosis;
+  EXPECT_EQ(ran.fault, GeneratedFault::kNone) << describe_shape(ran);
+  EXPECT_TRUE(dropped->fault_rule_counts.empty());
+}
+
+// Shrinking keeps the failure's class: a simpler shape whose fault no longer fires is another failure.
+TEST(Generator, AFaultThatNeverHappenedIsAClassOfItsOwn) {
+  ScenarioVerdict verdict;
+  verdict.resumed_at = -1;
+  EXPECT_EQ(failure_class(verdict), "refused");
+  verdict.fault_never_happened = true;
+  EXPECT_EQ(failure_class(verdict), "fault never happened");
+  verdict.passed = true;
+  EXPECT_EQ(failure_class(verdict), "");
+}
+
 RC_GTEST_PROP(GeneratedScenarios, ResumeAfterRecoverableFaultsIsBitIdentical, ()) {
   const ScenarioShape shape = arbitrary_shape();
   RC_TAG(static_cast<int>(shape.fault), shape.offload_optimizer, shape.resume_world_size > 0);

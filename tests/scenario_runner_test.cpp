@@ -221,6 +221,42 @@ TEST(ScenarioFile, ACrashPointThatCannotFireIsRefusedOrFailsTheScenario) {
   EXPECT_NE(name.status().message().find("name: expected a string"), std::string::npos);
 }
 
+TEST(ScenarioOracle, AFaultRuleThatNeverFiredFailsTheScenarioNamingIt) {
+  // The shard of rank 1 is written once per save: occurrence 1 fires, occurrence 3 never does
+  // (two saves in the first phase). Without its fault the resume passes, so only the check
+  // can fail the second scenario.
+  const auto scenario_with = [](int occurrence) {
+    nlohmann::json document = nlohmann::json::parse(R"({"model": "5,7,3", "world_size": 2, "save_every": 2,
+        "explored_save_step": 4, "steps": 6, "fault_plan": {"disk_faults": [
+          {"path": "*/rank-00001-of-*", "op": "write", "occurrence": 1, "fault": "latency", "latency_us": 5},
+          {"path": "*/global_step*/rank-00001-of-*", "op": "write", "occurrence": 1, "fault": "io_error"}]}})");
+    document["fault_plan"]["disk_faults"][1]["occurrence"] = occurrence;
+    return scenario_from_json(document, "s.json");
+  };
+  const Result<Scenario> firing = scenario_with(2);
+  ASSERT_TRUE(firing.ok()) << firing.status().to_string();
+  const Result<ScenarioVerdict> fired = run_scenario(*firing, DefectSet{});
+  ASSERT_TRUE(fired.ok()) << fired.status().to_string();
+  EXPECT_FALSE(fired->fault_never_happened) << fired->diagnosis;
+  ASSERT_EQ(fired->fault_rule_counts.size(), 2u);
+  EXPECT_EQ(fired->fault_rule_counts[1],
+            "fault rule 2 (*/global_step*/rank-00001-of-*, write, occurrence 2, io_error): matched 2 times, fired 1");
+  EXPECT_EQ(fired->unfired_fault_rule, -1);
+
+  const Result<Scenario> late = scenario_with(3);
+  ASSERT_TRUE(late.ok()) << late.status().to_string();
+  const Result<ScenarioVerdict> verdict = run_scenario(*late, DefectSet{});
+  ASSERT_TRUE(verdict.ok()) << verdict.status().to_string();
+  EXPECT_FALSE(verdict->passed);
+  EXPECT_TRUE(verdict->fault_never_happened);
+  EXPECT_EQ(verdict->unfired_fault_rule, 1);
+  EXPECT_EQ(verdict->unfired_fault_rule_matched, 2);
+  EXPECT_EQ(verdict->diagnosis,
+            "fault rule 2 (*/global_step*/rank-00001-of-*, write, occurrence 3, io_error) never fired (it matched 2 operations)")
+      << verdict->diagnosis;
+  EXPECT_EQ(verdict->resumed_at, -1) << "nothing resumes after a fault that never happened";
+}
+
 TEST(ScenarioFile, TheConfigMayBeAFileBesideTheScenario) {
   TestDirectory directory;
   std::ofstream(directory.path() + "/ds_config.json")

@@ -99,11 +99,16 @@ std::optional<RunChoices> run_choices(const ReportFlags& flags, int& exit_code) 
 // " --device cuda" when the runs were not on the CPU, for the replay commands and titles.
 std::string device_flag(const ReportFlags& flags) { return flags.device == "cpu" ? "" : " --device " + flags.device; }
 
-void print_verdict(const ReportFlags& flags, const ScenarioVerdict& verdict, ProgressBar& progress) {
+// with_fault_rules: how often each rule of the fault plan matched and fired, a line each.
+void print_verdict(const ReportFlags& flags, const ScenarioVerdict& verdict, ProgressBar& progress,
+                   bool with_fault_rules = false) {
   if (flags.json) return;
   progress.clear();
   std::printf("%s  %s: %s%s%s\n", verdict.passed ? "PASS" : "FAIL", verdict.name.c_str(), verdict.outcome.c_str(),
               verdict.diagnosis.empty() ? "" : "\n      diagnosis: ", verdict.diagnosis.c_str());
+  if (with_fault_rules) {
+    for (const std::string& line : verdict.fault_rule_counts) std::printf("      %s\n", line.c_str());
+  }
   std::fflush(stdout);
 }
 
@@ -190,7 +195,7 @@ int run_scenarios_command(const RunFlags& flags) {
       (void)finish_report(flags.report, report);  // the reports of the scenarios that ran
       return exit_code_for(verdict.status());
     }
-    print_verdict(flags.report, *verdict, progress);
+    print_verdict(flags.report, *verdict, progress, /*with_fault_rules=*/true);
     ReportedScenario entry;
     entry.file = paths[i];
     entry.replay_command = "zerosim run " + paths[i] + defect_flags(flags.report.defect_names) + device_flag(flags.report);
@@ -282,11 +287,11 @@ int run_fuzz_command(const FuzzFlags& flags) {
       break;
     }
     const uint64_t seed = case_seed(flags.seed, index);
-    const ScenarioShape shape = generate_shape(seed);
+    ScenarioShape shape = generate_shape(seed);
     const std::string name = "fuzz seed " + std::to_string(flags.seed) + " case " + std::to_string(index);
     progress.show(cases_run, cases_in_shard, report.failed(), name + ": " + describe_shape(shape));
     const auto started = WallClock::now();
-    Result<ScenarioVerdict> verdict = run_shape(shape, name, *defects, &references, *compute);
+    Result<ScenarioVerdict> verdict = run_shape(shape, name, *defects, &references, *compute, &shape);
     if (!verdict.ok()) {
       progress.clear();
       std::fprintf(stderr, "zerosim: %s (%s): %s\n", name.c_str(), describe_shape(shape).c_str(),
