@@ -54,6 +54,42 @@ std::vector<std::string> frozen_names(const ScenarioShape& shape) {
   return names;
 }
 
+std::vector<std::string> frozen_names_of(const ScenarioShape& shape, uint64_t mask) {
+  ScenarioShape masked = shape;
+  masked.frozen_mask = mask;
+  return frozen_names(masked);
+}
+
+// Each chained restart's save interval and kill step (in its own count), and the run's total
+// steps. A restart that loads the newest tag starts where the run before it stopped, or at 0
+// after a module-only load, whose saves then start past every tag already on the disk.
+struct ChainStep {
+  int64_t save_every = 1;
+  int64_t killed_after_step = 1;
+};
+struct ChainSchedule {
+  std::vector<ChainStep> restarts;
+  int64_t total_steps = 0;
+};
+ChainSchedule chain_schedule(const ScenarioShape& shape) {
+  ChainSchedule schedule;
+  int64_t stopped_at = first_phase_steps(shape);
+  int64_t newest_tag = stopped_at;
+  for (const ScenarioShape::ChainedRestart& restart : shape.chain) {
+    ChainStep step;
+    const bool module_only = restart.load == "module_only";
+    step.save_every = module_only ? newest_tag + restart.save_every : restart.save_every;
+    const int64_t start = module_only ? 0 : stopped_at;
+    // Its saves fall on the multiples of save_every after its start.
+    step.killed_after_step = (start / step.save_every + restart.saves_before_kill) * step.save_every;
+    schedule.restarts.push_back(step);
+    stopped_at = step.killed_after_step;
+    newest_tag = std::max(newest_tag, stopped_at);
+  }
+  schedule.total_steps = newest_tag + shape.steps_after;
+  return schedule;
+}
+
 }  // namespace
 
 namespace {
@@ -206,15 +242,53 @@ ScenarioShape normalize_shape(ScenarioShape shape) {
   if (shape.resume_load != "no_optimizer" && shape.resume_load != "no_scheduler" && shape.resume_load != "module_only") {
     shape.resume_load = "all";
   }
-  if (shape.resume_change != "none" ||
-      (shape.numerics == "deepspeed" && shape.resume_world_size != 0 && shape.resume_world_size != shape.world_size)) {
-    shape.resume_load = "all";
-  }
+  const bool resume_change_allows_loads =
+      shape.resume_change == "none" &&
+      !(shape.numerics == "deepspeed" && shape.resume_world_size != 0 && shape.resume_world_size != shape.world_size);
+  if (!resume_change_allows_loads) shape.resume_load = "all";
   // Frozen parameters: some of the model's, never all; excluded values come from the model's
   // initialisation, which a restart with another seed would change (a divergence, not a refusal).
   const uint64_t all_parameters = (uint64_t{1} << parameter_count(shape)) - 1;
   shape.frozen_mask &= all_parameters;
   if (shape.frozen_mask == all_parameters) shape.frozen_mask &= shape.frozen_mask - 1;  // the lowest stays trainable
+  // The chain and the judged restart's frozen set: not with a change the restart must refuse,
+  // nor where no model of a load exists ("deepspeed" numerics across a world-size change).
+  const bool loads_modelled = resume_change_allows_loads;
+  if (shape.chain.size() > 2) shape.chain.resize(2);
+  // A chain starts from what the first phase left loadable: no damage at rest and no storage
+  // that lied (a restart of the chain that refuses them ends the chain before it is judged).
+  const bool storage_lies = shape.fault == GeneratedFault::kStorageFault &&
+                            (shape.storage_fault == StorageFault::kLostWriteSwap ||
+                             shape.storage_fault == StorageFault::kMisdirectedWriteSwap ||
+                             shape.storage_fault == StorageFault::kLostWriteShard ||
+                             shape.storage_fault == StorageFault::kBitFlipReadSwap);
+  if (shape.damaged || storage_lies) shape.chain.clear();
+  if (!loads_modelled) {
+    shape.chain.clear();
+    shape.resume_frozen_changed = false;
+  }
+  uint64_t frozen_before = shape.frozen_mask;
+  // A frozen set of the model's parameters, never all of them; a parameter frozen in the run
+  // before comes back trainable only with a fresh optimizer (a full load refuses it).
+  auto valid_frozen = [&](uint64_t mask, const std::string& load) {
+    mask &= all_parameters;
+    if (load != "no_optimizer" && load != "module_only") mask |= frozen_before;
+    if (mask == all_parameters) mask = frozen_before;
+    return mask;
+  };
+  for (ScenarioShape::ChainedRestart& restart : shape.chain) {
+    if (restart.load != "no_optimizer" && restart.load != "no_scheduler" && restart.load != "module_only") restart.load = "all";
+    restart.save_every = std::clamp<int64_t>(restart.save_every, 1, 3);
+    restart.saves_before_kill = std::clamp<int64_t>(restart.saves_before_kill, 1, 2);
+    restart.frozen_mask = restart.frozen_changed ? valid_frozen(restart.frozen_mask, restart.load) : 0;
+    if (restart.frozen_changed && restart.frozen_mask == frozen_before) restart.frozen_changed = false;
+    if (!restart.frozen_changed) restart.frozen_mask = 0;
+    if (restart.frozen_changed) frozen_before = restart.frozen_mask;
+  }
+  shape.resume_frozen_mask = shape.resume_frozen_changed ? valid_frozen(shape.resume_frozen_mask, shape.resume_load) : 0;
+  if (shape.resume_frozen_changed && shape.resume_frozen_mask == frozen_before) shape.resume_frozen_changed = false;
+  if (!shape.resume_frozen_changed) shape.resume_frozen_mask = 0;
+  // Excluded on save: a scenario names the first phase's frozen set for it (scenario_runner.h).
   if (shape.frozen_mask == 0 || shape.resume_change == "seed") shape.exclude_frozen = false;
   if (!shape.damaged) {
     shape.damage = AtRestDamage{};
@@ -318,6 +392,22 @@ ScenarioShape generate_shape(uint64_t seed) {
     gpt.block = pick(1, 6);
     shape.transformer = gpt;
   }
+  // A quarter of the cases resume in a chain (drawn after the rest, as the transformer is).
+  const int64_t chained = pick(0, 7) < 2 ? pick(1, 2) : 0;
+  for (int64_t i = 0; i < chained; ++i) {
+    ScenarioShape::ChainedRestart restart;
+    restart.load = one_of(std::array<const char*, 6>{"all", "all", "no_optimizer", "no_scheduler", "module_only", "no_optimizer"});
+    restart.frozen_changed = pick(0, 2) == 0;
+    restart.frozen_mask = static_cast<uint64_t>(pick(0, 255));
+    restart.save_every = pick(1, 3);
+    restart.saves_before_kill = pick(1, 2);
+    shape.chain.push_back(restart);
+  }
+  if (chained > 0 && shape.resume_load == "all" && pick(0, 1) == 0) {
+    shape.resume_load = one_of(std::array<const char*, 3>{"no_optimizer", "no_scheduler", "module_only"});
+  }
+  shape.resume_frozen_changed = pick(0, 7) == 0;
+  shape.resume_frozen_mask = static_cast<uint64_t>(pick(0, 255));
   return normalize_shape(shape);
 }
 
@@ -418,7 +508,7 @@ json scenario_document(const ScenarioShape& input, const std::string& name) {
                    {"seed", shape.seed},
                    {"save_every", shape.save_every},
                    {"explored_save_step", phase_steps},
-                   {"steps", phase_steps + shape.steps_after},
+                   {"steps", chain_schedule(shape).total_steps},
                    {"config", config},
                    {"expect", {{"bit_identical", true}}}};
   json actions = json::array();
@@ -439,6 +529,24 @@ json scenario_document(const ScenarioShape& input, const std::string& name) {
   if (shape.resume_load == "module_only") document["resume_load_module_only"] = true;
   if (shape.frozen_mask != 0) document["frozen_parameters"] = frozen_names(shape);
   if (shape.exclude_frozen) document["save_exclude_frozen_parameters"] = true;
+  if (!shape.chain.empty()) {
+    const ChainSchedule schedule = chain_schedule(shape);
+    json chain = json::array();
+    for (size_t i = 0; i < shape.chain.size(); ++i) {
+      const ScenarioShape::ChainedRestart& restart = shape.chain[i];
+      json entry = {{"killed_after_step", schedule.restarts[i].killed_after_step},
+                    {"save_every", schedule.restarts[i].save_every}};
+      if (restart.load == "no_optimizer") entry["load_optimizer_states"] = false;
+      if (restart.load == "no_scheduler") entry["load_lr_scheduler_states"] = false;
+      if (restart.load == "module_only") entry["load_module_only"] = true;
+      if (restart.frozen_changed) entry["frozen_parameters"] = frozen_names_of(shape, restart.frozen_mask);
+      chain.push_back(entry);
+    }
+    document["restart_chain"] = chain;
+  }
+  if (shape.resume_frozen_changed) {
+    document["resume_changes"] = {{"frozen_parameters", frozen_names_of(shape, shape.resume_frozen_mask)}};
+  }
   if (shape.resume_change != "none") {
     if (shape.resume_change == "seed") document["resume_changes"] = {{"seed", shape.seed + 1}};
     if (shape.resume_change == "dataset_size") document["resume_changes"] = {{"dataset_size", 61}};
@@ -538,7 +646,26 @@ std::string describe_shape(const ScenarioShape& shape) {
   }
   if (shape.damaged) text += ", at rest: " + shape.damage.describe();
   if (shape.resume_change != "none") text += ", restart with another " + shape.resume_change + " (refused)";
+  if (!shape.chain.empty()) {
+    const ChainSchedule schedule = chain_schedule(shape);
+    for (size_t i = 0; i < shape.chain.size(); ++i) {
+      const ScenarioShape::ChainedRestart& restart = shape.chain[i];
+      text += ", then a restart loading " + restart.load;
+      if (restart.frozen_changed) {
+        std::string names;
+        for (const std::string& name : frozen_names_of(shape, restart.frozen_mask)) names += (names.empty() ? "" : " ") + name;
+        text += " frozen [" + names + "]";
+      }
+      text += " saving every " + std::to_string(schedule.restarts[i].save_every) + ", power lost after step " +
+              std::to_string(schedule.restarts[i].killed_after_step);
+    }
+  }
   if (shape.resume_load != "all") text += ", restart loading " + shape.resume_load;
+  if (shape.resume_frozen_changed) {
+    std::string names;
+    for (const std::string& name : frozen_names_of(shape, shape.resume_frozen_mask)) names += (names.empty() ? "" : " ") + name;
+    text += ", restart frozen [" + names + "]";
+  }
   if (shape.frozen_mask != 0) {
     std::string names;
     for (const std::string& name : frozen_names(shape)) names += (names.empty() ? "" : " ") + name;
@@ -563,6 +690,15 @@ std::vector<ScenarioShape> shrink_candidates(const ScenarioShape& shape) {
   add([](ScenarioShape& s) { s.fault = GeneratedFault::kNone; });
   add([](ScenarioShape& s) { s.damaged = false; });
   add([](ScenarioShape& s) { s.resume_change = "none"; });
+  add([](ScenarioShape& s) { s.chain.clear(); });
+  if (shape.chain.size() > 1) add([](ScenarioShape& s) { s.chain.pop_back(); });
+  for (size_t i = 0; i < shape.chain.size(); ++i) {
+    add([i](ScenarioShape& s) { s.chain[i].load = "all"; });
+    add([i](ScenarioShape& s) { s.chain[i].frozen_changed = false; });
+    add([i](ScenarioShape& s) { s.chain[i].saves_before_kill = 1; });
+    add([i](ScenarioShape& s) { s.chain[i].save_every = 1; });
+  }
+  add([](ScenarioShape& s) { s.resume_frozen_changed = false; });
   add([](ScenarioShape& s) { s.resume_load = "all"; });
   add([](ScenarioShape& s) { s.frozen_mask = 0; });
   add([](ScenarioShape& s) { s.exclude_frozen = false; });

@@ -25,7 +25,10 @@
 //     truncated or removed file, a stale copy from the previous tag, another rank's shard) to
 //     a shard, the manifest or `latest` of the newest or the previous tag;
 //   * the restart: a changed seed, dataset or model, which must be refused naming the dataset
-//     or the model.
+//     or the model; DeepSpeed's load options and another frozen set;
+//   * a chain of resumes: one or two restarts before the judged one, each with any load option
+//     and its own frozen set, killed by a power loss after its saves (modelled: the expected run
+//     changes the state where each load does, scenario_runner.h restart_chain).
 //
 // One generator serves `zerosim fuzz` (seeded: case i of a campaign is a pure function of the
 // campaign seed and i, so a shard of a CI matrix runs the same cases on any machine) and the
@@ -123,6 +126,23 @@ struct ScenarioShape {
   // them); exclude_frozen: every save leaves their values out (exclude_frozen_parameters).
   uint64_t frozen_mask = 0;
   bool exclude_frozen = false;
+  // A chain of resumes: zero to two restarts before the judged one, each loading with its own
+  // option (the vocabulary of resume_load) into its own frozen set, saving every save_every
+  // steps and killed by a power loss after saves_before_kill of its saves. A module-only restart
+  // counts from 0 and saves past every tag on the disk (a first save onto the tag `latest` names
+  // would be refused).
+  struct ChainedRestart {
+    std::string load = "all";
+    bool frozen_changed = false;
+    uint64_t frozen_mask = 0;  // with frozen_changed: its frozen set (as frozen_mask)
+    int64_t save_every = 1;
+    int64_t saves_before_kill = 1;
+    bool operator==(const ChainedRestart&) const = default;
+  };
+  std::vector<ChainedRestart> chain;
+  // The judged restart's own frozen set, when it changes.
+  bool resume_frozen_changed = false;
+  uint64_t resume_frozen_mask = 0;
 
   bool operator==(const ScenarioShape&) const = default;
 };

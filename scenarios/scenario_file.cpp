@@ -32,7 +32,7 @@ const std::vector<std::string_view> kScenarioKeys = {
     "seed",    "dataset_size", "save_every",      "explored_save_step", "steps",            "crash_state_bound",
     "config",  "name",       "description",       "fault_plan",        "operator_actions", "defects",
     "expect",  "resume_tag", "resume_config",     "cause_class",       "catches",          "resume_changes",
-    "resume_save_every", "resume_load_optimizer_states", "resume_load_lr_scheduler_states", "resume_load_module_only", "fallback_on_invalid", "save_at_start", "restart_killed_after_step",
+    "resume_save_every", "resume_load_optimizer_states", "resume_load_lr_scheduler_states", "resume_load_module_only", "fallback_on_invalid", "save_at_start", "restart_killed_after_step", "restart_chain",
     "frozen_parameters", "save_exclude_frozen_parameters", "power_loss"};
 
 class ScenarioReader {

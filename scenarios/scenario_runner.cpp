@@ -243,6 +243,14 @@ Result<Scenario> scenario_from_json(const json& document, const std::string& sou
                                 unknown_key_hint(key, {"seed", "dataset_size", "model", "frozen_parameters"}));
       }
       restart[key] = value;
+      if (key == "frozen_parameters") {
+        scenario.resume_changes_frozen = true;
+        // [] : the restart freezes nothing (every parameter trainable again).
+        if (value.is_array() && value.empty()) {
+          restart.erase("frozen_parameters");
+          restart.erase("save_exclude_frozen_parameters");  // the first phase's saves: their own option
+        }
+      }
     }
     restart.erase("resume_changes");
     Result<CrashScenario> resolved = crash_scenario_from_json(restart, source_name);
@@ -310,13 +318,6 @@ Result<Scenario> scenario_from_json(const json& document, const std::string& sou
       }
     }
   }
-  // The expected run of a restart that changes the frozen set is not modelled (the reference
-  // keeps the first phase's set): such a scenario can only expect the refusal.
-  if (scenario.resume_settings && scenario.resume_settings->frozen_parameters != scenario.run.options.frozen_parameters &&
-      scenario.expect_error.empty()) {
-    return invalid_argument(source_name + ": resume_changes.frozen_parameters: a restart with another frozen set can "
-                            "only expect a refusal (\"expect\": {\"error\": ...}); the run it would continue is not modelled");
-  }
   if (document.contains("resume_tag")) {
     const json& tag = document["resume_tag"];
     if (!tag.is_string()) return invalid_argument(source_name + ": resume_tag: expected a tag name or \"latest\"");
@@ -339,6 +340,9 @@ Result<Scenario> scenario_from_json(const json& document, const std::string& sou
     }
     *target = document[key].get<bool>();
   }
+  if (document.contains("restart_killed_after_step") && document.contains("restart_chain")) {
+    return invalid_argument(source_name + ": restart_killed_after_step and restart_chain: give the chain one way");
+  }
   if (document.contains("restart_killed_after_step")) {
     const json& step = document["restart_killed_after_step"];
     const std::string where = source_name + ": restart_killed_after_step";
@@ -348,18 +352,68 @@ Result<Scenario> scenario_from_json(const json& document, const std::string& sou
     if (scenario.resume_save_every < 1) {
       return invalid_argument(where + ": the first restart must save for the second to resume from its saves: give resume_save_every");
     }
-    if (scenario.resume_load.changes_state()) {
-      return invalid_argument(where + ": a chain of resumes with load options has no model yet; drop one of them");
+    // The first restart is the judged one's twin: the same load options and frozen set.
+    Scenario::ChainedRestart first;
+    first.killed_after_step = step.get<int64_t>();
+    first.save_every = scenario.resume_save_every;
+    first.load = scenario.resume_load;
+    if (scenario.resume_changes_frozen) first.frozen_parameters = scenario.resume_settings->frozen_parameters;
+    scenario.restart_chain.push_back(std::move(first));
+  }
+  if (document.contains("restart_chain")) {
+    const json& chain = document["restart_chain"];
+    const std::string where = source_name + ": restart_chain";
+    if (!chain.is_array() || chain.empty() || chain.size() > 2) {
+      return invalid_argument(where + ": expected one or two restarts before the judged one, found " + chain.dump());
     }
-    scenario.restart_killed_after_step = step.get<int64_t>();
+    for (size_t i = 0; i < chain.size(); ++i) {
+      const json& entry = chain[i];
+      const std::string at = where + "[" + std::to_string(i) + "]";
+      if (!entry.is_object()) return invalid_argument(at + ": expected an object");
+      Scenario::ChainedRestart restart;
+      bool has_step = false, has_every = false;
+      for (const auto& [key, value] : entry.items()) {
+        if (key == "killed_after_step" || key == "save_every") {
+          if (!value.is_number_integer() || value.get<int64_t>() < 1 || value.get<int64_t>() > (1 << 20)) {
+            return invalid_argument(at + "." + key + ": expected a number of steps >= 1, found " + value.dump());
+          }
+          (key == "save_every" ? restart.save_every : restart.killed_after_step) = value.get<int64_t>();
+          (key == "save_every" ? has_every : has_step) = true;
+        } else if (key == "load_optimizer_states" || key == "load_lr_scheduler_states" || key == "load_module_only") {
+          if (!value.is_boolean()) return invalid_argument(at + "." + key + ": expected true or false, found " + value.dump());
+          bool& target = key == "load_optimizer_states"      ? restart.load.optimizer_states
+                         : key == "load_lr_scheduler_states" ? restart.load.lr_scheduler_states
+                                                             : restart.load.module_only;
+          target = value.get<bool>();
+        } else if (key == "frozen_parameters") {
+          ZEROSIM_RETURN_IF_ERROR(require_string_list(value, at + ".frozen_parameters"));
+          restart.frozen_parameters = value.get<std::vector<std::string>>();
+        } else {
+          return invalid_argument(at + "." + key + ": unknown key; " +
+                                  unknown_key_hint(key, {"killed_after_step", "save_every", "load_optimizer_states",
+                                                         "load_lr_scheduler_states", "load_module_only", "frozen_parameters"}));
+        }
+      }
+      if (!has_step) return invalid_argument(at + ": killed_after_step is required (the step after which its power goes out)");
+      if (!has_every) return invalid_argument(at + ": save_every is required (the next restart resumes from its saves)");
+      if (restart.killed_after_step >= scenario.run.total_steps) {
+        return invalid_argument(at + ".killed_after_step: " + std::to_string(restart.killed_after_step) +
+                                " is not before steps (" + std::to_string(scenario.run.total_steps) + ")");
+      }
+      if (restart.load.module_only && restart.load.describe() != "load_module_only=true") {
+        return invalid_argument(at + ".load_module_only: give it alone (DeepSpeed's module-only load ignores the "
+                                "optimizer and scheduler options); found " + restart.load.describe());
+      }
+      scenario.restart_chain.push_back(std::move(restart));
+    }
   }
   if (!scenario.power_loss &&
       std::any_of(scenario.fault_plan.disk_faults.begin(), scenario.fault_plan.disk_faults.end(),
                   [](const FaultRule& rule) { return rule.kind == FaultKind::kPowerLoss; })) {
     return invalid_argument(source_name + ": power_loss: false, but the fault plan has a power_loss disk fault");
   }
-  if (!scenario.expect_no_checkpoint.empty() && scenario.restart_killed_after_step >= 0) {
-    return invalid_argument(source_name + ": expect.no_checkpoint with restart_killed_after_step: a chain of resumes "
+  if (!scenario.expect_no_checkpoint.empty() && !scenario.restart_chain.empty()) {
+    return invalid_argument(source_name + ": expect.no_checkpoint with a chain of resumes: a chain of resumes "
                             "starts from a checkpoint; drop one of them");
   }
   if (scenario.resume_load.module_only && scenario.resume_load.describe() != "load_module_only=true") {
@@ -811,50 +865,85 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
     judged.diagnosis = checkpoint_finding + (judged.diagnosis.empty() ? "" : "; " + judged.diagnosis);
   };
 
-  // A restart's checkpoint plan: load `tag` with the scenario's load options, and save as the
-  // scenario says.
-  auto restart_plan = [&](const std::string& tag) {
+  // A restart's checkpoint plan: load `tag` with `load`, and save every `save_every` steps (0: not).
+  auto restart_plan = [&](const std::string& tag, const CheckpointLoadOptions& load, int64_t save_every) {
     CheckpointPlan plan;
     plan.resume_directory = run.checkpoint_directory;
     plan.resume_tag = tag;
-    plan.resume_load = scenario.resume_load;
-    if (scenario.resume_save_every > 0) {
+    plan.resume_load = load;
+    if (save_every > 0) {
       plan.save_directory = run.checkpoint_directory;
-      plan.save_every_steps = scenario.resume_save_every;
+      plan.save_every_steps = save_every;
       plan.save_options = run.save_options;
     }
     return plan;
   };
-  // The restart: config and durable disk only. After a chain's first restart, from `latest`.
+  // The judged restart: config and durable disk only. After a chain of restarts, from `latest`.
   auto resume = [&](SimDisk& resume_disk, const TrainingOptions& options_of_resume) -> Result<TrainingRun> {
     SimWorld resume_world(resume_disk, options_of_resume.world_size, FaultPlan{}, no_crash, &defects);
-    const CheckpointPlan resuming =
-        restart_plan(scenario.restart_killed_after_step >= 0 ? std::string("latest") : scenario.resume_tag);
+    const CheckpointPlan resuming = restart_plan(scenario.restart_chain.empty() ? scenario.resume_tag : std::string("latest"),
+                                                 scenario.resume_load, scenario.resume_save_every);
     return run_training(options_of_resume, run.total_steps, resume_world.seams(), resuming);
   };
-  // A chain of resumes: a first restart that saves, killed by a power loss after a step; the
-  // second restart (below) is the one judged, from the first restart's saves.
-  if (scenario.restart_killed_after_step >= 0) {
-    SimWorld first_restart_world(disk, resume_options.world_size, FaultPlan{}, no_crash, &defects);
-    CheckpointPlan first_restart = restart_plan(scenario.resume_tag);
-    first_restart.save_at_end = false;  // it is killed after that step, not ended
-    TrainingOptions first_restart_options = resume_options;
-    first_restart_options.digest_every_step = false;
-    const Result<TrainingRun> restarted =
-        run_training(first_restart_options, scenario.restart_killed_after_step, first_restart_world.seams(), first_restart);
+  // The loads the expected run models, in order (CheckpointPlan::modelled_loads), built as the
+  // restarts run: which checkpoint each loaded, with what, into which frozen set. `savers`
+  // holds the frozen set of each run whose saves a later load may find (the first phase's first).
+  std::vector<CheckpointPlan::ModelledLoad> modelled_loads;
+  std::vector<std::vector<std::string>> savers = {options.frozen_parameters};
+  std::vector<bool> saved_anything;  // per modelled load: its run committed a save of its own
+  auto model_load = [&](int64_t loaded_step, const CheckpointLoadOptions& load, const std::vector<std::string>& frozen,
+                        bool saved) {
+    // A restart that committed nothing left the checkpoint it loaded to the next one: its load
+    // is replaced by the next's (which loads that same checkpoint).
+    if (!saved_anything.empty() && !saved_anything.back()) {
+      modelled_loads.pop_back();
+      savers.pop_back();
+      saved_anything.pop_back();
+    }
+    CheckpointPlan::ModelledLoad modelled;
+    modelled.after_step = loaded_step;
+    modelled.options = load;
+    modelled.frozen_now = frozen;
+    if (run.save_options.exclude_frozen_parameters) modelled.excluded_from_save = savers.back();
+    modelled_loads.push_back(std::move(modelled));
+    savers.push_back(frozen);
+    saved_anything.push_back(saved);
+  };
+  // A chain of resumes: restarts that save, each killed by a power loss after a step; the
+  // last restart (below) is the one judged, from what they left.
+  std::vector<std::string> frozen_before = options.frozen_parameters;
+  for (size_t i = 0; i < scenario.restart_chain.size(); ++i) {
+    const Scenario::ChainedRestart& chained = scenario.restart_chain[i];
+    SimWorld chained_world(disk, resume_options.world_size, FaultPlan{}, no_crash, &defects);
+    CheckpointPlan plan = restart_plan(i == 0 ? scenario.resume_tag : std::string("latest"), chained.load, chained.save_every);
+    plan.save_at_end = false;  // it is killed after that step, not ended
+    TrainingOptions chained_options = resume_options;
+    chained_options.digest_every_step = false;
+    chained_options.frozen_parameters = chained.frozen_parameters ? *chained.frozen_parameters : frozen_before;
+    const Result<TrainingRun> restarted = run_training(chained_options, chained.killed_after_step, chained_world.seams(), plan);
+    const std::string ordinal = scenario.restart_chain.size() == 1 ? "the first restart" : "restart " + std::to_string(i + 1);
     if (!restarted.ok()) {
-      verdict.outcome = "the first restart of the chain failed: " + restarted.status().to_string();
+      verdict.outcome = ordinal + " of the chain failed: " + restarted.status().to_string();
       verdict.diagnosis = verdict.outcome;
       return verdict_before_comparison();
     }
-    disk.crash_with_seed(run.seed + 1);
-    verdict.crash += ", then a restart that saved up to step " + std::to_string(scenario.restart_killed_after_step) +
-                     " and lost its power";
-    if (restarted->last_saved_step >= 0) {
+    disk.crash_with_seed(run.seed + 1 + i);
+    // A resumed run counts its loaded step as saved (it saves into the directory it loaded from).
+    const int64_t started_at = chained.load.module_only ? 0 : restarted->loaded_checkpoint_step;
+    const bool saved = restarted->last_saved_step >= 0 && restarted->last_saved_step != started_at;
+    verdict.crash += ", then a restart (loaded " + checkpoint_tag_for_step(restarted->loaded_checkpoint_step) +
+                     (chained.load.describe().empty() ? "" : " with " + chained.load.describe()) + ") that saved " +
+                     (saved ? "up to step " + std::to_string(restarted->last_saved_step) : std::string("nothing")) +
+                     ", killed after step " + std::to_string(chained.killed_after_step) + " by a power loss";
+    if (saved) {
       verdict.committed_steps.push_back(restarted->last_saved_step);
       verdict.committed_step = restarted->last_saved_step;
     }
+    model_load(restarted->loaded_checkpoint_step, chained.load, chained_options.frozen_parameters, saved);
+    frozen_before = chained_options.frozen_parameters;
   }
+  // The judged restart keeps the chain's last frozen set unless the scenario changes it.
+  if (!scenario.restart_chain.empty() && !scenario.resume_changes_frozen) resume_options.frozen_parameters = frozen_before;
   // The disk as the (judged) restart finds it, kept for a second resume that captures the full state.
   const std::unique_ptr<SimDisk> restart_disk = disk.clone();
   const Result<TrainingRun> resumed = resume(disk, resume_options);
@@ -874,7 +963,7 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
       }
       // The fresh start, judged against the same fresh run on a clean disk without defects.
       SimWorld fresh_world(disk, resume_options.world_size, FaultPlan{}, no_crash, &defects);
-      CheckpointPlan fresh = restart_plan(scenario.resume_tag);
+      CheckpointPlan fresh = restart_plan(scenario.resume_tag, scenario.resume_load, scenario.resume_save_every);
       fresh.resume_directory.clear();
       const Result<TrainingRun> restarted = run_training(resume_options, run.total_steps, fresh_world.seams(), fresh);
       SimDisk clean_disk(SimDiskOptions{512, uint64_t{1} << 40, run.seed});
@@ -931,8 +1020,23 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
   verdict.resumed_at = run.total_steps - static_cast<int64_t>(resumed->steps.size());
   // The checkpoint's step (a module-only load starts the run at step 0 from it).
   const int64_t loaded_step = resumed->loaded_checkpoint_step;
-  const bool load_options = scenario.resume_load.changes_state();
   for (const StepRecord& step : resumed->steps) verdict.resumed_losses.push_back(step.loss);
+  model_load(loaded_step, scenario.resume_load, resume_options.frozen_parameters, true);
+  // The expected run is modelled when a load of the chain changes a state (load options) or the
+  // frozen set; otherwise it is the uninterrupted run.
+  bool load_options = false;
+  std::string modelled_description;
+  {
+    std::vector<std::string> frozen = options.frozen_parameters;
+    for (const CheckpointPlan::ModelledLoad& load : modelled_loads) {
+      const bool changes_frozen = load.frozen_now && *load.frozen_now != frozen;
+      if (load.options.changes_state() || changes_frozen) load_options = true;
+      modelled_description += (modelled_description.empty() ? "" : ", then ") + checkpoint_tag_for_step(load.after_step) +
+                              (load.options.describe().empty() ? "" : " with " + load.options.describe()) +
+                              (changes_frozen ? " into another frozen set" : "");
+      if (load.frozen_now) frozen = *load.frozen_now;
+    }
+  }
 
   // The "deepspeed" numerics depend on W (ds_config.h NumericsMode), so a resume at another
   // world size cannot follow the uninterrupted run at W. What it must follow: up to the load,
@@ -942,30 +1046,47 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
   const bool elastic_deepspeed =
       options.config.numerics == NumericsMode::kDeepSpeed && resume_options.world_size != options.world_size;
   if (elastic_deepspeed && load_options) {
-    return invalid_argument(scenario.name + ": load options (" + scenario.resume_load.describe() +
+    return invalid_argument(scenario.name + ": loads that change the state (" + modelled_description +
                             ") with \"deepspeed\" numerics and another world size for the restart: no model of "
                             "that resume yet; keep the world size or use the default numerics");
   }
-  // With load options, the expected run: the reference up to the loaded step, changed there as
-  // such a load changes a state (RankEngine::reset_as_loaded: never through a file), and on from
-  // it; a module-only model counts its steps from 0 again.
+  // With load options or another frozen set, the expected run: the reference up to the first
+  // loaded step, changed there as that load changes the state (RankEngine::reset_as_loaded:
+  // never through a file), on to the next load of the chain, and so on; after a module-only
+  // load the model counts its steps from 0 again.
   auto modelled_run = [&](int64_t capture_step) -> Result<TrainingRun> {
     SimDisk scratch_disk(SimDiskOptions{512, uint64_t{1} << 40, run.seed});
     SimWorld world(scratch_disk, options.world_size, FaultPlan{}, no_crash);
     CheckpointPlan modelling;
-    modelling.reset_as_loaded_after_step = loaded_step;
-    modelling.reset_as_loaded_options = scenario.resume_load;
+    modelling.modelled_loads = modelled_loads;
     TrainingOptions modelled_options = options;
     modelled_options.capture_state_at_step = capture_step;
     ZEROSIM_ASSIGN_OR_RETURN(TrainingRun modelled, run_training(modelled_options, run.total_steps, world.seams(), modelling));
-    // A module-only model counts again from 0: its steps after the modelled load.
-    if (scenario.resume_load.module_only) keep_steps_after(modelled, loaded_step);
+    if (modelled.modelled_load_step_indices.size() != modelled_loads.size()) {
+      // A load of an older step than the one before it reached: no run that keeps going forward
+      // passes through it (a restart fell back past its predecessor's saves).
+      return failed_precondition("the loads of the chain (" + modelled_description + ") are not in step order: the "
+                                 "model reached " + std::to_string(modelled.modelled_load_step_indices.size()) +
+                                 " of them");
+    }
+    // After a module-only load the count starts again: the steps after the last such load.
+    for (size_t i = modelled_loads.size(); i-- > 0;) {
+      if (!modelled_loads[i].options.module_only) continue;
+      keep_steps_after(modelled, static_cast<int64_t>(modelled.modelled_load_step_indices[i]));
+      break;
+    }
     return modelled;
   };
   std::optional<TrainingRun> load_options_expected;
   if (load_options) {
-    ZEROSIM_ASSIGN_OR_RETURN(TrainingRun modelled, modelled_run(-1));
-    load_options_expected = std::move(modelled);
+    Result<TrainingRun> modelled = modelled_run(-1);
+    if (!modelled.ok() && modelled.status().code() == StatusCode::kFailedPrecondition) {
+      verdict.outcome = "resumed at step " + std::to_string(verdict.resumed_at) + ", not comparable";
+      verdict.diagnosis = modelled.status().message();
+      return verdict_before_comparison();
+    }
+    ZEROSIM_RETURN_IF_ERROR(modelled.status());
+    load_options_expected = std::move(modelled).value();
   }
   auto continue_from = [&](SimDisk& clean_disk, const TrainingOptions& continuation_options) -> Result<TrainingRun> {
     SimWorld world(clean_disk, continuation_options.world_size, FaultPlan{}, no_crash);
@@ -1032,8 +1153,8 @@ Result<ScenarioVerdict> run_scenario(const Scenario& scenario, const DefectSet& 
                     (elastic_deepspeed && !divergence.found
                          ? " (deepspeed numerics: the run at W up to the load, then the clean checkpoint's W' continuation)"
                          : "") +
-                    (load_options ? " (loaded " + checkpoint_tag_for_step(loaded_step) + " with " +
-                                        scenario.resume_load.describe() + "; expected: the reference changed there as that load changes it)"
+                    (load_options ? " (loaded " + modelled_description +
+                                        "; expected: the reference changed where each load changes it)"
                                   : "");
   // Durability: the resume starts from the newest save that returned before the crash, unless
   // the restart asked for a tag, or damage at rest took that checkpoint (and a warning says so).

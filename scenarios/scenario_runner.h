@@ -24,8 +24,14 @@
 //       complete tags (in step order) and what `latest` names when the restart finds the disk
 //       (after the power loss, the operator's actions and the damage); "latest": null, none
 //   "restart_killed_after_step": 7: a chain of resumes: the first restart (saving every
-//       resume_save_every steps and at its end) is killed after step 7 by a power loss, and a
-//       second restart resumes from what it saved; the oracle judges the second
+//       resume_save_every steps, with the restart's load options and frozen set) is killed
+//       after step 7 by a power loss, and a second restart resumes from what it saved; the
+//       oracle judges the second
+//   "restart_chain": [{"killed_after_step": 9, "save_every": 2, "load_optimizer_states": false,
+//       "load_lr_scheduler_states": false, "load_module_only": false, "frozen_parameters": [...]}]:
+//       one or two restarts before the judged one, each with its own load options and frozen
+//       set (default: the run before it's), killed by a power loss after its step; the expected
+//       run models each load where it happened (CheckpointPlan::modelled_loads)
 //   "save_at_start": true: the first phase also saves its starting state (global_step0), before
 //       any step, as DeepSpeed's save_checkpoint does when called before training
 //   "resume_tag": "global_step2" (default "latest"): the tag the restart asks for
@@ -91,6 +97,7 @@ struct Scenario {
   std::optional<int64_t> sigterm_at_step;  // the first phase is stopped by SIGTERM in this step
   // The restart's run settings when the operator changed them (resume_changes): model, data, seed.
   std::optional<TrainingOptions> resume_settings;
+  bool resume_changes_frozen = false;  // resume_changes names frozen_parameters
   int64_t resume_save_every = 0;  // > 0: the restart saves every this many steps
   bool expect_bit_identical = true;
   std::string expect_error;  // when set: the resume must be refused with this in its message
@@ -104,7 +111,17 @@ struct Scenario {
   // "fresh_start" (the restart trains from step 0, compared with the reference as a resume is),
   // "refusal" (the refusal passes); "" : that is a failure.
   std::string expect_no_checkpoint;
-  int64_t restart_killed_after_step = -1;  // >= 0: a first restart runs to here, then a power loss
+  // A chain of resumes: restarts before the judged one, in order. Each resumes from `latest`
+  // (the first from resume_tag) with its own load options and frozen set, saves every
+  // save_every steps, and is killed by a power loss after killed_after_step (in its own count:
+  // a module-only load counts from 0). The judged restart then resumes from what they left.
+  struct ChainedRestart {
+    int64_t killed_after_step = 0;
+    int64_t save_every = 1;
+    CheckpointLoadOptions load;
+    std::optional<std::vector<std::string>> frozen_parameters;  // unset: the run before it's
+  };
+  std::vector<ChainedRestart> restart_chain;
   // What the restart finds on the disk: the complete tags in step order, and `latest`'s tag
   // ("" when there is none). Checked when set.
   std::optional<std::vector<std::string>> expect_checkpoint_tags;

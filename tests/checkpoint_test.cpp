@@ -6,6 +6,7 @@
 #include <rapidcheck.h>
 #include <rapidcheck/gtest.h>
 
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -147,9 +148,10 @@ RC_GTEST_PROP(CheckpointProperty, SaveDestroyResumeIsBitIdenticalAtEveryStep, ()
   RC_ASSERT(first_difference(uninterrupted->digests, after->digests) == std::string());
 }
 
-// DeepSpeed's load options: a load with them gives, at every step, the bits of the model of
-// that load (RankEngine::reset_as_loaded, applied to the uninterrupted run's live state at the
-// saved step, never through a file), at any world size, placement and precision.
+// DeepSpeed's load options and a change of the frozen set: a load with them gives, at every
+// step, the bits of the model of that load (RankEngine::reset_as_loaded, applied to the
+// uninterrupted run's live state at the saved step, never through a file), at any world size,
+// placement and precision, with frozen values saved or left out of the checkpoint.
 RC_GTEST_PROP(CheckpointProperty, ALoadWithOptionsFollowsItsModelAtEveryStep, ()) {
   ModelSpec model;
   model.layer_widths = {*rc::gen::inRange<int64_t>(2, 12), *rc::gen::inRange<int64_t>(2, 16),
@@ -164,13 +166,29 @@ RC_GTEST_PROP(CheckpointProperty, ALoadWithOptionsFollowsItsModelAtEveryStep, ()
   const int resume_placement = *rc::gen::inRange(0, 5);
   const uint64_t seed = *rc::gen::inRange<uint64_t>(1, 1000000);
   CheckpointLoadOptions load;
-  switch (*rc::gen::element(0, 1, 2, 3)) {
+  switch (*rc::gen::element(0, 1, 2, 3, 4)) {
     case 0: load.optimizer_states = false; break;
     case 1: load.lr_scheduler_states = false; break;
     case 2: load.optimizer_states = false, load.lr_scheduler_states = false; break;
-    default: load.module_only = true; break;
+    case 3: load.module_only = true; break;
+    default: break;  // everything: only the frozen set changes
   }
-  RC_TAG(load.describe());
+  // Frozen parameters (of the 4: two layers' weight and bias), in the saving run and in the
+  // resumed one; a parameter frozen when saved comes back trainable only with a fresh optimizer
+  // (the checkpoint holds no optimizer state for it; a full load refuses that).
+  const auto frozen_names = [](unsigned mask) {
+    std::vector<std::string> names;
+    for (unsigned p = 0; p < 4; ++p) {
+      if ((mask >> p) & 1u) names.push_back("layers." + std::to_string(p / 2) + (p % 2 == 0 ? ".weight" : ".bias"));
+    }
+    return names;
+  };
+  const unsigned saved_frozen = *rc::gen::element(0u, 0u, 1u, 2u, 5u, 12u);
+  unsigned resumed_frozen = *rc::gen::element(saved_frozen, 0u, 1u, 4u, 6u, 8u);
+  if (!load.fresh_optimizer()) resumed_frozen |= saved_frozen;
+  if (resumed_frozen == 15u) resumed_frozen = saved_frozen;
+  const bool exclude_frozen = saved_frozen != 0 && *rc::gen::arbitrary<bool>();
+  RC_TAG(load.describe(), saved_frozen != resumed_frozen, exclude_frozen);
 
   TestDirectory directory;
   const std::string checkpoint_directory = directory.path() + "/checkpoints";
@@ -178,20 +196,23 @@ RC_GTEST_PROP(CheckpointProperty, ALoadWithOptionsFollowsItsModelAtEveryStep, ()
   TrainingOptions first = make_options(model, precision, 1, micro_batches / world_size, world_size, 40, seed);
   first.config.loss_scaler.initial_scale_power = 20;  // some fp16 overflows around the load
   first.digest_every_step = true;
+  first.frozen_parameters = frozen_names(saved_frozen);
   TrainingOptions modelled = first;
   place_state(first, placement, nvme_path);
   TrainingOptions resumed = make_options(model, precision, 1, micro_batches / resume_world_size, resume_world_size, 40, seed);
+  resumed.frozen_parameters = frozen_names(resumed_frozen);
   resumed.config.loss_scaler = first.config.loss_scaler;
   resumed.digest_every_step = true;
   place_state(resumed, resume_placement, nvme_path);
 
   CheckpointPlan model_of_load;
-  model_of_load.reset_as_loaded_after_step = save_step;
-  model_of_load.reset_as_loaded_options = load;
+  model_of_load.modelled_loads = {{save_step, load, frozen_names(resumed_frozen),
+                                   exclude_frozen ? frozen_names(saved_frozen) : std::vector<std::string>{}}};
   Result<TrainingRun> expected = train(modelled, total_steps, model_of_load);
   if (!expected.ok()) RC_FAIL(expected.status().to_string());
   CheckpointPlan saving = save_to(checkpoint_directory);
   saving.save_at_steps = {save_step};
+  saving.save_options.exclude_frozen_parameters = exclude_frozen;
   Result<TrainingRun> before = train(first, save_step, saving);
   if (!before.ok()) RC_FAIL(before.status().to_string());
   CheckpointPlan loading = resume_from(checkpoint_directory);
@@ -262,7 +283,7 @@ TEST(CheckpointLoadPolicy, ACommittedCheckpointThatFailsValidationIsRefusedUnles
     in.close();
     manifest["counters"]["optimizer_steps"] = manifest["counters"]["optimizer_steps"].get<int64_t>() + 1;
     if (reseal) seal_manifest(manifest);
-    std::ofstream(manifest_path, std::ios::trunc) << manifest.dump();
+    std::ofstream(manifest_path, std::ios::trunc) << manifest.dump(2) << "\n";  // as the writer writes it
     Result<TrainingRun> refused = train(options, 6, resume_from(checkpoints));
     ASSERT_FALSE(refused.ok());
     EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << refused.status().to_string();
@@ -289,6 +310,54 @@ TEST(CheckpointLoadPolicy, ACommittedCheckpointThatFailsValidationIsRefusedUnles
   Result<TrainingRun> fell_back = train(options, 6, resume_from(checkpoints));
   ASSERT_TRUE(fell_back.ok()) << fell_back.status().to_string();
   EXPECT_EQ(fell_back->loaded_checkpoint_step, 2);
+}
+
+// The seal hashes the parsed content: a change that keeps the meaning ('e' to 'E' in an
+// exponent, whitespace) passes it, and the bytes differing from what the writer wrote still
+// refuse the tag.
+TEST(CheckpointLoadPolicy, AManifestFlipThatKeepsItsMeaningIsStillDamage) {
+  const TrainingOptions options = make_options(ModelSpec{{5, 7, 3}}, Precision::kFp32, 1, 1, 1, 16, 7);
+  TestDirectory directory;
+  const std::string checkpoints = directory.path() + "/checkpoints";
+  ASSERT_TRUE(train(options, 2, save_to(checkpoints, 2)).ok());
+  const std::string manifest_path = checkpoints + "/global_step2/" + kManifestFileName;
+  std::ifstream in(manifest_path, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  // Whitespace after the opening brace: the same JSON (as 'E' for 'e' in an exponent is, the
+  // flipped bit a campaign found).
+  const size_t at = 1;
+  text.insert(at, " ");
+  std::ofstream(manifest_path, std::ios::binary | std::ios::trunc) << text;
+  RealEnv real_env;
+  const Result<CheckpointManifest> read = read_manifest(*real_env.env().disk, checkpoints + "/global_step2");
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(read.status().message().find("byte " + std::to_string(at) + " differs"), std::string::npos) << read.status().to_string();
+}
+
+// A crash can tear the tag `latest` names after the pointer moved (a lost write); the load
+// passes over it, and the resumed run's save of that same tag replaces it (it was refused as
+// "the tag latest names", and the resumed run could never save there).
+TEST(CheckpointLoadPolicy, ATornTagThatLatestNamesIsReplacedByTheResumedRunsSave) {
+  const TrainingOptions options = make_options(ModelSpec{{5, 7, 3}}, Precision::kFp32, 1, 1, 2, 16, 7);
+  TestDirectory directory;
+  const std::string checkpoints = directory.path() + "/checkpoints";
+  ASSERT_TRUE(train(options, 4, save_to(checkpoints, 2)).ok());
+  std::filesystem::resize_file(checkpoints + "/global_step4/rank-00001-of-00002.safetensors", 100);
+  Result<TrainingRun> resumed = train(options, 6, [&] {
+    CheckpointPlan plan = resume_from(checkpoints);
+    plan.save_directory = checkpoints;
+    plan.save_every_steps = 2;
+    return plan;
+  }());
+  ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
+  EXPECT_EQ(resumed->loaded_checkpoint_step, 2);
+  RealEnv real_env;
+  EXPECT_TRUE(read_complete_tag(*real_env.env().disk, checkpoints, "global_step4").ok());
+  Result<std::string> latest = read_latest_tag(*real_env.env().disk, checkpoints);
+  ASSERT_TRUE(latest.ok()) << latest.status().to_string();
+  EXPECT_EQ(*latest, "global_step6");
 }
 
 // What each option restores, on the engine's state right after the load, and the lr of the
@@ -793,7 +862,7 @@ class CheckpointLoader : public ::testing::Test {
     nlohmann::json manifest = nlohmann::json::parse(bytes.begin(), bytes.end());
     edit(manifest);
     zerosim::seal_manifest(manifest);  // an edit made as the writer would seal it: validation's turn
-    const std::string text = manifest.dump();
+    const std::string text = manifest.dump(2) + "\n";  // as the writer writes it
     write_bytes(path, std::vector<char>(text.begin(), text.end()));
   }
   static void expect_error(const Status& status, StatusCode code, std::initializer_list<std::string> parts) {
@@ -928,7 +997,7 @@ TEST_F(CheckpointLoader, HostileManifestsAreRefusedWithoutCrashingOrAllocating) 
   nlohmann::json manifest = nlohmann::json::parse(bytes.begin(), bytes.end());
   manifest["model"]["layer_widths"] = std::vector<int64_t>(3000000, 1000);
   zerosim::seal_manifest(manifest);
-  const std::string text = manifest.dump();
+  const std::string text = manifest.dump(2) + "\n";  // as the writer writes it
   write_bytes(other, std::vector<char>(text.begin(), text.end()));
   RealEnv real_env;
   const Result<CheckpointManifest> read = read_manifest(*real_env.env().disk, checkpoints() + "-again/global_step2");
@@ -1082,7 +1151,7 @@ TEST(CheckpointFrozenParameters, ChangesOfTheFrozenSetAndTheManifestKeys) {
     nlohmann::json manifest = nlohmann::json::parse(original.begin(), original.end());
     edit(manifest);
     seal_manifest(manifest);
-    const std::string text = manifest.dump();
+    const std::string text = manifest.dump(2) + "\n";  // as the writer writes it
     write_bytes(tag_directory + "/manifest.json", std::vector<char>(text.begin(), text.end()));
     RealEnv real_env;
     const Result<CheckpointManifest> read = read_manifest(*real_env.env().disk, tag_directory);

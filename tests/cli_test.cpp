@@ -594,7 +594,7 @@ TEST(Cli, SuitePassesOnTheLibraryAndFailsWithADefectNamingTheState) {
   const std::string library = std::string(" ") + ZEROSIM_SCENARIO_LIBRARY_DIR;
   const CommandResult clean = run_cli("suite" + library);
   EXPECT_EQ(clean.exit_code, 0) << clean.output;
-  EXPECT_NE(clean.output.find("66 scenario(s): 66 passed, 0 failed"), std::string::npos) << clean.output;
+  EXPECT_NE(clean.output.find("67 scenario(s): 67 passed, 0 failed"), std::string::npos) << clean.output;
   const CommandResult defective = run_cli("suite" + library + " --defect scheduler_not_restored --json");
   EXPECT_EQ(defective.exit_code, 1) << defective.output;
   const nlohmann::json report = json_of(defective);

@@ -67,6 +67,21 @@ ScenarioShape arbitrary_shape() {
   shape.damage.bit = *rc::gen::inRange<uint64_t>(0, 1 << 24);
   shape.damage.keep_bytes = *rc::gen::inRange<uint64_t>(0, 1 << 16);
   shape.resume_change = *rc::gen::element<std::string>("none", "none", "none", "seed", "dataset_size", "model", "optimizer");
+  shape.resume_load = *rc::gen::element<std::string>("all", "all", "no_optimizer", "no_scheduler", "module_only");
+  shape.frozen_mask = *rc::gen::element<uint64_t>(0, 0, 1, 2, 5, 12);
+  shape.exclude_frozen = *rc::gen::arbitrary<bool>();
+  const size_t chained = *rc::gen::element<size_t>(0, 0, 1, 2);
+  for (size_t i = 0; i < chained; ++i) {
+    ScenarioShape::ChainedRestart restart;
+    restart.load = *rc::gen::element<std::string>("all", "no_optimizer", "no_scheduler", "module_only");
+    restart.frozen_changed = *rc::gen::arbitrary<bool>();
+    restart.frozen_mask = *rc::gen::inRange<uint64_t>(0, 16);
+    restart.save_every = *rc::gen::inRange<int64_t>(1, 4);
+    restart.saves_before_kill = *rc::gen::inRange<int64_t>(1, 3);
+    shape.chain.push_back(restart);
+  }
+  shape.resume_frozen_changed = *rc::gen::element(false, false, true);
+  shape.resume_frozen_mask = *rc::gen::inRange<uint64_t>(0, 16);
   return normalize_shape(shape);
 }
 
@@ -137,6 +152,13 @@ TEST(Generator, EveryDimensionIsDrawnInAThousandsOfCasesCampaign) {
     if (shape.frozen_mask != 0) ++seen[shape.exclude_frozen ? "frozen, excluded on save" : "frozen, saved"];
     if (shape.frozen_mask != 0 && shape.resume_load != "all") ++seen["frozen, restart with a load option"];
     if (shape.frozen_mask != 0 && shape.resume_world_size > 0) ++seen["frozen, elastic"];
+    if (!shape.chain.empty()) ++seen["a chain of " + std::to_string(shape.chain.size() + 1) + " restarts"];
+    for (const ScenarioShape::ChainedRestart& restart : shape.chain) {
+      ++seen["a chained restart loads " + restart.load];
+      if (restart.frozen_changed) ++seen["a chained restart changes the frozen set"];
+    }
+    if (!shape.chain.empty() && shape.resume_load != "all") ++seen["a chain judged after a load with " + shape.resume_load];
+    if (shape.resume_frozen_changed) ++seen["the restart changes the frozen set"];
   }
   std::vector<std::string> wanted;
   for (int fault = 0; fault < kGeneratedFaultCount; ++fault) wanted.push_back("fault " + std::to_string(fault));
@@ -153,7 +175,11 @@ TEST(Generator, EveryDimensionIsDrawnInAThousandsOfCasesCampaign) {
         "damage of the newest tag", "damage of the previous tag", "restart changes seed", "restart changes dataset_size",
         "restart changes model", "restart changes optimizer", "restart loads all", "restart loads no_optimizer",
         "restart loads no_scheduler", "restart loads module_only", "frozen, saved", "frozen, excluded on save",
-        "frozen, restart with a load option", "frozen, elastic"}) {
+        "frozen, restart with a load option", "frozen, elastic", "a chain of 2 restarts", "a chain of 3 restarts",
+        "a chained restart loads all", "a chained restart loads no_optimizer", "a chained restart loads no_scheduler",
+        "a chained restart loads module_only", "a chained restart changes the frozen set",
+        "a chain judged after a load with no_optimizer", "a chain judged after a load with no_scheduler",
+        "a chain judged after a load with module_only", "the restart changes the frozen set"}) {
     wanted.push_back(name);
   }
   for (const std::string& name : wanted) {

@@ -340,9 +340,10 @@ void expect_resumes_alike(const TrainingOptions& on_host, const TrainingOptions&
 void expect_resets_alike(const TrainingOptions& on_host, const TrainingOptions& resident, int64_t after_step,
                          bool module_only) {
   CheckpointPlan reset;
-  reset.reset_as_loaded_after_step = after_step;
-  reset.reset_as_loaded_options.optimizer_states = false;
-  reset.reset_as_loaded_options.module_only = module_only;
+  CheckpointLoadOptions load;
+  load.optimizer_states = false;
+  load.module_only = module_only;
+  reset.modelled_loads = {{after_step, load, std::nullopt, {}}};
   expect_the_host_runs_bits(on_host, reset, resident, reset, 5,
                             "reset after step " + std::to_string(after_step) +
                                 (module_only ? ", module only" : ", fresh optimizer"));

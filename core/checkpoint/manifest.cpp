@@ -551,6 +551,18 @@ Result<CheckpointManifest> read_manifest(Disk& disk, const std::string& tag_dire
   json document = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (document.is_discarded()) return data_loss(path + ": not valid JSON (torn or corrupted manifest)");
   if (document.is_object()) ZEROSIM_RETURN_IF_ERROR(check_seal_in_place(document, path));
+  // The seal hashes the parsed content, so a flip that keeps the meaning ('e' and 'E' in an
+  // exponent, say) passes it; the bytes of a sealed manifest are also exactly what the writer
+  // wrote (save_checkpoint: dump(2) and a newline), and anything else is damage at rest.
+  if (document.is_object() && document.contains(kManifestChecksumKey)) {
+    const std::string canonical = document.dump(2) + "\n";
+    if (canonical != text) {
+      size_t first = 0;
+      while (first < text.size() && first < canonical.size() && text[first] == canonical[first]) ++first;
+      return data_loss(path + ": byte " + std::to_string(first) + " differs from what the manifest's content is written as "
+                       "(the seal matches, so the change kept the meaning): damaged at rest");
+    }
+  }
   return manifest_from_json(document, path);
 }
 

@@ -256,11 +256,15 @@ class RankEngine {
   // `load` chooses what is restored (CheckpointLoadOptions).
   Status initialize_from_checkpoint(const std::string& checkpoint_directory, const std::string& tag,
                                     std::vector<std::string>* notes, const CheckpointLoadOptions& load = {});
-  // The model of a load with `load`, on the live state, never through a file: the state becomes
-  // what saving it and loading it back with `load` gives (the oracle of a resume with load
-  // options). With the optimizer on NVMe, this rank's whole fp32 partition is held in memory
-  // for the while. Collective-free.
-  Status reset_as_loaded(const CheckpointLoadOptions& load);
+  // The model of a load, on the live state, never through a file: the state becomes what saving
+  // it and loading it back with `load` into a run that freezes `frozen_now` (null: the set this
+  // engine has) gives, the values of `excluded_from_save` taken from the model as a checkpoint
+  // saved without them leaves them (the oracle of a resume with load options or another frozen
+  // set). Per parameter, as the loader does: one that takes no optimizer state (a fresh
+  // optimizer, or frozen now) gets its master from its 16-bit value and zero moments. One
+  // sub-group's fp32 state is held in memory at a time. Collective-free.
+  Status reset_as_loaded(const CheckpointLoadOptions& load, const std::vector<std::string>* frozen_now = nullptr,
+                         const std::vector<std::string>& excluded_from_save = {});
   // The step of the checkpoint this engine was loaded from (-1: initialized fresh).
   int64_t loaded_checkpoint_step() const { return loaded_checkpoint_step_; }
   // Saves the state to `<checkpoint_directory>/<tag>` and points `latest` at it, under the
@@ -493,6 +497,9 @@ struct TrainingRun {
   // The step of the checkpoint a resumed run loaded (-1: a fresh start). A module-only load
   // starts at step 0 from it.
   int64_t loaded_checkpoint_step = -1;
+  // For CheckpointPlan::modelled_loads: how many steps the run had recorded when each load was
+  // modelled (a module-only load's steps start after its index).
+  std::vector<size_t> modelled_load_step_indices;
 };
 
 // The ComponentDigests of a fingerprinted state (RankEngine::local_state_fingerprint, summed
@@ -509,11 +516,17 @@ struct CheckpointPlan {
   std::string resume_directory;  // empty: a fresh start
   std::string resume_tag = "latest";
   CheckpointLoadOptions resume_load;  // what the resume restores
-  // The oracle of a resume with load options: after this step (and its save), the live state
-  // becomes what a load with `reset_as_loaded_options` gives (RankEngine::reset_as_loaded); a
-  // module-only model then counts its steps from 0 again, up to the run's step count. -1: never.
-  int64_t reset_as_loaded_after_step = -1;
-  CheckpointLoadOptions reset_as_loaded_options;
+  // The oracle of a resume with load options, or of a chain of resumes: after each listed step
+  // (and its save), in order, the live state becomes what that load gives
+  // (RankEngine::reset_as_loaded). A load's step counts in the steps of the run before it: after
+  // a module-only load the count starts from 0 again (and the run goes on to its step count).
+  struct ModelledLoad {
+    int64_t after_step = -1;
+    CheckpointLoadOptions options;
+    std::optional<std::vector<std::string>> frozen_now;  // the restart's frozen set (unset: unchanged)
+    std::vector<std::string> excluded_from_save;         // parameters the loaded checkpoint holds no value of
+  };
+  std::vector<ModelledLoad> modelled_loads;
   std::string save_directory;  // empty: no saves
   CheckpointSaveOptions save_options;  // for every save of the run
   int64_t save_every_steps = 0;  // 0: only at the end of the run (when save_directory is set)

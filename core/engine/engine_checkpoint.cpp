@@ -350,12 +350,14 @@ Status RankEngine::save_checkpoint(const std::string& checkpoint_directory, cons
   Status prepared;
   if (comm_.rank() == 0) {
     prepared = [&]() -> Status {
-      // The tag `latest` names is the committed checkpoint and is never touched. Any other
-      // directory of this tag is replaced: a save that never committed, or a complete tag that
-      // `latest` was never moved to (a crash between the manifest and the pointer), or one
-      // from a history this run has left by resuming from an older tag.
+      // The tag `latest` names is the committed checkpoint and is never touched, while it is
+      // complete. Any other directory of this tag is replaced: a save that never committed, or
+      // a complete tag that `latest` was never moved to (a crash between the manifest and the
+      // pointer), or one from a history this run has left by resuming from an older tag, or
+      // the tag `latest` names when it is not complete (a crash tore it after the pointer
+      // moved, and the load passed over it: it holds nothing a resume could load).
       Result<std::string> latest = read_latest_tag(disk, checkpoint_directory);
-      if (latest.ok() && latest.value() == tag) {
+      if (latest.ok() && latest.value() == tag && read_complete_tag(disk, checkpoint_directory, tag).ok()) {
         return failed_precondition("checkpoint " + tag_directory + " already exists and " + checkpoint_directory +
                                    "/latest names it; choose another tag or directory");
       }
@@ -704,41 +706,101 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
 
 // Written apart from initialize_from_checkpoint on purpose: it is what a load with options is
 // compared against, so it works on the live state and shares none of the loader's steps.
-Status RankEngine::reset_as_loaded(const CheckpointLoadOptions& load) {
+Status RankEngine::reset_as_loaded(const CheckpointLoadOptions& load, const std::vector<std::string>* frozen_now,
+                                   const std::vector<std::string>& excluded_from_save) {
   ZEROSIM_CHECK(!step_in_progress_, "reset_as_loaded between steps only");
   // The reset reads and rewrites the host arrays; the backend adopts them again before the next step.
   ZEROSIM_RETURN_IF_ERROR(make_host_state_current());
   resident_adopted_ = false;
+  if (frozen_now != nullptr) {
+    // The restart's frozen set, checked as a run's own is.
+    TrainingOptions restarted = options_;
+    restarted.frozen_parameters = *frozen_now;
+    ZEROSIM_ASSIGN_OR_RETURN(std::vector<ParameterInfo> parameters, training_parameters(restarted));
+    for (size_t p = 0; p < parameters.size(); ++p) {
+      if (!parameters_[p].requires_grad && parameters[p].requires_grad && !load.fresh_optimizer()) {
+        return invalid_argument("the model of a load: parameter " + parameters[p].name +
+                                " is frozen in the checkpoint and trainable after the load, which a load that "
+                                "takes the optimizer state refuses");
+      }
+    }
+    parameters_ = std::move(parameters);
+    options_.frozen_parameters = *frozen_now;
+    trainable_runs_by_group_.clear();
+    for (const SubGroup& group : layout_.sub_groups) trainable_runs_by_group_.push_back(trainable_runs(group));
+    // The resident path steps every parameter (compute_backend.h): with one frozen, the host's.
+    if (std::any_of(parameters_.begin(), parameters_.end(), [](const ParameterInfo& p) { return !p.requires_grad; })) {
+      resident_ = nullptr;
+    }
+  }
   const double checkpoint_learning_rate = next_step_learning_rate();
   // A fresh engine's scheduler: what a load that does not restore it leaves, and (its lr) the
   // learning rate of a fresh optimizer.
   ZEROSIM_ASSIGN_OR_RETURN(LearningRateScheduler fresh_scheduler,
                            LearningRateScheduler::create(options_.config.scheduler, options_.config.optimizer.learning_rate));
   const double fresh_learning_rate = fresh_scheduler.current_lr();
-  if (load.fresh_optimizer()) {
-    // The master becomes the 16-bit parameters widened; moments zero, step count 0.
-    std::vector<float> widened(static_cast<size_t>(layout_.flat_element_count), 0.0f);
-    const int rank = comm_.rank();
-    ZEROSIM_RETURN_IF_ERROR(for_each_partition_state([&](int64_t p, const PartitionStateView& view) {
-      const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
-      cast_to_fp32(model_dtype_, view.params, widened.data() + partition.flat_offset,
-                   static_cast<size_t>(partition.owned_count(rank)));
-      return Status();
-    }));
-    for (size_t g = 0; g < layout_.sub_groups.size(); ++g) {
-      const SubGroup& group = layout_.sub_groups[g];
-      const std::span<const float> group_master(widened.data() + group.flat_offset, static_cast<size_t>(group.element_count));
-      // The parameters are unchanged (widening and rounding back is exact); stored again as the
-      // state of step 0, which is how swapped parameters are keyed.
-      ZEROSIM_RETURN_IF_ERROR(store_parameters(group, group_master.data(), 0));
-      if (swapper_) {
-        ZEROSIM_RETURN_IF_ERROR(swapper_->write_initial(static_cast<int>(g), group_master));
-      } else {
-        std::copy(group_master.begin(), group_master.end(), master_.begin() + group.flat_offset);
-        std::fill_n(exp_avg_.begin() + group.flat_offset, group.element_count, 0.0f);
-        std::fill_n(exp_avg_sq_.begin() + group.flat_offset, group.element_count, 0.0f);
-      }
+  const bool fresh_optimizer = load.fresh_optimizer();
+  const int64_t held_step = counters_.optimizer_steps;  // the optimizer step the swap files hold
+  const int64_t reset_step = fresh_optimizer ? 0 : held_step;
+  const int rank = comm_.rank();
+  const size_t element_bytes = dtype_size_bytes(model_dtype_);
+  auto excluded = [&](int64_t p) {
+    return std::find(excluded_from_save.begin(), excluded_from_save.end(), parameters_[static_cast<size_t>(p)].name) !=
+           excluded_from_save.end();
+  };
+  std::vector<float> master, exp_avg, exp_avg_sq, initial;
+  std::vector<std::byte> swapped_params;
+  for (size_t g = 0; g < layout_.sub_groups.size(); ++g) {
+    const SubGroup& group = layout_.sub_groups[g];
+    const size_t count = static_cast<size_t>(group.element_count);
+    const size_t offset = static_cast<size_t>(group.flat_offset);
+    if (swapper_) {
+      ZEROSIM_ASSIGN_OR_RETURN(OptimizerSwapper::SubGroupState state, swapper_->acquire(static_cast<int>(g), held_step));
+      master.assign(state.master.begin(), state.master.begin() + static_cast<ptrdiff_t>(count));
+      exp_avg.assign(state.exp_avg.begin(), state.exp_avg.begin() + static_cast<ptrdiff_t>(count));
+      exp_avg_sq.assign(state.exp_avg_sq.begin(), state.exp_avg_sq.begin() + static_cast<ptrdiff_t>(count));
+      ZEROSIM_RETURN_IF_ERROR(swapper_->release(static_cast<int>(g), std::nullopt));
+    } else {
+      master.assign(master_.begin() + static_cast<ptrdiff_t>(offset), master_.begin() + static_cast<ptrdiff_t>(offset + count));
+      exp_avg.assign(exp_avg_.begin() + static_cast<ptrdiff_t>(offset), exp_avg_.begin() + static_cast<ptrdiff_t>(offset + count));
+      exp_avg_sq.assign(exp_avg_sq_.begin() + static_cast<ptrdiff_t>(offset),
+                        exp_avg_sq_.begin() + static_cast<ptrdiff_t>(offset + count));
     }
+    for (int64_t p = group.first_parameter; p < group.end_parameter; ++p) {
+      const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
+      const size_t owned = static_cast<size_t>(partition.owned_count(rank));
+      const size_t in_group = static_cast<size_t>(partition.flat_offset - group.flat_offset);
+      const bool takes_optimizer_state = !fresh_optimizer && parameters_[static_cast<size_t>(p)].requires_grad;
+      if (takes_optimizer_state || owned == 0) continue;
+      // What the load leaves in the 16-bit value: the saved one, or the model's own for a
+      // parameter the checkpoint holds no value of.
+      const std::byte* params = param_partition_.data() + static_cast<size_t>(partition.flat_offset) * element_bytes;
+      if (param_swapper_) {
+        swapped_params.assign(static_cast<size_t>(partition.partition_size) * element_bytes, std::byte{0});
+        ZEROSIM_RETURN_IF_ERROR(param_swapper_->read(static_cast<int>(p), held_step, swapped_params));
+        params = swapped_params.data();
+      }
+      if (excluded(p)) {
+        initial_values_of_parameter(p, initial);  // rounded through the model's dtype
+        std::copy(initial.begin(), initial.end(), master.begin() + static_cast<ptrdiff_t>(in_group));
+      } else {
+        cast_to_fp32(model_dtype_, params, master.data() + in_group, owned);
+      }
+      std::fill_n(exp_avg.begin() + static_cast<ptrdiff_t>(in_group), owned, 0.0f);
+      std::fill_n(exp_avg_sq.begin() + static_cast<ptrdiff_t>(in_group), owned, 0.0f);
+    }
+    // The 16-bit values follow the master (exact for every widened value), stored as the state
+    // of the optimizer step the run goes on from, which is how swapped parameters are keyed.
+    ZEROSIM_RETURN_IF_ERROR(store_parameters(group, master.data(), reset_step));
+    if (swapper_) {
+      ZEROSIM_RETURN_IF_ERROR(swapper_->write_state(static_cast<int>(g), reset_step, master, exp_avg, exp_avg_sq));
+    } else {
+      std::copy(master.begin(), master.end(), master_.begin() + static_cast<ptrdiff_t>(offset));
+      std::copy(exp_avg.begin(), exp_avg.end(), exp_avg_.begin() + static_cast<ptrdiff_t>(offset));
+      std::copy(exp_avg_sq.begin(), exp_avg_sq.end(), exp_avg_sq_.begin() + static_cast<ptrdiff_t>(offset));
+    }
+  }
+  if (fresh_optimizer) {
     counters_.optimizer_steps = 0;
     counters_.steps_before_optimizer = counters_.global_steps - counters_.skipped_steps;
     ZEROSIM_ASSIGN_OR_RETURN(LossScaler fresh_scaler, LossScaler::from_config(options_.config.loss_scaler, model_dtype_));
@@ -748,7 +810,7 @@ Status RankEngine::reset_as_loaded(const CheckpointLoadOptions& load) {
   if (load.module_only) {
     counters_ = TrainingCounters{};
     optimizer_learning_rate_.reset();
-  } else if (load.fresh_optimizer()) {
+  } else if (fresh_optimizer) {
     optimizer_learning_rate_ = fresh_learning_rate;
   } else {
     optimizer_learning_rate_ = checkpoint_learning_rate;  // restored with the optimizer

@@ -102,13 +102,20 @@ Status run_one_rank(const TrainingOptions& options, int64_t step_count, int rank
     if (rank == 0) fingerprint_scalars.push_back(engine.scalar_state());
     return Status();
   };
-  // The model of a load with options (CheckpointPlan::reset_as_loaded_after_step): at the start
-  // when the loaded step is this run's first, else right after that step.
-  bool reset_done = false;
-  if (engine.counters().global_steps == checkpoints.reset_as_loaded_after_step) {
-    reset_done = true;
-    ZEROSIM_RETURN_IF_ERROR(engine.reset_as_loaded(checkpoints.reset_as_loaded_options));
-  }
+  // The model of loads (CheckpointPlan::modelled_loads), in order: at the start when a loaded
+  // step is this run's first, else right after that step.
+  size_t next_modelled_load = 0;
+  auto model_loads_due = [&]() -> Status {
+    while (next_modelled_load < checkpoints.modelled_loads.size() &&
+           engine.counters().global_steps == checkpoints.modelled_loads[next_modelled_load].after_step) {
+      const CheckpointPlan::ModelledLoad& load = checkpoints.modelled_loads[next_modelled_load++];
+      ZEROSIM_RETURN_IF_ERROR(engine.reset_as_loaded(load.options, load.frozen_now ? &*load.frozen_now : nullptr,
+                                                     load.excluded_from_save));
+      if (rank == 0) run.modelled_load_step_indices.push_back(run.steps.size());
+    }
+    return Status();
+  };
+  ZEROSIM_RETURN_IF_ERROR(model_loads_due());
   const bool capture_initial = options.capture_state_at_step == engine.counters().global_steps;
   if (capture_initial) {
     ZEROSIM_ASSIGN_OR_RETURN(FullTrainingState state, engine.gather_state(capture_here()));
@@ -160,12 +167,9 @@ Status run_one_rank(const TrainingOptions& options, int64_t step_count, int rank
   while (engine.counters().global_steps < step_count) {
     ZEROSIM_ASSIGN_OR_RETURN(StepRecord record, engine.train_step());
     if (rank == 0) run.steps.push_back(record);
-    // The model of a load with options: the step's state as such a load would give it (the
-    // digest of this step is the state after the modelled load).
-    if (!reset_done && engine.counters().global_steps == checkpoints.reset_as_loaded_after_step) {
-      reset_done = true;
-      ZEROSIM_RETURN_IF_ERROR(engine.reset_as_loaded(checkpoints.reset_as_loaded_options));
-    }
+    // The model of a load: the step's state as such a load would give it (the digest of this
+    // step is the state after the modelled load).
+    ZEROSIM_RETURN_IF_ERROR(model_loads_due());
     const int64_t saves_before = last_saved_step;
     last_record = record;
     if (engine.counters().global_steps == options.capture_state_at_step) {
