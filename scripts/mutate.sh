@@ -19,10 +19,15 @@
 # and otherwise the mutant survived; any other exit status is an error (with the last lines).
 # The patch is reverted (patch -R) afterwards, so the next build is incremental again.
 #
+# A mutant of `zerosim exec` (header "Tests: exec") is judged by exec's own tests instead: the
+# worker builds exec_test (with the writers it runs) and runs it; a failing test kills it
+# ("killed by exec tests", the first failing test), a pass is a survivor.
+#
 # A mutant file is a few header lines, then a `git diff` from the repository root:
 #   Description: the plausible bug, one line
 #   Class: at-rest-damage | retention-fallback | scheduler | elastic-padding | storage-faults |
-#          durability | operator | fp16 | mid-write-crash | general
+#          durability | operator | fp16 | mid-write-crash | exec-recorder | exec-judge | general
+#   Tests: exec (only for a mutant of zerosim exec: judged by tests/exec_test.cpp)
 #   Equivalent: why (only for an equivalent mutant: still run, left out of the kill rate)
 #
 # Output: one line per mutant as it finishes (seconds: testing time to the verdict, build not
@@ -179,7 +184,7 @@ for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
 
 # ---------------------------------------------------------------- one mutant
 # Writes results/<name>.tsv: name, class, equivalent (yes/no), kind, detail, build s, test s.
-# kind: killed-suite | killed-fuzz | survived | not-applied | not-built | error
+# kind: killed-suite | killed-fuzz | killed-exec | survived | not-applied | not-built | error
 run_mutant() {
   local k=$1 patch_file=$2
   local work="$out/work-$k" name class equivalent
@@ -206,6 +211,31 @@ run_mutant() {
       detail=$(grep -m1 -E 'error' "$log/build.log" | cut -c1-200 | tr '\t' ' ' || true)
     fi
     build_seconds=$((SECONDS - started))
+    if [[ -z ${kind:-} && $(header_field "$patch_file" Tests) == exec ]]; then
+      # zerosim exec's mutants: its tests judge them.
+      started=$SECONDS
+      if ! cmake --build "$work/build" --target exec_test -- -j "$build_jobs" >>"$log/build.log" 2>&1; then
+        kind=not-built
+        detail=$(grep -m1 -E 'error' "$log/build.log" | cut -c1-200 | tr '\t' ' ' || true)
+      else
+        rc=0
+        (cd "$work/build" && timeout --kill-after=30 "$suite_timeout" "$work/build/tests/exec_test") \
+          >"$log/exec_test.log" 2>&1 </dev/null || rc=$?
+        if ((rc == 0)); then
+          kind=survived
+        elif ((rc == 1)) && grep -q '^\[  FAILED  \]' "$log/exec_test.log"; then
+          kind=killed-exec
+          detail=$(grep -m1 '^\[  FAILED  \] [A-Za-z]' "$log/exec_test.log" | sed 's/^\[  FAILED  \] //; s/ (.*//' || true)
+        elif ((rc > 128 && rc != 137)); then
+          kind=killed-exec
+          detail="(crashed: signal $((rc - 128)))"
+        else
+          kind=error
+          detail="exec_test exit $rc: $(tail -n 3 "$log/exec_test.log" | cut -c1-160 | tr '\t\n' '  ')"
+        fi
+      fi
+      test_seconds=$((SECONDS - started))
+    fi
     if [[ -z ${kind:-} ]]; then
       started=$SECONDS
       rc=0
@@ -275,6 +305,7 @@ run_mutant() {
   case $kind in
     killed-suite) shown="killed by suite $detail" ;;
     killed-fuzz) shown="killed by fuzz $detail" ;;
+    killed-exec) shown="killed by exec tests $detail" ;;
     survived) shown=SURVIVED ;;
     not-applied) shown="does not apply" ;;
     not-built) shown="did not build" ;;
@@ -331,6 +362,7 @@ for p in "${patches[@]}"; do
   case $kind in
     killed-suite) verdict="killed by suite $detail" ;;
     killed-fuzz) verdict="killed by fuzz $detail" ;;
+    killed-exec) verdict="killed by exec tests $detail" ;;
     survived) verdict="SURVIVED" ;;
     not-applied) verdict="did not apply" ;;
     not-built) verdict="did not build" ;;

@@ -47,6 +47,42 @@ TEST(ExecStateLog, ParsesTheContractAndNamesWhatIsWrong) {
   }
 }
 
+// The judge of one resume, on its own: a resume one save behind the newest that returned lost
+// work; one that skips a step diverges at the skip, whatever the steps it logged; one that
+// starts at the newest save and logs every step is identical.
+TEST(ExecJudge, OneSaveBehindIsLostWorkAndASkippedStepIsADivergence) {
+  std::vector<StateLine> reference;
+  for (int64_t step = 1; step <= 6; ++step) {
+    StateLine line;
+    line.step = step;
+    line.loss = 1.0 / static_cast<double>(step);
+    line.loss_text = std::to_string(line.loss);
+    line.components["w"] = "digest-" + std::to_string(step);
+    line.checkpoint = step % 2 == 0;
+    reference.push_back(line);
+  }
+  auto from = [&](std::vector<int64_t> steps) {
+    std::vector<StateLine> lines;
+    for (int64_t step : steps) lines.push_back(reference[static_cast<size_t>(step - 1)]);
+    return Result<std::vector<StateLine>>(lines);
+  };
+  ProcessOutcome completed;
+  completed.exit_code = 0;
+  int64_t diverged = 0;
+  // The save of step 4 had returned; the resume started from step 2's.
+  const ScenarioVerdict behind = judge_resume(reference, 4, completed, from({3, 4, 5, 6}), &diverged);
+  EXPECT_FALSE(behind.passed);
+  EXPECT_EQ(behind.resumed_at, 2);
+  EXPECT_EQ(behind.diagnosis.rfind("lost work: step 4's save had returned", 0), 0u) << behind.diagnosis;
+  // From step 2's save (the newest that returned), but step 4 never logged.
+  const ScenarioVerdict skipped = judge_resume(reference, 2, completed, from({3, 5, 6}), &diverged);
+  EXPECT_FALSE(skipped.passed);
+  EXPECT_NE(skipped.diagnosis.find("the resume logged step 5 after step 3"), std::string::npos) << skipped.diagnosis;
+  const ScenarioVerdict whole = judge_resume(reference, 4, completed, from({5, 6}), &diverged);
+  EXPECT_TRUE(whole.passed) << whole.diagnosis;
+  EXPECT_EQ(whole.resumed_at, 4);
+}
+
 TEST(ExecRecording, RoundTripsAndRefusesATruncatedFileNamingTheOffset) {
   TestDirectory directory;
   FsRecord write;
