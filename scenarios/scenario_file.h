@@ -1,5 +1,5 @@
-// The scenario file (minimal form, extended by the [scenarios] issue): a JSON object that
-// names a run and the save whose crashes `zerosim explore` explores.
+// The scenario file's run part (scenario_runner.h adds the faults, actions and expectations):
+// a JSON object that names a run and the save whose crashes `zerosim explore` explores.
 //
 //   {"model": "6,5,3", "world_size": 4, "resume_world_size": 2, "precision": "fp16",
 //    "micro_batch_size": 1, "gradient_accumulation_steps": 1, "seed": 77, "dataset_size": 97,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The [gpu] must-show, on the GPU machine (one or two H200s), after a build into build-gpu:
+# The GPU checks, on the GPU machine (one or two H200s), after a build into build-gpu:
 #   1. the GPU-labelled tests (kernels, NCCL communicator, the engine with --device cuda);
 #   2. resume equivalence through the CLI: for W in 1 and (with two GPUs) 2, the digest of an
 #      uninterrupted `train --device cuda` run against save at step 6 and resume to step 12 at

@@ -1,8 +1,8 @@
 // SimDisk: the Disk seam in memory, with the durability of a real file system made explicit,
 // so that a simulated power loss can keep, drop or tear exactly what a real disk could.
 //
-// The model (after FoundationDB's AsyncFileNonDurable, LazyFS and ALICE; see
-// ../shared/reference/simulation-testing-anchors.md):
+// The model (after FoundationDB's AsyncFileNonDurable, LazyFS and ALICE; docs/simulator.md
+// says what each contributes):
 //   * every file (an inode) has durable content and a list of pending content operations
 //     (writes, truncations) since its last fsync; reads see the content with every pending
 //     operation applied, as the page cache does;

@@ -91,7 +91,7 @@ std::string compare_steps(const TrainingRun& reference, const TrainingRun& resum
   return first_divergence(reference, resumed, first_step);
 }
 
-// The property the issue asks for: K steps uninterrupted against S steps, save, destroy the
+// Resume equivalence: K steps uninterrupted against S steps, save, destroy the
 // engines, build new ones from the config and the checkpoint (another world size, another
 // placement of the state, the swap directory deleted or not), continue to K.
 RC_GTEST_PROP(CheckpointProperty, SaveDestroyResumeIsBitIdenticalAtEveryStep, ()) {

@@ -288,7 +288,7 @@ TEST(Cli, SeedConfigWithNvmeOffloadGivesTheSameStateAsOffloadOff) {
   EXPECT_EQ(json_of(on_nvme)["steps"], json_of(offload_off)["steps"]);
 }
 
-// The contract: `train --steps 20` and `train --steps 10 --save-dir D` then
+// The command line's contract: `train --steps 20` and `train --steps 10 --save-dir D` then
 // `train --resume D --steps 20` print the same state digest, on the default config (the seed's
 // shape: optimizer on NVMe), on the seed's own config, and at another world size on resume.
 TEST(Cli, SaveThenResumeGivesTheUninterruptedStateDigest) {

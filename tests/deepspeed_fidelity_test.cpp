@@ -233,8 +233,8 @@ AdamHyperparameters golden_hyperparameters(const json& run, float learning_rate)
 }
 
 // DeepSpeedCPUAdam's step scalars of an uninterrupted run: the running fp32 products of the
-// betas and the fp32 bias corrections, 20,000 steps for (0.9, 0.999). Before the fidelity
-// issue zerosim computed beta^t in double, and bias_correction2 differed on a third of them.
+// betas and the fp32 bias corrections, 20,000 steps for (0.9, 0.999). beta^t computed in double
+// instead gives a bias_correction2 that differs on a third of them.
 TEST(DeepSpeedCpuAdam, StepScalarsOfAnUninterruptedRun) {
   const json golden = load_golden("cpu_adam.json");
   ASSERT_GE(golden.at("scalars").size(), 5u);

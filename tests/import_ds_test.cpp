@@ -13,7 +13,7 @@
 namespace zerosim {
 namespace {
 
-// A copy of ../shared/seed/ds_config.json, the config of the bug report zerosim started from.
+// The config of the bug report zerosim started from (docs/seed-report.md).
 std::string seed_config_path() { return std::string(ZEROSIM_TEST_DATA_DIR) + "/seed_ds_config.json"; }
 
 TEST(ImportDs, TheSeedConfigBecomesAScenarioThatKeepsItVerbatimAndPasses) {

@@ -3,7 +3,7 @@
 // after a seeded random delay, wherever it is: in a step, a swap, a save, an fsync. Then
 // `zerosim ckpt verify` and `zerosim train --resume` run on what it left. Every resume must be
 // bit-identical to the uninterrupted run from the last committed step on, or be refused with
-// a named cause (no complete checkpoint yet). The crash points of [sim] kill at named places;
+// a named cause (no complete checkpoint yet). The simulator's crash points kill at named places;
 // this kills anywhere. ZEROSIM_RANDOM_KILL_SEED replays a seed; ZEROSIM_RANDOM_KILLS sets N.
 #include <gtest/gtest.h>
 #include <signal.h>

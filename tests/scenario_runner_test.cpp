@@ -69,10 +69,8 @@ TEST(ScenarioLibrary, EveryDefectFailsAScenarioNamingWhatDiverged) {
   }
 }
 
-// Every cause class of ../shared/reference/resume-bug-catalog.md has a scenario (M, state
-// outside the state dict, has no counterpart: the model has no buffers and the digests cover
-// every piece of state the engine holds), and each scenario fails, naming what diverged, for
-// every defect it says it catches.
+// Every cause class of docs/bug-catalog.md has a scenario, and each scenario fails, naming
+// what diverged, for every defect it says it catches.
 TEST(ScenarioLibrary, EachCauseClassHasAScenarioThatCatchesItsDefects) {
   const std::vector<Scenario> scenarios = library();
   std::set<std::string> classes;
@@ -317,7 +315,7 @@ TEST(ScenarioFile, BadKeysAndNamesAreRefusedNamingThem) {
   EXPECT_NE(expect.status().message().find("expect.bit_identicl: unknown key; did you mean bit_identical?"),
             std::string::npos)
       << expect.status().to_string();
-  // The keys of the [options] issue: load options, save moments, checkpoint expectations.
+  // The keys of load options, chains of resumes and checkpoint expectations.
   for (const auto& [text, part] : std::vector<std::pair<std::string, std::string>>{
            {R"({"resume_load_optimizer_states": "no"})", "resume_load_optimizer_states: expected true or false"},
            {R"({"resume_load_module_only": true, "resume_load_optimizer_states": false})", "resume_load_module_only: give it alone"},

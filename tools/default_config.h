@@ -1,5 +1,5 @@
 // The embedded default run: the shape of the seed bug report's DeepSpeed config
-// (../shared/seed/ds_config.json: ZeRO-3, AdamW and WarmupLR with "auto", the optimizer on
+// (tests/data/seed_ds_config.json, docs/seed-report.md: ZeRO-3, AdamW and WarmupLR with "auto", the optimizer on
 // NVMe, aio with the legacy thread_count), with the run settings that fill its "auto".
 #pragma once
 

@@ -1,7 +1,7 @@
 // The DeepSpeed JSON config as zerosim reads it.
 //
 // Promise: a config that DeepSpeed HEAD accepts is accepted here with the same meaning
-// (see ../shared/data/ds_configs/sources.md for the verdicts we mirror), and a config it
+// (tests/data/ds_configs/sources.md: real configs and DeepSpeed's verdict on each), and a config it
 // rejects is rejected with an error that names the key's dotted path, what was expected,
 // what was found, and, for an unknown key, the nearest valid name. "auto" values are
 // filled from RunSettings the way the HF Trainer fills them, or refused with the key.

@@ -1,6 +1,6 @@
-// The CUDA backend's entry point while it is being built ([gpu] issue): a probe of the CUDA
-// runtime, compiled by nvcc when the toolkit is found (ZEROSIM_HAVE_CUDA), so the CUDA build
-// path is exercised from the start. Without CUDA, the probe reports that the backend is absent.
+// A probe of the CUDA runtime, compiled by nvcc when the toolkit is found (ZEROSIM_HAVE_CUDA):
+// the devices visible and the runtime's version, what `zerosim devices` and the device tests ask
+// first. Without CUDA, the probe reports that the backend is absent.
 #pragma once
 
 #include <string>

@@ -1,5 +1,5 @@
 // Named defects: compiled-in bugs that reproduce the causes of real resume failures
-// (../shared/reference/resume-bug-catalog.md), so that the harness can show that it catches
+// (docs/bug-catalog.md), so that the harness can show that it catches
 // each one and names the state that diverged.
 //
 // One switch: Env::defects. It is null in every real run (RealEnv never sets it), and then
