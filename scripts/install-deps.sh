@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # Installs the Debian packages zerosim builds with, only those missing. Idempotent.
+#   scripts/install-deps.sh          everything the tests, benchmarks and MPI launcher need
+#   scripts/install-deps.sh --main   only what the zerosim binary builds with (scripts/run.sh)
 set -euo pipefail
-packages=(build-essential cmake ninja-build pkg-config libaio-dev librapidcheck-dev nlohmann-json3-dev
-          libgtest-dev libgmock-dev libxxhash-dev libcli11-dev libxml2-utils zlib1g-dev chromium
-          libopenmpi-dev openmpi-bin python3)
+packages=(build-essential cmake ninja-build pkg-config libaio-dev nlohmann-json3-dev libxxhash-dev libcli11-dev)
+case "${1:-}" in
+  --main) ;;
+  "") packages+=(librapidcheck-dev libgtest-dev libgmock-dev libxml2-utils zlib1g-dev chromium libopenmpi-dev openmpi-bin
+                 python3) ;;
+  *) echo "install-deps: unknown argument '$1' (--main, or nothing for everything)" >&2; exit 2 ;;
+esac
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
