@@ -1,4 +1,4 @@
-// The command-line contract of README.md, run against the built binary: `zerosim train
+// The command-line contract of docs/cli.md, run against the built binary: `zerosim train
 // --json` output, world-size invariance through the CLI, exit codes, `config check`, and the
 // `zerosim ckpt` commands on checkpoints saved through the engine's C++ API.
 #include <gtest/gtest.h>

@@ -2,7 +2,7 @@
 // by executing DeepSpeed's lr_schedules.py and fp16/loss_scaler.py and by compiling its CPU
 // Adam (cpu_adam.h, cpu_adam_impl.cpp) with its own flags (README.md there says how). Every
 // value is compared bit for bit. Where zerosim departs on purpose, the departure is listed
-// here with its reason (and in README.md's fidelity table), and the test holds zerosim to it.
+// here with its reason (and in docs/deepspeed-fidelity.md's table), and the test holds zerosim to it.
 // Regenerate the data with scripts/deepspeed_golden/make_golden.sh; a changed value then
 // fails here naming the case and the step.
 #include <algorithm>
@@ -286,7 +286,7 @@ TEST(DeepSpeedCpuAdam, AfterRestartZerosimKeepsTheUninterruptedBits) {
         << "step " << step;
     if (probe.at("bias_correction2") != probe.at("bias_correction2_uninterrupted")) ++deepspeed_departs;
   }
-  // The data itself shows the departure zerosim documents (README: "after a restart").
+  // The data itself shows the departure zerosim documents (docs/deepspeed-fidelity.md: "after a restart").
   EXPECT_GT(deepspeed_departs, 0);
 }
 

@@ -129,7 +129,7 @@ TEST(ImportDs, TheSeedReportAsDeepSpeedResumesItFailsNamingTheLostStateAndPasses
   EXPECT_NE(notes.lines.front().find("engine.py:4332"), std::string::npos) << notes.lines.front();
   // (A model whose sub-group the seed config swaps needs 2.6 M elements per rank, its aio.block_size
   // being 10 MiB: too slow for every CI run under the sanitizers. The swapped path is
-  // DeepSpeedModel.NvmeLosesTheMomentsStepLrAndFp16ScaleOfASwappedSubGroup's, and the README's
+  // DeepSpeedModel.NvmeLosesTheMomentsStepLrAndFp16ScaleOfASwappedSubGroup's, and docs/scenarios.md's
   // worked example runs it with --model 2048,1300,10.)
 }
 
