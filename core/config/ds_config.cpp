@@ -45,24 +45,6 @@ const std::string* RunSettings::derivation_of(const std::string& flag) const {
   return nullptr;
 }
 
-const char* precision_name(Precision precision) {
-  switch (precision) {
-    case Precision::kFp32: return "fp32";
-    case Precision::kFp16: return "fp16";
-    case Precision::kBf16: return "bf16";
-  }
-  return "unknown";
-}
-
-const char* offload_device_name(OffloadDevice device) {
-  switch (device) {
-    case OffloadDevice::kNone: return "none";
-    case OffloadDevice::kCpu: return "cpu";
-    case OffloadDevice::kNvme: return "nvme";
-  }
-  return "unknown";
-}
-
 const char* scheduler_type_name(SchedulerType type) {
   switch (type) {
     case SchedulerType::kNone: return "none";

@@ -17,14 +17,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
+#include "core/tensor/dtype.h"  // Precision, OffloadDevice
 
 namespace zerosim {
-
-enum class Precision { kFp32, kFp16, kBf16 };
-const char* precision_name(Precision precision);
-
-enum class OffloadDevice { kNone, kCpu, kNvme };
-const char* offload_device_name(OffloadDevice device);
 
 enum class SchedulerType { kNone, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR };
 const char* scheduler_type_name(SchedulerType type);

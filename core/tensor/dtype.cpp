@@ -6,6 +6,24 @@
 
 namespace zerosim {
 
+const char* precision_name(Precision precision) {
+  switch (precision) {
+    case Precision::kFp32: return "fp32";
+    case Precision::kFp16: return "fp16";
+    case Precision::kBf16: return "bf16";
+  }
+  return "unknown";
+}
+
+const char* offload_device_name(OffloadDevice device) {
+  switch (device) {
+    case OffloadDevice::kNone: return "none";
+    case OffloadDevice::kCpu: return "cpu";
+    case OffloadDevice::kNvme: return "nvme";
+  }
+  return "unknown";
+}
+
 namespace {
 
 // The bulk casts on AVX-512, chosen at run time (never by -march), with the scalar functions'

@@ -11,12 +11,18 @@
 #include <cstring>
 #include <span>
 
-#include "core/config/ds_config.h"
-
 namespace zerosim {
 
-// The storage types: fp32, and 16-bit payloads for fp16 and bf16. Precision (from the
-// config) names both the model dtype and the communication dtype.
+// A run's precision (the config's fp16 and bf16 blocks): the model dtype and the communication
+// dtype.
+enum class Precision { kFp32, kFp16, kBf16 };
+const char* precision_name(Precision precision);
+
+// Where offloaded state lives (zero_optimization.offload_optimizer and offload_param).
+enum class OffloadDevice { kNone, kCpu, kNvme };
+const char* offload_device_name(OffloadDevice device);
+
+// The storage types: fp32, and 16-bit payloads for fp16 and bf16.
 using DType = Precision;
 
 inline size_t dtype_size_bytes(DType dtype) { return dtype == DType::kFp32 ? 4 : 2; }
