@@ -60,32 +60,10 @@
 #include "scenarios/diagnosis.h"
 #include "scenarios/reference_cache.h"
 #include "sim/crash_explorer.h"
+#include "faults/at_rest_damage.h"
 #include "sim/sim_world.h"
 
 namespace zerosim {
-
-enum class OperatorAction { kDeleteSwapDirectory, kPointLatestAtPartialTag };
-
-// Damage to a checkpoint at rest, between the power loss and the restart: a flipped bit, a
-// truncated or removed file, a stale copy of the same file from the previous tag, or another
-// rank's shard under this rank's name. Its target: the shard of `rank`, the manifest, or the
-// `latest` pointer, of the newest tag (the one the restart would load) or of the previous
-// complete tag. The oracle (run_scenario) then accepts a refusal whose message names the
-// damaged file, or a resume from an undamaged tag that is bit-identical and, when it loses
-// work, says so in a warning naming the damaged tag; never a resume from the damaged tag.
-struct AtRestDamage {
-  enum class Kind { kFlipBit, kTruncate, kRemove, kStaleCopy, kOtherRank };
-  Kind kind = Kind::kFlipBit;
-  std::string file = "shard";  // shard, manifest, latest
-  std::string tag = "newest";  // newest, previous
-  int rank = 0;                // file "shard": whose shard
-  int from_rank = 0;           // kOtherRank: whose shard is copied over it
-  uint64_t bit = 0;            // kFlipBit: which bit (modulo the file's size in bits)
-  uint64_t keep_bytes = 0;     // kTruncate: the size left (modulo the file's size)
-  std::string describe() const;
-  bool operator==(const AtRestDamage&) const = default;
-};
-const char* at_rest_damage_kind_name(AtRestDamage::Kind kind);
 
 struct Scenario {
   std::string name;
