@@ -318,19 +318,10 @@ Result<TrainingOptions> restart_options(const Scenario& scenario, const std::str
   return options;
 }
 
-Result<Scenario> scenario_from_json(const json& document, const std::string& source_name) {
-  Scenario scenario;
-  ZEROSIM_ASSIGN_OR_RETURN(scenario.run, crash_scenario_from_json(document, source_name));
-  for (const char* key : {"name", "description"}) {
-    if (document.contains(key) && !document[key].is_string()) {
-      return invalid_argument(source_name + ": " + key + ": expected a string, found " + document[key].dump());
-    }
-  }
-  scenario.name = document.value("name", source_name);
-  scenario.description = document.value("description", "");
-  if (document.contains("fault_plan")) {
-    ZEROSIM_ASSIGN_OR_RETURN(scenario.fault_plan, parse_fault_plan(document["fault_plan"], source_name + ": fault_plan"));
-  }
+namespace {
+
+// The crash point of the fault plan: a known site, on a rank of the first phase.
+Status check_crash_point(const Scenario& scenario, const std::string& source_name) {
   if (scenario.fault_plan.crash_point) {
     const CrashPoint& point = *scenario.fault_plan.crash_point;
     const std::vector<std::string_view> sites = known_crash_sites();
@@ -343,7 +334,11 @@ Result<Scenario> scenario_from_json(const json& document, const std::string& sou
                               " is not a rank of a world of " + std::to_string(scenario.run.options.world_size));
     }
   }
-  // The schedule and the resume's batch arithmetic, checked before anything runs.
+  return Status();
+}
+
+// The schedule and the resume's batch arithmetic, checked before anything runs.
+Status check_schedule(const json& document, const std::string& source_name, const Scenario& scenario) {
   const CrashScenario& schedule = scenario.run;
   // A restart from an explicit older tag may run fewer steps than the abandoned first phase.
   const bool restarts_from_latest = !document.contains("resume_tag") || document["resume_tag"] == "latest";
@@ -357,6 +352,12 @@ Result<Scenario> scenario_from_json(const json& document, const std::string& sou
   }
   // The restart's batch arithmetic: with a resume_config, its own (checked once it is read).
   if (!document.contains("resume_config")) ZEROSIM_RETURN_IF_ERROR(resume_options_for(schedule, source_name).status());
+  return Status();
+}
+
+// operator_actions: named actions between the crash and the restart, and the object ones (damage at
+// rest, SIGTERM); each checked against the first phase.
+Status read_operator_actions(const json& document, const std::string& source_name, Scenario& scenario) {
   if (document.contains("operator_actions")) {
     const std::string where = source_name + ": operator_actions";
     if (!document["operator_actions"].is_array()) return invalid_argument(where + ": expected a list of actions");
@@ -392,6 +393,11 @@ Result<Scenario> scenario_from_json(const json& document, const std::string& sou
       }
     }
   }
+  return Status();
+}
+
+// resume_save_every, and resume_changes: what the restart runs with that the first phase did not.
+Status read_restart_changes(const json& document, const std::string& source_name, Scenario& scenario) {
   if (document.contains("resume_save_every")) {
     const json& every = document["resume_save_every"];
     if (!every.is_number_integer() || every.get<int64_t>() < 1 || every.get<int64_t>() > (1 << 20)) {
@@ -426,6 +432,11 @@ Result<Scenario> scenario_from_json(const json& document, const std::string& sou
     if (!resolved.ok()) return invalid_argument(where + ": " + resolved.status().message());
     scenario.resume_settings = resolved->options;
   }
+  return Status();
+}
+
+// defects: the named defects switched on in every run of the scenario.
+Status read_defects(const json& document, const std::string& source_name, Scenario& scenario) {
   if (document.contains("defects")) {
     const std::string where = source_name + ": defects";
     ZEROSIM_RETURN_IF_ERROR(require_string_list(document["defects"], where));
@@ -435,6 +446,12 @@ Result<Scenario> scenario_from_json(const json& document, const std::string& sou
       scenario.run.defects.enable(*defect);
     }
   }
+  return Status();
+}
+
+// expect: what the restart must do (bit-identical, a refusal, a start step, the checkpoints it
+// finds, the outcome when no checkpoint was left).
+Status read_expectation(const json& document, const std::string& source_name, Scenario& scenario) {
   if (document.contains("expect")) {
     const json& expect = document["expect"];
     const std::string where = source_name + ": expect";
@@ -487,6 +504,11 @@ Result<Scenario> scenario_from_json(const json& document, const std::string& sou
       }
     }
   }
+  return Status();
+}
+
+// resume_tag and the booleans: the load options of the restart, save_at_start and power_loss.
+Status read_resume_load(const json& document, const std::string& source_name, Scenario& scenario) {
   if (document.contains("resume_tag")) {
     const json& tag = document["resume_tag"];
     if (!tag.is_string()) return invalid_argument(source_name + ": resume_tag: expected a tag name or \"latest\"");
@@ -509,6 +531,11 @@ Result<Scenario> scenario_from_json(const json& document, const std::string& sou
     }
     *target = document[key].get<bool>();
   }
+  return Status();
+}
+
+// restart_chain (or its short form restart_killed_after_step): the restarts before the judged one.
+Status read_restart_chain(const json& document, const std::string& source_name, Scenario& scenario) {
   if (document.contains("restart_killed_after_step") && document.contains("restart_chain")) {
     return invalid_argument(source_name + ": restart_killed_after_step and restart_chain: give the chain one way");
   }
@@ -576,6 +603,11 @@ Result<Scenario> scenario_from_json(const json& document, const std::string& sou
       scenario.restart_chain.push_back(std::move(restart));
     }
   }
+  return Status();
+}
+
+// Keys that contradict each other.
+Status check_consistency(const Scenario& scenario, const std::string& source_name) {
   if (!scenario.power_loss &&
       std::any_of(scenario.fault_plan.disk_faults.begin(), scenario.fault_plan.disk_faults.end(),
                   [](const FaultRule& rule) { return rule.kind == FaultKind::kPowerLoss; })) {
@@ -589,6 +621,11 @@ Result<Scenario> scenario_from_json(const json& document, const std::string& sou
     return invalid_argument(source_name + ": resume_load_module_only: give it alone (DeepSpeed's module-only load "
                             "ignores the optimizer and scheduler options); found " + scenario.resume_load.describe());
   }
+  return Status();
+}
+
+// resume_config: the restart's own DeepSpeed config, resolved with the same run settings.
+Status read_resume_config(const json& document, const std::string& source_name, Scenario& scenario) {
   if (document.contains("resume_config")) {
     // The same scenario with the restart's config: resolved with the same run settings.
     json restart = document;
@@ -604,6 +641,12 @@ Result<Scenario> scenario_from_json(const json& document, const std::string& sou
     scenario.resume_config = resolved->options.config;
     ZEROSIM_RETURN_IF_ERROR(restart_options(scenario, source_name).status());
   }
+  return Status();
+}
+
+// cause_class and catches: where the scenario sits in the resume-bug catalog, and which defects
+// it must catch.
+Status read_catalog_keys(const json& document, const std::string& source_name, Scenario& scenario) {
   if (document.contains("cause_class")) {
     const json& cause = document["cause_class"];
     if (!cause.is_string() || cause.get<std::string>().size() != 1 || cause.get<std::string>()[0] < 'A' ||
@@ -622,6 +665,35 @@ Result<Scenario> scenario_from_json(const json& document, const std::string& sou
       scenario.catches.push_back(name.get<std::string>());
     }
   }
+  return Status();
+}
+
+}  // namespace
+
+Result<Scenario> scenario_from_json(const json& document, const std::string& source_name) {
+  Scenario scenario;
+  ZEROSIM_ASSIGN_OR_RETURN(scenario.run, crash_scenario_from_json(document, source_name));
+  for (const char* key : {"name", "description"}) {
+    if (document.contains(key) && !document[key].is_string()) {
+      return invalid_argument(source_name + ": " + key + ": expected a string, found " + document[key].dump());
+    }
+  }
+  scenario.name = document.value("name", source_name);
+  scenario.description = document.value("description", "");
+  if (document.contains("fault_plan")) {
+    ZEROSIM_ASSIGN_OR_RETURN(scenario.fault_plan, parse_fault_plan(document["fault_plan"], source_name + ": fault_plan"));
+  }
+  ZEROSIM_RETURN_IF_ERROR(check_crash_point(scenario, source_name));
+  ZEROSIM_RETURN_IF_ERROR(check_schedule(document, source_name, scenario));
+  ZEROSIM_RETURN_IF_ERROR(read_operator_actions(document, source_name, scenario));
+  ZEROSIM_RETURN_IF_ERROR(read_restart_changes(document, source_name, scenario));
+  ZEROSIM_RETURN_IF_ERROR(read_defects(document, source_name, scenario));
+  ZEROSIM_RETURN_IF_ERROR(read_expectation(document, source_name, scenario));
+  ZEROSIM_RETURN_IF_ERROR(read_resume_load(document, source_name, scenario));
+  ZEROSIM_RETURN_IF_ERROR(read_restart_chain(document, source_name, scenario));
+  ZEROSIM_RETURN_IF_ERROR(check_consistency(scenario, source_name));
+  ZEROSIM_RETURN_IF_ERROR(read_resume_config(document, source_name, scenario));
+  ZEROSIM_RETURN_IF_ERROR(read_catalog_keys(document, source_name, scenario));
   return scenario;
 }
 
