@@ -79,4 +79,24 @@ int run_bench_io_command(const BenchIoFlags& flags) {
   return 0;
 }
 
+void add_bench_commands(CLI::App& app, BenchCommands& commands) {
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks of zerosim's own engines (see bench/ for the scripts)");
+  bench->require_subcommand(1);
+  BenchIoFlags& io_flags = commands.io_flags;
+  CLI::App* bench_io = bench->add_subcommand("io", "Swap-engine write and read throughput (O_DIRECT), as JSON");
+  commands.io = bench_io;
+  bench_io->add_option("--dir", io_flags.directory, "Directory on the disk to measure");
+  bench_io->add_option("--size-mib", io_flags.size_mib, "File size in MiB")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  bench_io->add_option("--block-size", io_flags.block_size_bytes, "aio.block_size in bytes");
+  bench_io->add_option("--queue-depth", io_flags.queue_depth, "aio.queue_depth");
+  bench_io->add_option("--parallelism", io_flags.parallelism, "aio.intra_op_parallelism");
+  bench_io->add_option("--repetitions", io_flags.repetitions, "Best of this many runs")->check(CLI::Range(1, 100));
+  bench_io->add_option("--engine", io_flags.engine, "libaio or pread")->check(CLI::IsMember({"libaio", "pread"}));
+}
+
+std::optional<int> run_bench_commands(const BenchCommands& commands) {
+  if (commands.io->parsed()) return run_bench_io_command(commands.io_flags);
+  return std::nullopt;
+}
+
 }  // namespace zerosim

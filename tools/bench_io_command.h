@@ -4,7 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+
+#include <CLI/CLI.hpp>
 
 namespace zerosim {
 
@@ -19,5 +22,13 @@ struct BenchIoFlags {
 };
 
 int run_bench_io_command(const BenchIoFlags& flags);
+
+// The `bench` group (`bench io`), as TrainCommands: it lives in main() from parse to run.
+struct BenchCommands {
+  BenchIoFlags io_flags;
+  CLI::App* io = nullptr;
+};
+void add_bench_commands(CLI::App& app, BenchCommands& commands);
+std::optional<int> run_bench_commands(const BenchCommands& commands);
 
 }  // namespace zerosim

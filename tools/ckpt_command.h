@@ -1,5 +1,5 @@
 // The `zerosim ckpt` commands: verify, inspect and diff the checkpoints that the engine saves
-// (core/checkpoint/manifest.h). The CLI contract is in README.md.
+// (core/checkpoint/manifest.h). The CLI contract is in docs/cli.md.
 //
 // Every command takes a checkpoint directory (the one holding the tags and `latest`) and a tag,
 // "latest" by default, resolved as a resume resolves it (resolve_checkpoint_tag): a `latest`

@@ -140,4 +140,50 @@ int run_exec_replay_command(const std::string& replay_path) {
   return run_exec_command(flags);
 }
 
+void add_exec_commands(CLI::App& app, ExecCommands& commands) {
+  ExecFlags& exec_flags = commands.flags;
+  CLI::App* exec = app.add_subcommand(
+      "exec", "Your own training command under the power-loss harness: record it once, then resume it from every crash "
+              "state of its file operations and compare with the uninterrupted run (zerosim exec -- COMMAND ...)");
+  exec->add_option("--watch", exec_flags.options.watch,
+                   "A directory the command checkpoints into (repeatable; reset to each crash state, restored at the end)");
+  exec->add_option("--resume-command", exec_flags.options.resume_command,
+                   "Shell command line of the resume (default: the command again)");
+  exec->add_option("--crash-points", exec_flags.options.crash_points,
+                   "Try this many crash points, a seeded sample (default 0: after every operation)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  exec->add_option("--states-per-point", exec_flags.options.states_per_point,
+                   "Crash states per point: every combination of the pending operations' fates up to this bound, seeded beyond")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  exec->add_option("--seed", exec_flags.options.seed, "Seed of the sample and of the fates beyond the bound");
+  exec->add_option("--timeout", exec_flags.options.timeout_seconds, "Seconds each run of the command may take")
+      ->check(CLI::Range(1e-3, 1e7));
+  exec->add_flag("--at-saves", exec_flags.options.at_saves,
+                 "Also crash right where each save returned (before each state-log line with \"checkpoint\": true)");
+  exec->add_option("--jobs", exec_flags.options.jobs,
+                   "Crash states resumed side by side, each in a private mount namespace (default: the CPUs available; "
+                   "1: one at a time, in place)")
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  exec->add_option("--work-dir", exec_flags.work_directory,
+                   "The recording, the state logs, the outputs and the replay files (default zerosim-exec/)");
+  exec->add_option("--junit", exec_flags.report.junit_path, "Also write a JUnit XML report (a testcase per crash state)");
+  exec->add_option("--report-dir", exec_flags.report.report_directory,
+                   "Write report.html, report.json, report.md and junit.xml into DIR");
+  exec->add_flag("--json", exec_flags.report.json, "Print one JSON object");
+  exec->add_option("command", exec_flags.options.command, "The training command and its arguments (after --)");
+  commands.exec = exec;
+  commands.command_argument = exec->get_option("command");
+  commands.replay = exec->add_subcommand("replay", "Run one crash state again, from a failure's replay file");
+  commands.replay->add_option("file", commands.replay_path, "failure-P-S.json from the work directory")->required();
+}
+
+std::optional<int> run_exec_commands(ExecCommands& commands) {
+  if (commands.replay->parsed()) return run_exec_replay_command(commands.replay_path);
+  if (commands.exec->parsed()) {
+    commands.flags.jobs_given = commands.exec->count("--jobs") > 0;
+    return run_exec_command(commands.flags);
+  }
+  return std::nullopt;
+}
+
 }  // namespace zerosim

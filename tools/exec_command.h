@@ -9,7 +9,10 @@
 // recording failed its self-check, nothing changed under the watched directories).
 #pragma once
 
+#include <optional>
 #include <string>
+
+#include <CLI/CLI.hpp>
 
 #include "exec/exec_harness.h"
 #include "tools/run_command.h"
@@ -25,5 +28,18 @@ struct ExecFlags {
 
 int run_exec_command(ExecFlags flags);
 int run_exec_replay_command(const std::string& replay_path);
+
+// The `exec` and `exec replay` subcommands, as TrainCommands: they live in main() from parse to
+// run. `command_argument` is the user's command line, passed verbatim (an empty argument is
+// theirs to pass).
+struct ExecCommands {
+  ExecFlags flags;
+  std::string replay_path;
+  CLI::App* exec = nullptr;
+  CLI::App* replay = nullptr;
+  CLI::Option* command_argument = nullptr;
+};
+void add_exec_commands(CLI::App& app, ExecCommands& commands);
+std::optional<int> run_exec_commands(ExecCommands& commands);
 
 }  // namespace zerosim

@@ -111,4 +111,28 @@ int run_explore_command(const ExploreFlags& flags) {
   return result->failed == 0 ? 0 : 1;
 }
 
+void add_explore_command(CLI::App& app, ExploreCommand& command) {
+  ExploreFlags& explore_flags = command.flags;
+  CLI::App* explore = app.add_subcommand(
+      "explore", "Crash-explore one save of a scenario on the simulated disk: every crash point, every crash state");
+  command.command = explore;
+  explore->add_option("scenario", explore_flags.scenario_path, "Scenario JSON file")->required();
+  explore->add_option("--real-kill", explore_flags.real_kill_directory,
+                      "Instead of SimDisk: run each crash point as a child process on real files under DIR, "
+                      "killed with SIGKILL at the point, then resume and compare");
+  explore->add_option("--defect", explore_flags.defect_names, "Switch a named defect on for every run (repeatable)");
+  explore->add_option("--junit", explore_flags.junit_path, "Also write a JUnit XML report (a testcase per crash point)");
+  explore->add_option("--report-dir", explore_flags.report_directory,
+                      "Write report.html, report.json, report.md and junit.xml (an entry per crash point) into DIR");
+  explore->add_flag("--json", explore_flags.json,
+                    "Print one JSON object: crash_points, crash_states, passed, refused, failed, failures");
+  add_device_flag(*explore, explore_flags.device);
+
+}
+
+std::optional<int> run_explore_commands(const ExploreCommand& command) {
+  if (command.command->parsed()) return run_explore_command(command.flags);
+  return std::nullopt;
+}
+
 }  // namespace zerosim

@@ -3,8 +3,11 @@
 // 1 when any failed, 2 for a bad scenario file.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
+
+#include <CLI/CLI.hpp>
 
 namespace zerosim {
 
@@ -19,5 +22,13 @@ struct ExploreFlags {
 };
 
 int run_explore_command(const ExploreFlags& flags);
+
+// The `explore` subcommand, as TrainCommands: it lives in main() from parse to run.
+struct ExploreCommand {
+  ExploreFlags flags;
+  CLI::App* command = nullptr;
+};
+void add_explore_command(CLI::App& app, ExploreCommand& command);
+std::optional<int> run_explore_commands(const ExploreCommand& command);
 
 }  // namespace zerosim

@@ -73,4 +73,22 @@ int run_gpt_check_export_command(const GptCheckFlags& flags) {
   return 0;
 }
 
+void add_gpt_check_command(CLI::App& app, GptCheckCommand& command) {
+  GptCheckFlags& gpt_check_flags = command.flags;
+  CLI::App* gpt_check = app.add_subcommand(
+      "gpt-check-export", "Write the transformer's weights, a batch and zerosim's gradients, for python/check_gpt_in_torch.py");
+  command.command = gpt_check;
+  gpt_check->add_option("directory", gpt_check_flags.directory, "A new or empty directory")->required();
+  gpt_check->add_option("--model", gpt_check_flags.model, "gpt:layers=L,embd=E,heads=H,vocab=V,block=B");
+  gpt_check->add_option("--seed", gpt_check_flags.seed, "Seed of the weights and the batch");
+  gpt_check->add_option("--sequences", gpt_check_flags.sequences, "Sequences in the batch")->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  gpt_check->add_option("--length", gpt_check_flags.length, "Tokens predicted per sequence (at most block)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+}
+
+std::optional<int> run_gpt_check_command(const GptCheckCommand& command) {
+  if (command.command->parsed()) return run_gpt_check_export_command(command.flags);
+  return std::nullopt;
+}
+
 }  // namespace zerosim

@@ -6,7 +6,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+
+#include <CLI/CLI.hpp>
 
 namespace zerosim {
 
@@ -19,5 +22,13 @@ struct GptCheckFlags {
 };
 
 int run_gpt_check_export_command(const GptCheckFlags& flags);
+
+// The `gpt-check-export` subcommand, as TrainCommands: it lives in main() from parse to run.
+struct GptCheckCommand {
+  GptCheckFlags flags;
+  CLI::App* command = nullptr;
+};
+void add_gpt_check_command(CLI::App& app, GptCheckCommand& command);
+std::optional<int> run_gpt_check_command(const GptCheckCommand& command);
 
 }  // namespace zerosim

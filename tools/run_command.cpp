@@ -18,6 +18,7 @@
 #include "scenarios/generator.h"
 #include "scenarios/import_ds.h"
 #include "scenarios/scenario_runner.h"
+#include "tools/install_paths.h"
 #include "tools/train_command.h"
 
 namespace zerosim {
@@ -353,6 +354,139 @@ int run_fuzz_command(const FuzzFlags& flags) {
   return finish_report(flags.report, report,
                 {{"cases_run", cases_run}, {"seconds", seconds}, {"shrink_runs", shrink_runs}, {"stopped_by_minutes", out_of_time},
                  {"stopped_by_failures", stopped_by_failures}});
+}
+
+namespace {
+
+void add_report_flags(CLI::App& command, ReportFlags& flags) {
+  command.add_option("--defect", flags.defect_names, "Switch a named defect on for every scenario (repeatable)");
+  command.add_flag("--json", flags.json, "Print one JSON object: the scenarios with their verdicts, passed, failed");
+  command.add_option("--junit", flags.junit_path, "Also write a JUnit XML report to FILE");
+  command.add_option("--report-dir", flags.report_directory,
+                     "Write report.html, report.json, report.md and junit.xml into DIR");
+  add_device_flag(command, flags.device);
+}
+
+}  // namespace
+
+void add_scenario_commands(CLI::App& app, ScenarioCommands& commands) {
+  RunFlags& run_flags = commands.run_flags;
+  CLI::App* run = app.add_subcommand("run", "Run scenarios: reference, faults, crash, resume, and a verdict per scenario");
+  commands.run = run;
+  run->add_option("scenarios", run_flags.scenario_paths, "Scenario JSON files")->required();
+  add_report_flags(*run, run_flags.report);
+  RunFlags& suite_flags = commands.suite_flags;
+  suite_flags.command_name = "suite";
+  CLI::App* suite = app.add_subcommand(
+      "suite", "Run every scenario of a directory (default: the scenario library shipped with this zerosim)");
+  commands.suite = suite;
+  commands.suite_directory = suite->add_option("directory", suite_flags.suite_directory, "Directory of scenario JSON files");
+  add_report_flags(*suite, suite_flags.report);
+  RunFlags& replay_flags = commands.replay_flags;
+  replay_flags.command_name = "replay";
+  CLI::App* replay = app.add_subcommand("replay", "Replay one scenario file (a shrunk failure from zerosim fuzz)");
+  commands.replay = replay;
+  replay->add_option("scenario", commands.replay_path, "Scenario JSON file")->required();
+  add_report_flags(*replay, replay_flags.report);
+  FuzzFlags& fuzz_flags = commands.fuzz_flags;
+  CLI::App* fuzz = app.add_subcommand(
+      "fuzz", "Generated scenarios that demand recovery; a failure is shrunk and written as a scenario to replay");
+  commands.fuzz = fuzz;
+  fuzz->add_option("--seed", fuzz_flags.seed, "Campaign seed: case i is a pure function of (seed, i)");
+  fuzz->add_option("--cases", fuzz_flags.cases,
+                   "Cases in the campaign (all shards together); alone: that many; with --minutes: at most that many; "
+                   "with neither: " + std::to_string(kDefaultFuzzCases))
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  fuzz->add_option("--minutes", fuzz_flags.minutes,
+                   "Run cases until this many minutes have passed (alone: no case limit; a case started is finished)")
+      ->check(CLI::Range(1e-6, 1e6, "a duration > 0 in minutes"));
+  fuzz->add_option("--stop-after-failures", fuzz_flags.stop_after_failures,
+                   "Stop starting cases once this many have failed (0: never; mutation runs use 1)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  fuzz->add_option("--shard", fuzz_flags.shard, "I/N: run the cases whose index is I modulo N (a CI matrix, a Slurm array)");
+  fuzz->add_option("--failures-dir", fuzz_flags.failures_directory,
+                   "Write shrunk failing scenarios here (default: <report dir>/failures, else fuzz-failures)");
+  fuzz->add_option("--shrink-attempts", fuzz_flags.shrink_attempts, "Most candidate runs when shrinking one failure")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  add_report_flags(*fuzz, fuzz_flags.report);
+
+  ImportOptions& import_options = commands.import_options;
+  std::string& import_output = commands.import_output;
+  CLI::App* import_ds = app.add_subcommand(
+      "import-ds", "Write a scenario from a DeepSpeed config: train, save, crash, resume, compare every component");
+  commands.import_ds = import_ds;
+  import_ds->add_option("config", import_options.config_path, "DeepSpeed config JSON (kept verbatim)")->required();
+  import_ds->add_option("--world-size", import_options.world_size, "Ranks of the run")->check(CLI::Range(1, 256));
+  import_ds->add_option("--resume-world-size", import_options.resume_world_size, "Ranks of the resume (0: the same)")
+      ->check(CLI::Range(0, 256));
+  import_ds->add_option("--steps", import_options.steps, "Steps of the whole run")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  import_ds->add_option("--save-every", import_options.save_every, "Save every S steps")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  import_ds->add_option("--saved-step", import_options.saved_step, "The first phase ends after this step (a multiple of --save-every)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  import_ds->add_option("--crash", import_options.crash,
+                        "Crash at SITE[@RANK][#OCCURRENCE] (e.g. ckpt.shard_written@1#2, engine.step_end@0#5)");
+  import_ds->add_flag("--delete-swap-directory", import_options.delete_swap_directory,
+                      "The operator deletes the NVMe swap directories before the restart");
+  import_ds->add_option("--model", import_options.model, "MLP layer widths: input,hidden...,classes");
+  import_ds->add_option("--precision", import_options.precision, "fp32, fp16 or bf16 (default: from the config)")
+      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
+  import_ds->add_option("--seed", import_options.seed, "Seed of parameters and data");
+  import_ds->add_option("--name", import_options.name, "The scenario's name");
+  import_ds->add_flag("--config-by-path", import_options.config_by_path,
+                      "Refer to the config by its path instead of copying it in (relative paths are read beside the scenario)");
+  import_ds->add_option("--as", import_options.as,
+                        "deepspeed: switch on the defects of every entry of zerosim's model of DeepSpeed edaa722's "
+                        "resume that applies (`zerosim deepspeed-model` lists them), so the scenario fails as the "
+                        "user's run did")
+      ->check(CLI::IsMember({"deepspeed"}));
+  import_ds->add_option("--training-loop", import_options.training_loop,
+                        "hf (the Hugging Face Trainer restores the data position and RNG) or plain (a loop over a "
+                        "DataLoader, which DeepSpeed does not restore); for --as deepspeed")
+      ->check(CLI::IsMember({"hf", "plain"}));
+  import_ds->add_option("--ended-by", import_options.ended_by,
+                        "How the first run ended: power-loss (unsynced data lost; default) or kill (the job died, the "
+                        "machine stayed up)")
+      ->check(CLI::IsMember({"power-loss", "kill"}));
+  import_ds->add_option("--no-checkpoint", import_options.no_checkpoint,
+                        "When the crash came before any save returned: fresh-start (default: the restart trains from "
+                        "step 0) or refusal (it must refuse)")
+      ->check(CLI::IsMember({"fresh-start", "refusal"}));
+  import_ds->add_option("--resume-tag", import_options.resume_tag, "The tag the restart asks for (default latest)");
+  import_ds->add_option("--load-optimizer-states", import_options.load_optimizer_states,
+                        "The restart's load_optimizer_states (true|false)");
+  import_ds->add_option("--load-lr-scheduler-states", import_options.load_lr_scheduler_states,
+                        "The restart's load_lr_scheduler_states (true|false)");
+  import_ds->add_flag("--load-module-only", import_options.load_module_only, "The restart loads the module only");
+  import_ds->add_option("--resume-config", import_options.resume_config_path,
+                        "The DeepSpeed config of the restart, when the user changed it between the runs");
+  import_ds->add_option("--delete-tag", import_options.delete_tag,
+                        "The operator deleted the newest (or the previous) tag before the restart")
+      ->check(CLI::IsMember({"newest", "previous"}));
+  import_ds->add_option("-o,--output", import_output, "Write the scenario here (default: standard output)");
+}
+
+std::optional<int> run_scenario_commands(ScenarioCommands& commands, const char* program_path) {
+  if (commands.run->parsed()) return run_scenarios_command(commands.run_flags);
+  if (commands.suite->parsed()) {
+    // The library that came with this binary, found from its own location (tools/install_paths.h).
+    if (commands.suite_directory->count() == 0) {
+      Result<std::string> shipped = shipped_scenario_library(program_path);
+      if (!shipped.ok()) {
+        std::fprintf(stderr, "zerosim: suite: %s\n", shipped.status().message().c_str());
+        return 2;
+      }
+      commands.suite_flags.suite_directory = *shipped;
+    }
+    return run_scenarios_command(commands.suite_flags);
+  }
+  if (commands.replay->parsed()) {
+    commands.replay_flags.scenario_paths = {commands.replay_path};
+    return run_scenarios_command(commands.replay_flags);
+  }
+  if (commands.fuzz->parsed()) return run_fuzz_command(commands.fuzz_flags);
+  if (commands.import_ds->parsed()) return run_import_command(commands.import_options, commands.import_output);
+  return std::nullopt;
 }
 
 }  // namespace zerosim

@@ -19,7 +19,10 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
+
+#include "scenarios/import_ds.h"
 
 namespace zerosim {
 
@@ -61,8 +64,26 @@ int run_scenarios_command(const RunFlags& flags);
 struct SuiteReport;
 int finish_report(const ReportFlags& flags, const SuiteReport& report, const nlohmann::json& extra = {});
 // zerosim import-ds: prints the scenario (or writes it to `output_path`); exit 2 on bad input.
-struct ImportOptions;
 int run_import_command(const ImportOptions& options, const std::string& output_path);
 int run_fuzz_command(const FuzzFlags& flags);
+
+// The scenario subcommands (run, suite, replay, fuzz, import-ds), as TrainCommands: the flags
+// live in main() from parse to run.
+struct ScenarioCommands {
+  RunFlags run_flags, suite_flags, replay_flags;
+  std::string replay_path;
+  FuzzFlags fuzz_flags;
+  ImportOptions import_options;
+  std::string import_output;
+  CLI::App* run = nullptr;
+  CLI::App* suite = nullptr;
+  CLI::Option* suite_directory = nullptr;
+  CLI::App* replay = nullptr;
+  CLI::App* fuzz = nullptr;
+  CLI::App* import_ds = nullptr;
+};
+void add_scenario_commands(CLI::App& app, ScenarioCommands& commands);
+// `program_path` (argv[0]) finds the library shipped with this binary, for `suite` without DIR.
+std::optional<int> run_scenario_commands(ScenarioCommands& commands, const char* program_path);
 
 }  // namespace zerosim

@@ -626,4 +626,99 @@ int run_train_command(const TrainFlags& flags) {
   return exit_code;
 }
 
+void add_train_commands(CLI::App& app, TrainCommands& commands) {
+  TrainFlags& train_flags = commands.train_flags;
+  CLI::App* train = app.add_subcommand("train", "Run the ZeRO-3 core for K steps and print the per-step table");
+  commands.train = train;
+  add_config_flags(*train, train_flags.config, /*config_is_positional=*/false);
+  train->add_option("--steps", train_flags.steps, "Optimizer steps to run")->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  train_flags.seed_option = train->add_option("--seed", train_flags.seed, "Seed of parameters, data and shuffling");
+  train_flags.model_option =
+      train->add_option("--model", train_flags.model_text,
+                        "MLP layer widths (input,hidden...,classes) or a GPT-2-style transformer "
+                        "gpt:layers=L,embd=E,heads=H,vocab=V,block=B");
+  train->add_option("--save-dir", train_flags.save_directory,
+                    "Save checkpoints here (<dir>/global_step<N>, and <dir>/latest): at the end, and with --save-every");
+  train->add_flag("--save-on-signal", train_flags.save_on_signal,
+                  "On SIGTERM or SIGINT, save the step that finishes into --save-dir before exiting (without it, "
+                  "the run stops after that step unsaved); a second signal exits at once")
+      ->needs(train->get_option("--save-dir"));
+  train->add_option("--freeze", train_flags.frozen_parameters,
+                    "Freeze this parameter (repeatable; e.g. layers.0.weight): no gradient, no optimizer state, "
+                    "never updated, as requires_grad=False; a checkpoint holds its value alone. With --resume, the "
+                    "checkpoint's frozen set unless --freeze is given");
+  train->add_flag("--exclude-frozen-parameters", train_flags.exclude_frozen_parameters,
+                  "Saves leave the frozen parameters' values out, as DeepSpeed's "
+                  "save_checkpoint(exclude_frozen_parameters=True); a resume takes them from the model it builds")
+      ->needs(train->get_option("--save-dir"));
+  train->add_option("--defect", train_flags.defect_names,
+                    "Switch a named defect on in this run (repeatable; zerosim defects lists them): a planted bug for "
+                    "zerosim exec to find in a real process");
+  train->add_option("--save-every", train_flags.save_every_steps, "Save every S steps (needs --save-dir)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  train->add_option("--resume", train_flags.resume_directory,
+                    "Resume from this checkpoint directory's latest tag and continue to --steps (model, seed, "
+                    "dataset size and global batch default to the checkpoint's)");
+  CLI::Option* resume_option = train->get_option("--resume");
+  train->add_option("--load-optimizer-states", train_flags.load_optimizer_states,
+                    "With --resume: false loads the parameters, counters and scheduler and starts a fresh optimizer "
+                    "(moments, Adam's step count, loss scaler, lr), as DeepSpeed's load_optimizer_states=False")
+      ->needs(resume_option);
+  train->add_option("--load-lr-scheduler-states", train_flags.load_lr_scheduler_states,
+                    "With --resume: false starts the LR schedule fresh (the first update keeps the checkpoint's lr), "
+                    "as DeepSpeed's load_lr_scheduler_states=False")
+      ->needs(resume_option);
+  train->add_flag("--fallback-on-invalid", train_flags.fallback_on_invalid,
+                  "With --resume: pass over a committed checkpoint that fails validation (a flipped counter, a "
+                  "broken seal) and load the newest complete older one, with a warning naming it; without it, "
+                  "such a checkpoint is an error (exit 2)")
+      ->needs(resume_option);
+  CLI::Option* module_only_flag =
+      train->add_flag("--load-module-only", train_flags.load_module_only,
+                      "With --resume: load only the parameters; optimizer, loss scaler, scheduler, counters and data "
+                      "position start fresh (the run counts --steps from 0), as DeepSpeed's load_module_only=True")
+          ->needs(resume_option);
+  module_only_flag->excludes(train->get_option("--load-optimizer-states"))
+      ->excludes(train->get_option("--load-lr-scheduler-states"));
+  train_flags.dataset_size_option = train->add_option("--dataset-size", train_flags.dataset_size, "Samples in the synthetic dataset")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  train_flags.token_file_option =
+      train->add_option("--dataset", train_flags.token_file,
+                        "Transformer only: a nanoGPT-style file of little-endian uint16 tokens (train.bin); samples "
+                        "are its windows of block tokens (default: a synthetic token stream)")
+          ->excludes(train_flags.dataset_size_option);
+  train->add_option("--run-id", train_flags.run_id,
+                    "Name of this run's swap directory under nvme_path (default: a digest of the run's settings)");
+  train->add_flag("--json", train_flags.json, "Print one JSON object: steps, state_digest, component_digests");
+  add_device_flag(*train, train_flags.device);
+  train->add_option("--rendezvous", train_flags.rendezvous_path,
+                    "Run as one rank of several processes (one GPU each; rank, world size and GPU from the "
+                    "launcher's RANK/WORLD_SIZE/LOCAL_RANK, OMPI_COMM_WORLD_*, or SLURM_*), NCCL between them, "
+                    "the NCCL id passed through FILE on a path every process sees (must not exist at start)");
+  CLI::Option* mpi_flag = train->add_flag(
+      "--mpi", train_flags.mpi,
+      "Run as one rank of an MPI job (mpirun -n N, or srun with MPI): rank, world size and GPU (the rank on "
+      "its host) from MPI, which only shares the NCCL id; NCCL between the processes. A rank that fails stops "
+      "the job (MPI_Abort)");
+  mpi_flag->excludes(train->get_option("--rendezvous"));
+  train->add_option("--export-run", train_flags.export_directory,
+                    "After the run, write its settings, initial weights, batches, per-step records and final state "
+                    "into this new or empty directory, for a reference implementation (scripts/torch_reference/)")
+      ->excludes(train->get_option("--resume"))
+      ->excludes(train->get_option("--rendezvous"))
+      ->excludes(mpi_flag);
+  train_flags.world_size_option = train->get_option("--world-size");
+
+  CLI::App* config = app.add_subcommand("config", "Inspect DeepSpeed configs");
+  config->require_subcommand(1);
+  commands.check = config->add_subcommand("check", "Resolve a DeepSpeed config: exit 0 and print it, or exit 2 with the error");
+  add_config_flags(*commands.check, commands.check_flags, /*config_is_positional=*/true);
+}
+
+std::optional<int> run_train_commands(const TrainCommands& commands) {
+  if (commands.train->parsed()) return run_train_command(commands.train_flags);
+  if (commands.check->parsed()) return run_config_check_command(commands.check_flags);
+  return std::nullopt;
+}
+
 }  // namespace zerosim

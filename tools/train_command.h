@@ -1,4 +1,4 @@
-// The `zerosim train` and `zerosim config check` commands (the CLI contract of README.md).
+// The `zerosim train` and `zerosim config check` commands (the CLI contract of docs/cli.md).
 #pragma once
 
 #include <optional>
@@ -106,5 +106,18 @@ struct LaunchedRank {
 Result<LaunchedRank> launched_rank_from_environment();
 int run_config_check_command(const ConfigFlags& flags);
 int exit_code_for(const Status& status);
+
+// The `train` and `config check` subcommands: the flags CLI11 parses into, and the subcommands,
+// to tell which one ran. CLI11 keeps references to the flags, so this lives in main() from
+// parse to run.
+struct TrainCommands {
+  TrainFlags train_flags;
+  ConfigFlags check_flags;
+  CLI::App* train = nullptr;
+  CLI::App* check = nullptr;
+};
+void add_train_commands(CLI::App& app, TrainCommands& commands);
+// The exit code of the one that ran; nullopt when neither did.
+std::optional<int> run_train_commands(const TrainCommands& commands);
 
 }  // namespace zerosim
