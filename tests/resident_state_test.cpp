@@ -473,5 +473,36 @@ TEST(ResidentState, OffloadedParametersAndFrozenParametersKeepThePartitionsOnThe
   }
 }
 
+// A load that freezes a parameter the run trained (the restart's frozen set): from there on the
+// host path steps (the backend's resident path steps every parameter), so the engine takes the
+// partitions back and builds the host's gradient storage again, which it let go while the
+// backend held the gradients. With the optimizer in memory, on the CPU and on NVMe: the host
+// run's bits, and the backend held the partitions before the load.
+TEST(ResidentState, ALoadThatFreezesAParameterMovesTheRunBackToTheHostPath) {
+  const Case test{ModelSpec{{64, 256, 128, 10}}, Precision::kBf16, 2};
+  for (OffloadDevice device : {OffloadDevice::kNone, OffloadDevice::kCpu, OffloadDevice::kNvme}) {
+    SCOPED_TRACE(std::string("optimizer offload ") + offload_device_name(device));
+    TestDirectory directory;
+    ProtocolCounts counts;
+    TrainingOptions on_host = options_for(test);
+    on_host.digest_every_step = true;
+    on_host.config.zero.offload_optimizer.device = device;
+    if (device == OffloadDevice::kNvme) {
+      on_host.config.zero.offload_optimizer.nvme_path = directory.path() + "/swap";
+      on_host.config.zero.offload_optimizer.buffer_count = 9;
+    }
+    TrainingOptions resident = on_host;
+    resident.compute = resident_cpu(counts);
+    CheckpointPlan freezing;
+    CheckpointLoadOptions fresh_optimizer;
+    fresh_optimizer.optimizer_states = false;
+    freezing.modelled_loads = {{2, fresh_optimizer, std::vector<std::string>{"layers.0.bias"}, {}}};
+    std::optional<TrainingRun> run = expect_the_host_runs_bits(on_host, freezing, resident, freezing, 5,
+                                                               "layers.0.bias frozen by a load after step 2");
+    ASSERT_TRUE(run);
+    EXPECT_EQ(counts.adopts.load(), test.world_size);  // before the load, not after
+  }
+}
+
 }  // namespace
 }  // namespace zerosim

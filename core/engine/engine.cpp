@@ -300,13 +300,9 @@ Status RankEngine::prepare_storage() {
     swap_options.pipeline_read = pipeline_read_;
     swap_options.pipeline_write = pipeline_write;
     ZEROSIM_ASSIGN_OR_RETURN(swapper_, OptimizerSwapper::create(*env_.disk, swap_options, &swap_engine_note_));
-    // As ZeRO-Infinity does, the fp32 gradient partitions go to NVMe with the optimizer state,
-    // so host memory does not grow with the model.
-    ZEROSIM_ASSIGN_OR_RETURN(gradient_swapper_, make_partition_swapper(offload.nvme_path, DType::kFp32,
-                                                                       SwapTensorKind::kGradients, offload.pin_memory,
-                                                                       nullptr));
+    ZEROSIM_RETURN_IF_ERROR(prepare_gradient_storage());
   } else {
-    gradient_partition_.assign_zeros(flat);
+    ZEROSIM_RETURN_IF_ERROR(prepare_gradient_storage());
     // "cpu" and no offload both keep the state in host memory: on CPU ranks they are the same.
     master_.assign_zeros(flat);
     exp_avg_.assign_zeros(flat);
@@ -345,6 +341,20 @@ Status RankEngine::prepare_storage() {
   resident_adopted_ = false;
   resident_used_ = false;
   host_state_stale_ = false;
+  return Status();
+}
+
+Status RankEngine::prepare_gradient_storage() {
+  const OffloadConfig& offload = options_.config.zero.offload_optimizer;
+  if (offload.device == OffloadDevice::kNvme) {
+    // As ZeRO-Infinity does, the fp32 gradient partitions go to NVMe with the optimizer state,
+    // so host memory does not grow with the model.
+    ZEROSIM_ASSIGN_OR_RETURN(gradient_swapper_, make_partition_swapper(offload.nvme_path, DType::kFp32,
+                                                                       SwapTensorKind::kGradients, offload.pin_memory,
+                                                                       nullptr));
+  } else {
+    gradient_partition_.assign_zeros(static_cast<size_t>(layout_.flat_element_count));
+  }
   return Status();
 }
 

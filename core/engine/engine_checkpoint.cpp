@@ -728,8 +728,11 @@ Status RankEngine::reset_as_loaded(const CheckpointLoadOptions& load, const std:
     options_.frozen_parameters = *frozen_now;
     trainable_runs_by_group_.clear();
     for (const SubGroup& group : layout_.sub_groups) trainable_runs_by_group_.push_back(trainable_runs(group));
-    // The resident path steps every parameter (compute_backend.h): with one frozen, the host's.
+    // The resident path steps every parameter (compute_backend.h): with one frozen, the host's,
+    // for the rest of the run. The host's gradient storage was let go when the backend took the
+    // gradients: built again.
     if (std::any_of(parameters_.begin(), parameters_.end(), [](const ParameterInfo& p) { return !p.requires_grad; })) {
+      if (resident_ != nullptr && resident_used_) ZEROSIM_RETURN_IF_ERROR(prepare_gradient_storage());
       resident_ = nullptr;
     }
   }
