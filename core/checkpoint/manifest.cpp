@@ -251,22 +251,11 @@ Result<Precision> parse_precision(const std::string& text, const ManifestReader&
 
 }  // namespace
 
-Result<CheckpointManifest> manifest_from_json(const json& document, const std::string& path) {
-  const ManifestReader reader(path);
-  if (!document.is_object()) return reader.error("(document)", "expected a JSON object");
-  CheckpointManifest manifest;
-  // Every key is one a writer of this format puts there: another is a damaged name (the key it
-  // stood for is then missing, or it was the optional seal), never something to ignore.
-  static constexpr std::string_view kTopLevelKeys[] = {
-      "format", "format_version", "zerosim_version", "tag", "config", "config_hash", "model", "data", "seed",
-      "precision", "optimizer", "train_batch_size", "micro_batch_size", "layout", "counters", "scheduler",
-      "loss_scaler", "rng", "data_position", "shards", "buffers", kManifestChecksumKey};
-  for (const auto& [key, value] : document.items()) {
-    if (std::find(std::begin(kTopLevelKeys), std::end(kTopLevelKeys), key) == std::end(kTopLevelKeys)) {
-      return data_loss(path + ": " + key + ": unknown key (no writer of format version " +
-                       std::to_string(kCheckpointFormatVersion) + " writes it: a damaged manifest?)");
-    }
-  }
+namespace {
+
+// format, format_version, zerosim_version, tag, and the config with its hash.
+Status read_identity(const json& document, const ManifestReader& reader, const std::string& path,
+                     CheckpointManifest& manifest) {
   ZEROSIM_ASSIGN_OR_RETURN(std::string format, reader.text(document, "", "format"));
   if (format != kCheckpointFormatName) {
     return reader.error("format", std::string("expected '") + kCheckpointFormatName + "', found '" + format + "'");
@@ -288,7 +277,12 @@ Result<CheckpointManifest> manifest_from_json(const json& document, const std::s
     return reader.error("config_hash", "expected " + xxh3_128_hex(manifest.config.dump()) + " (the hash of config), found " +
                                            manifest.config_hash);
   }
+  return Status();
+}
 
+// The model the checkpoint was saved from (an MLP's widths, or a transformer's shape).
+Status read_model(const json& document, const ManifestReader& reader, const std::string& path,
+                  CheckpointManifest& manifest) {
   ZEROSIM_ASSIGN_OR_RETURN(const json* model, reader.object(document, "", "model"));
   if (model->contains("gpt")) {
     if (manifest.format_version < kCheckpointFormatVersionWithTransformer) {
@@ -321,6 +315,12 @@ Result<CheckpointManifest> manifest_from_json(const json& document, const std::s
     Status model_valid = validate_model_spec(manifest.model);
     if (!model_valid.ok()) return reader.error("model.layer_widths", model_valid.message());
   }
+  return Status();
+}
+
+// The dataset: its shape and seed, and a token file with its digest when it has one.
+Status read_data(const json& document, const ManifestReader& reader, const std::string& path,
+                 CheckpointManifest& manifest) {
   ZEROSIM_ASSIGN_OR_RETURN(const json* data, reader.object(document, "", "data"));
   ZEROSIM_ASSIGN_OR_RETURN(manifest.data.sample_count, reader.integer(*data, "data", "sample_count", 1));
   ZEROSIM_ASSIGN_OR_RETURN(manifest.data.feature_count, reader.integer(*data, "data", "feature_count", 1));
@@ -341,6 +341,12 @@ Result<CheckpointManifest> manifest_from_json(const json& document, const std::s
                                                           manifest.data.token_file_xxh3_128 + "'");
     }
   }
+  return Status();
+}
+
+// The run's settings a load checks against its own: seed, precision, optimizer, batch.
+Status read_run_settings(const json& document, const ManifestReader& reader, const std::string& path,
+                         CheckpointManifest& manifest) {
   ZEROSIM_ASSIGN_OR_RETURN(manifest.seed, reader.unsigned_integer(document, "", "seed"));
   ZEROSIM_ASSIGN_OR_RETURN(std::string precision, reader.text(document, "", "precision"));
   ZEROSIM_ASSIGN_OR_RETURN(manifest.precision, parse_precision(precision, reader));
@@ -349,7 +355,12 @@ Result<CheckpointManifest> manifest_from_json(const json& document, const std::s
   ZEROSIM_ASSIGN_OR_RETURN(manifest.adam_w_mode, reader.boolean(*optimizer, "optimizer", "adam_w_mode"));
   ZEROSIM_ASSIGN_OR_RETURN(manifest.train_batch_size, reader.integer(document, "", "train_batch_size", 1));
   ZEROSIM_ASSIGN_OR_RETURN(manifest.micro_batch_size, reader.integer(document, "", "micro_batch_size", 1));
+  return Status();
+}
 
+// The model's persistent buffers, each once, in the model's order, with the model's shape.
+Status read_buffers(const json& document, const ManifestReader& reader, const std::string& path,
+                    CheckpointManifest& manifest) {
   if (document.contains("buffers")) {
     // Persistent buffers of the model, each once, with the model's shape; which of the model's
     // persistent buffers a load needs is the engine's to decide (it refuses a missing one).
@@ -381,6 +392,12 @@ Result<CheckpointManifest> manifest_from_json(const json& document, const std::s
       manifest.buffers.push_back(*known);
     }
   }
+  return Status();
+}
+
+// The partition layout: world size, sub-group size, and every parameter of the model in order.
+Status read_layout(const json& document, const ManifestReader& reader, const std::string& path,
+                   CheckpointManifest& manifest) {
   ZEROSIM_ASSIGN_OR_RETURN(const json* layout, reader.object(document, "", "layout"));
   ZEROSIM_ASSIGN_OR_RETURN(int64_t world_size, reader.integer(*layout, "layout", "world_size", 1));
   if (world_size > 4096) return reader.error("layout.world_size", "expected <= 4096, found " + std::to_string(world_size));
@@ -432,7 +449,12 @@ Result<CheckpointManifest> manifest_from_json(const json& document, const std::s
     }
     manifest.parameters.push_back(std::move(parameter));
   }
+  return Status();
+}
 
+// The counters, consistent with each other.
+Status read_counters(const json& document, const ManifestReader& reader, const std::string& path,
+                     CheckpointManifest& manifest) {
   ZEROSIM_ASSIGN_OR_RETURN(const json* counters, reader.object(document, "", "counters"));
   ZEROSIM_ASSIGN_OR_RETURN(manifest.global_steps, reader.integer(*counters, "counters", "global_steps", 0));
   ZEROSIM_ASSIGN_OR_RETURN(manifest.skipped_steps, reader.integer(*counters, "counters", "skipped_steps", 0));
@@ -449,6 +471,12 @@ Result<CheckpointManifest> manifest_from_json(const json& document, const std::s
                                         " - skipped_steps " + std::to_string(manifest.skipped_steps) +
                                         " - steps_before_optimizer " + std::to_string(manifest.steps_before_optimizer));
   }
+  return Status();
+}
+
+// The scheduler, the loss scaler, the shuffling RNG and the data position.
+Status read_scalar_state(const json& document, const ManifestReader& reader, const std::string& path,
+                         CheckpointManifest& manifest) {
   ZEROSIM_ASSIGN_OR_RETURN(const json* scheduler, reader.object(document, "", "scheduler"));
   ZEROSIM_ASSIGN_OR_RETURN(manifest.scheduler_last_batch_iteration,
                            reader.integer(*scheduler, "scheduler", "last_batch_iteration", -1));
@@ -473,7 +501,12 @@ Result<CheckpointManifest> manifest_from_json(const json& document, const std::s
     return reader.error("data_position", "expected counters.global_samples " + std::to_string(manifest.global_samples) +
                                              ", found " + std::to_string(manifest.data_position));
   }
+  return Status();
+}
 
+// One shard per rank, in rank order, each named once, with its size and digest.
+Status read_shards(const json& document, const ManifestReader& reader, const std::string& path,
+                   CheckpointManifest& manifest) {
   ZEROSIM_ASSIGN_OR_RETURN(const json* shards, reader.field(document, "", "shards"));
   if (!shards->is_array() || shards->size() != static_cast<size_t>(manifest.world_size)) {
     return reader.error("shards", "expected a list of " + std::to_string(manifest.world_size) +
@@ -502,6 +535,35 @@ Result<CheckpointManifest> manifest_from_json(const json& document, const std::s
     }
     manifest.shards.push_back(std::move(shard));
   }
+  return Status();
+}
+}  // namespace
+
+Result<CheckpointManifest> manifest_from_json(const json& document, const std::string& path) {
+  const ManifestReader reader(path);
+  if (!document.is_object()) return reader.error("(document)", "expected a JSON object");
+  CheckpointManifest manifest;
+  // Every key is one a writer of this format puts there: another is a damaged name (the key it
+  // stood for is then missing, or it was the optional seal), never something to ignore.
+  static constexpr std::string_view kTopLevelKeys[] = {
+      "format", "format_version", "zerosim_version", "tag", "config", "config_hash", "model", "data", "seed",
+      "precision", "optimizer", "train_batch_size", "micro_batch_size", "layout", "counters", "scheduler",
+      "loss_scaler", "rng", "data_position", "shards", "buffers", kManifestChecksumKey};
+  for (const auto& [key, value] : document.items()) {
+    if (std::find(std::begin(kTopLevelKeys), std::end(kTopLevelKeys), key) == std::end(kTopLevelKeys)) {
+      return data_loss(path + ": " + key + ": unknown key (no writer of format version " +
+                       std::to_string(kCheckpointFormatVersion) + " writes it: a damaged manifest?)");
+    }
+  }
+  ZEROSIM_RETURN_IF_ERROR(read_identity(document, reader, path, manifest));
+  ZEROSIM_RETURN_IF_ERROR(read_model(document, reader, path, manifest));
+  ZEROSIM_RETURN_IF_ERROR(read_data(document, reader, path, manifest));
+  ZEROSIM_RETURN_IF_ERROR(read_run_settings(document, reader, path, manifest));
+  ZEROSIM_RETURN_IF_ERROR(read_buffers(document, reader, path, manifest));
+  ZEROSIM_RETURN_IF_ERROR(read_layout(document, reader, path, manifest));
+  ZEROSIM_RETURN_IF_ERROR(read_counters(document, reader, path, manifest));
+  ZEROSIM_RETURN_IF_ERROR(read_scalar_state(document, reader, path, manifest));
+  ZEROSIM_RETURN_IF_ERROR(read_shards(document, reader, path, manifest));
   return manifest;
 }
 
