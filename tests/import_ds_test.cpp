@@ -172,7 +172,9 @@ TEST(ImportDs, EveryImportableCorpusConfigFailsAsDeepSpeedWhereTheModelSaysState
     const Result<ScenarioVerdict> verdict = import_and_run(options);
     ASSERT_TRUE(verdict.ok()) << verdict.status().to_string();
     EXPECT_EQ(verdict->passed, !nvme_optimizer) << verdict->outcome << verdict->diagnosis;
-    if (nvme_optimizer) EXPECT_NE(verdict->diagnosis.find("after load (step 4)"), std::string::npos) << verdict->diagnosis;
+    if (nvme_optimizer) {
+      EXPECT_NE(verdict->diagnosis.find("after load (step 4)"), std::string::npos) << verdict->diagnosis;
+    }
     if (options.world_size == 1 || nvme_optimizer) continue;  // no fewer ranks; NVMe: not modelled
     options.resume_world_size = 1;
     const Result<ScenarioVerdict> elastic = import_and_run(options);
