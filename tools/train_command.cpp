@@ -319,12 +319,11 @@ class StopOnSignals {
   struct sigaction previous_term_ {}, previous_int_ {};
 };
 
-// The train command, as one process of a run or as one rank of a launch (`mpi` set for --mpi).
-int train(const TrainFlags& given_flags, const MpiLaunch* mpi) {
-  // First, so that a signal during the setup stops the run after its first step too.
-  const StopOnSignals stop_on_signals;
-  TrainFlags flags = given_flags;
-  std::optional<LaunchedRank> launched;
+// The launch (one process, or one rank of several: --mpi, --rendezvous) and the flags that only
+// make sense together, settled before anything is read: the world size from the launcher, the
+// checkpoint's settings on --resume. Returns the exit code of a refusal, already explained.
+std::optional<int> settle_launch_and_flags(const MpiLaunch* mpi, TrainFlags& flags,
+                                           std::optional<LaunchedRank>& launched) {
   if (mpi != nullptr) {
     launched = LaunchedRank{mpi->rank(), mpi->world_size(), mpi->local_rank(), mpi->local_world_size()};
   } else if (!flags.rendezvous_path.empty()) {
@@ -368,6 +367,63 @@ int train(const TrainFlags& given_flags, const MpiLaunch* mpi) {
                  "every parameter, so the export would not describe this run\n");
     return 2;
   }
+  return std::nullopt;
+}
+
+// The transformer's token file: scanned once (every token in the vocabulary, and the digest that
+// names its contents in the checkpoints), its path made absolute, its windows the dataset.
+std::optional<int> use_token_file(const TrainFlags& flags, const ModelSpec& model, TrainingOptions& options) {
+  if (!model.is_transformer()) {
+    std::fprintf(stderr, "zerosim: --dataset %s: token files are for a transformer (--model gpt:...); the MLP "
+                 "trains on synthetic samples\n", flags.token_file.c_str());
+    return 2;
+  }
+  // One pass over the whole file before training: every token in the vocabulary, and the
+  // digest that names its contents in the checkpoints (a resume compares it, not the path).
+  // The path is made absolute, so that a resume from another directory finds it.
+  std::error_code absolute_error;
+  const std::string path = std::filesystem::absolute(flags.token_file, absolute_error).lexically_normal().string();
+  const std::string origin = flags.resume_directory.empty() || (flags.token_file_option != nullptr &&
+                                                                flags.token_file_option->count() > 0)
+                                 ? "--dataset"
+                                 : "the checkpoint's token file";
+  RealEnv token_env;
+  Result<TokenFileSummary> summary =
+      TokenDataset::scan_file(absolute_error ? flags.token_file : path, model.gpt->vocab, *token_env.env().disk);
+  if (!summary.ok()) {
+    std::fprintf(stderr, "zerosim: %s: %s\n", origin.c_str(), summary.status().to_string().c_str());
+    return exit_code_for(summary.status());
+  }
+  const int64_t token_count = static_cast<int64_t>(summary->size_bytes / 2);
+  if (token_count < options.data.feature_count + 1) {
+    std::fprintf(stderr, "zerosim: %s: %s holds %lld tokens, fewer than one window of %lld + 1\n", origin.c_str(),
+                 path.c_str(), static_cast<long long>(token_count), static_cast<long long>(options.data.feature_count));
+    return 2;
+  }
+  options.data.token_file = absolute_error ? flags.token_file : path;
+  options.data.token_file_xxh3_128 = summary->xxh3_128;
+  options.data.sample_count = (token_count - 1) / options.data.feature_count;
+  return std::nullopt;
+}
+
+// --run-id, or by default a digest of everything that determines the run, so that a rerun of the
+// same command finds the same swap directory and another run does not.
+std::string run_id_for(const TrainFlags& flags, const TrainingOptions& options) {
+  if (!flags.run_id.empty()) return flags.run_id;
+  std::string identity = options.config.resolved.dump() + "|" + flags.model_text + "|" +
+                               std::to_string(flags.seed) + "|" + std::to_string(options.world_size) + "|" +
+                               std::to_string(flags.dataset_size) +
+                               (flags.token_file.empty() ? "" : "|" + flags.token_file);
+  for (const std::string& name : flags.frozen_parameters) identity += "|frozen:" + name;
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "run-%016llx",
+                static_cast<unsigned long long>(XXH3_64bits(identity.data(), identity.size())));
+  return buffer;
+}
+
+// The run's options from the flags: the config (its warnings printed), the model, the device, the
+// data, the swap directory's name and this machine's memory. Returns the exit code of a refusal.
+std::optional<int> training_options_from(const TrainFlags& flags, TrainingOptions& options) {
   Result<ResolvedConfig> config = load_config(flags.config);
   if (!config.ok()) {
     std::fprintf(stderr, "zerosim: %s\n", config.status().to_string().c_str());
@@ -396,13 +452,11 @@ int train(const TrainFlags& given_flags, const MpiLaunch* mpi) {
     std::fprintf(stderr, "zerosim: note: zero_optimization.stage is %lld; zerosim partitions as stage 3 "
                  "(the results are the same bits)\n", static_cast<long long>(config->zero.stage));
   }
-
   Result<ComputeDevice> compute = compute_device_named(flags.device);
   if (!compute.ok()) {
     std::fprintf(stderr, "zerosim: %s\n", compute.status().to_string().c_str());
     return exit_code_for(compute.status());
   }
-  TrainingOptions options;
   options.compute = std::move(compute).value();
   options.config = std::move(config).value();
   options.model = *model;
@@ -411,61 +465,21 @@ int train(const TrainFlags& given_flags, const MpiLaunch* mpi) {
   options.world_size = static_cast<int>(flags.config.settings.world_size);
   options.data = dataset_for_model(*model, flags.dataset_size, flags.seed);
   if (!flags.token_file.empty()) {
-    if (!model->is_transformer()) {
-      std::fprintf(stderr, "zerosim: --dataset %s: token files are for a transformer (--model gpt:...); the MLP "
-                   "trains on synthetic samples\n", flags.token_file.c_str());
-      return 2;
-    }
-    // One pass over the whole file before training: every token in the vocabulary, and the
-    // digest that names its contents in the checkpoints (a resume compares it, not the path).
-    // The path is made absolute, so that a resume from another directory finds it.
-    std::error_code absolute_error;
-    const std::string path = std::filesystem::absolute(flags.token_file, absolute_error).lexically_normal().string();
-    const std::string origin = flags.resume_directory.empty() || (flags.token_file_option != nullptr &&
-                                                                  flags.token_file_option->count() > 0)
-                                   ? "--dataset"
-                                   : "the checkpoint's token file";
-    RealEnv token_env;
-    Result<TokenFileSummary> summary =
-        TokenDataset::scan_file(absolute_error ? flags.token_file : path, model->gpt->vocab, *token_env.env().disk);
-    if (!summary.ok()) {
-      std::fprintf(stderr, "zerosim: %s: %s\n", origin.c_str(), summary.status().to_string().c_str());
-      return exit_code_for(summary.status());
-    }
-    const int64_t token_count = static_cast<int64_t>(summary->size_bytes / 2);
-    if (token_count < options.data.feature_count + 1) {
-      std::fprintf(stderr, "zerosim: %s: %s holds %lld tokens, fewer than one window of %lld + 1\n", origin.c_str(),
-                   path.c_str(), static_cast<long long>(token_count), static_cast<long long>(options.data.feature_count));
-      return 2;
-    }
-    options.data.token_file = absolute_error ? flags.token_file : path;
-    options.data.token_file_xxh3_128 = summary->xxh3_128;
-    options.data.sample_count = (token_count - 1) / options.data.feature_count;
+    if (const std::optional<int> refused = use_token_file(flags, *model, options)) return refused;
   }
-  if (!flags.run_id.empty()) {
-    options.run_id = flags.run_id;
-  } else {
-    // Default: a digest of everything that determines the run, so a rerun of the same command
-    // finds the same directory and another run does not.
-    std::string identity = options.config.resolved.dump() + "|" + flags.model_text + "|" +
-                                 std::to_string(flags.seed) + "|" + std::to_string(options.world_size) + "|" +
-                                 std::to_string(flags.dataset_size) +
-                                 (flags.token_file.empty() ? "" : "|" + flags.token_file);
-    for (const std::string& name : flags.frozen_parameters) identity += "|frozen:" + name;
-    char buffer[32];
-    std::snprintf(buffer, sizeof buffer, "run-%016llx",
-                  static_cast<unsigned long long>(XXH3_64bits(identity.data(), identity.size())));
-    options.run_id = buffer;
-  }
+  options.run_id = run_id_for(flags, options);
 
   // Refuse up front what cannot fit this machine's memory (the estimate is in the error).
   const long pages = ::sysconf(_SC_PHYS_PAGES);
   const long page_size = ::sysconf(_SC_PAGESIZE);
   if (pages > 0 && page_size > 0) options.memory_limit_bytes = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size);
+  return std::nullopt;
+}
 
-  // An export needs the state at the last step (tools/export_run.h).
-  if (!flags.export_directory.empty()) options.capture_state_at_step = flags.steps;
-
+// Saves and the resume from the flags; a signal handler, when installed, stops the run after a
+// step (and saves it with --save-on-signal); with ZEROSIM_STATE_LOG set, `zerosim exec`'s state
+// log gets one line per step, after its save.
+CheckpointPlan checkpoint_plan_from(const TrainFlags& flags, bool stop_handler_installed) {
   CheckpointPlan checkpoints;
   checkpoints.save_directory = flags.save_directory;
   checkpoints.save_every_steps = flags.save_every_steps;
@@ -475,17 +489,8 @@ int train(const TrainFlags& given_flags, const MpiLaunch* mpi) {
   checkpoints.resume_load.lr_scheduler_states = flags.load_lr_scheduler_states;
   checkpoints.resume_load.module_only = flags.load_module_only;
   checkpoints.resume_load.fallback_on_invalid = flags.fallback_on_invalid;
-  if (stop_on_signals.installed()) checkpoints.stop_requested = &stop_requested;
+  if (stop_handler_installed) checkpoints.stop_requested = &stop_requested;
   checkpoints.save_on_stop = flags.save_on_signal;
-  DefectSet defects;
-  for (const std::string& name : flags.defect_names) {
-    const std::optional<Defect> defect = defect_from_name(name);
-    if (!defect) {
-      std::fprintf(stderr, "zerosim: --defect %s: unknown defect (zerosim defects lists them)\n", name.c_str());
-      return 2;
-    }
-    defects.enable(*defect);
-  }
   // zerosim exec's state log (scenarios/exec_harness.h): one line per step, after its save.
   const char* state_log_path = std::getenv("ZEROSIM_STATE_LOG");
   if (state_log_path != nullptr && state_log_path[0] != '\0') {
@@ -504,37 +509,132 @@ int train(const TrainFlags& given_flags, const MpiLaunch* mpi) {
       log << line.dump() << "\n";
     };
   }
-  RealEnv real_env;
-  auto train = [&]() -> Result<TrainingRun> {
-    if (!launched) {
-      Env env = real_env.env();
-      env.cpus_per_rank = cpus_per_rank_on_host(options.world_size);  // the ranks are this process's threads
-      if (!flags.defect_names.empty()) env.defects = &defects;
-      return run_training(options, flags.steps, env, checkpoints);
+  return checkpoints;
+}
+
+// The --defect names, switched on in this run. Returns the exit code of a refusal.
+std::optional<int> defects_from(const TrainFlags& flags, DefectSet& defects) {
+  for (const std::string& name : flags.defect_names) {
+    const std::optional<Defect> defect = defect_from_name(name);
+    if (!defect) {
+      std::fprintf(stderr, "zerosim: --defect %s: unknown defect (zerosim defects lists them)\n", name.c_str());
+      return 2;
     }
-    // One rank of several processes: NCCL between the processes, staged through this rank's
-    // GPU (the partitions live in host memory); a second communicator for async saves.
+    defects.enable(*defect);
+  }
+  return std::nullopt;
+}
+
+// The run: W ranks on this process's threads, or this process as one rank of a launch (NCCL
+// between the processes, staged through this rank's GPU; a second communicator for async saves).
+Result<TrainingRun> run_ranks(const TrainFlags& flags, const TrainingOptions& options, const CheckpointPlan& checkpoints,
+                              const DefectSet& defects, const std::optional<LaunchedRank>& launched,
+                              const MpiLaunch* mpi, RealEnv& real_env) {
+  if (!launched) {
     Env env = real_env.env();
-    env.cpus_per_rank = cpus_per_rank_on_host(launched->local_world_size);  // 0 when the launcher does not say
-    auto connect = [&](const std::string& path) -> Result<std::unique_ptr<Comm>> {
-      std::unique_ptr<Comm> device_comm;
-      if (mpi != nullptr) {
-        const NcclIdShare share = [mpi](const Status& prepared, std::span<const std::byte> id_on_rank0) {
-          return mpi->share_from_rank0(prepared, id_on_rank0);
-        };
-        ZEROSIM_ASSIGN_OR_RETURN(device_comm, create_nccl_process_comm(
-                                                  NcclProcess{launched->rank, launched->world_size, launched->local_rank}, share));
-      } else {
-        NcclRendezvous rendezvous{launched->rank, launched->world_size, launched->local_rank, path};
-        ZEROSIM_ASSIGN_OR_RETURN(device_comm, create_nccl_process_comm(rendezvous, *env.disk, *env.clock));
-      }
-      return make_host_staged_comm(std::move(device_comm), launched->local_rank);
-    };
-    ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<Comm> training_comm, connect(flags.rendezvous_path));
-    ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<Comm> checkpoint_comm, connect(flags.rendezvous_path + ".checkpoint"));
-    return run_training_rank(options, flags.steps, *training_comm, checkpoint_comm.get(), env, checkpoints);
+    env.cpus_per_rank = cpus_per_rank_on_host(options.world_size);  // the ranks are this process's threads
+    if (!flags.defect_names.empty()) env.defects = &defects;
+    return run_training(options, flags.steps, env, checkpoints);
+  }
+  // One rank of several processes: NCCL between the processes, staged through this rank's
+  // GPU (the partitions live in host memory); a second communicator for async saves.
+  Env env = real_env.env();
+  env.cpus_per_rank = cpus_per_rank_on_host(launched->local_world_size);  // 0 when the launcher does not say
+  auto connect = [&](const std::string& path) -> Result<std::unique_ptr<Comm>> {
+    std::unique_ptr<Comm> device_comm;
+    if (mpi != nullptr) {
+      const NcclIdShare share = [mpi](const Status& prepared, std::span<const std::byte> id_on_rank0) {
+        return mpi->share_from_rank0(prepared, id_on_rank0);
+      };
+      ZEROSIM_ASSIGN_OR_RETURN(device_comm, create_nccl_process_comm(
+                                                NcclProcess{launched->rank, launched->world_size, launched->local_rank}, share));
+    } else {
+      NcclRendezvous rendezvous{launched->rank, launched->world_size, launched->local_rank, path};
+      ZEROSIM_ASSIGN_OR_RETURN(device_comm, create_nccl_process_comm(rendezvous, *env.disk, *env.clock));
+    }
+    return make_host_staged_comm(std::move(device_comm), launched->local_rank);
   };
-  Result<TrainingRun> run = train();
+  ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<Comm> training_comm, connect(flags.rendezvous_path));
+  ZEROSIM_ASSIGN_OR_RETURN(std::unique_ptr<Comm> checkpoint_comm, connect(flags.rendezvous_path + ".checkpoint"));
+  return run_training_rank(options, flags.steps, *training_comm, checkpoint_comm.get(), env, checkpoints);
+}
+
+// What a run stopped by a signal says: where it stopped, and whether that step was saved.
+void print_stopped_run(const TrainFlags& flags, const TrainingRun& run) {
+  const int signal_number = stop_signal.load();
+  const int64_t stopped_at = run.steps.empty() ? 0 : run.steps.back().step;
+  std::string saved;
+  if (run.last_saved_step == stopped_at && !flags.save_directory.empty()) {
+    saved = "saved " + flags.save_directory + "/" + checkpoint_tag_for_step(stopped_at) + "; resume with --resume " +
+            flags.save_directory;
+  } else if (flags.save_directory.empty()) {
+    saved = "not saved (no --save-dir)";
+  } else {
+    saved = "not saved (--save-on-signal saves on a signal)" +
+            (run.last_saved_step >= 0 ? "; the last checkpoint is " + flags.save_directory + "/" +
+                                             checkpoint_tag_for_step(run.last_saved_step)
+                                       : std::string());
+  }
+  std::fprintf(stderr, "zerosim: %s: stopped after step %lld of %lld; %s\n",
+               signal_number == SIGINT ? "SIGINT" : signal_number == SIGTERM ? "SIGTERM" : "signal",
+               static_cast<long long>(stopped_at), static_cast<long long>(flags.steps), saved.c_str());
+}
+
+// The run's notes, then the steps and digests (a table, or one JSON object with --json).
+void print_run(const TrainFlags& flags, const TrainingOptions& options, const TrainingRun& run) {
+  for (const std::string& note : run.notes) {
+    // Checkpoint notes carry their own "note:" or "warning:".
+    const bool labelled = note.rfind("note:", 0) == 0 || note.rfind("warning:", 0) == 0;
+    std::fprintf(stderr, "zerosim: %s%s\n", labelled ? "" : "note: ", note.c_str());
+  }
+  if (flags.json) {
+    nlohmann::json output;
+    output["steps"] = nlohmann::json::array();
+    for (const StepRecord& step : run.steps) output["steps"].push_back(step_to_json(step));
+    output["state_digest"] = run.digests.state;
+    output["component_digests"] = {{"params", run.digests.params},       {"master", run.digests.master},
+                                   {"exp_avg", run.digests.exp_avg},     {"exp_avg_sq", run.digests.exp_avg_sq},
+                                   {"counters", run.digests.counters},   {"scheduler", run.digests.scheduler},
+                                   {"loss_scaler", run.digests.loss_scaler}, {"rng", run.digests.rng},
+                                   {"data", run.digests.data}};
+    if (!run.digests.buffers.empty()) output["component_digests"]["buffers"] = run.digests.buffers;
+    output["world_size"] = options.world_size;
+    output["device"] = options.compute.name;
+    output["precision"] = precision_name(options.config.precision);
+    output["model"] = flags.model_text;
+    std::printf("%s\n", output.dump(2).c_str());
+    return;
+  }
+  std::printf("zerosim train: model %s, world size %d on %s, %s, train_batch_size %lld = %lld x %lld x %d\n",
+              flags.model_text.c_str(), options.world_size, options.compute.name.c_str(),
+              precision_name(options.config.precision),
+              static_cast<long long>(options.config.train_batch_size),
+              static_cast<long long>(options.config.micro_batch_size),
+              static_cast<long long>(options.config.gradient_accumulation_steps), options.world_size);
+  std::printf("%6s  %10s  %12s  %10s  %12s  %s\n", "step", "loss", "lr", "loss_scale", "grad_norm", "skipped");
+  for (const StepRecord& step : run.steps) {
+    std::printf("%6lld  %10.6f  %12.6e  %10.0f  %12.6e  %s\n", static_cast<long long>(step.step), step.loss,
+                step.learning_rate, step.loss_scale, step.grad_norm, step.skipped ? "yes" : "no");
+  }
+  std::printf("state digest %s\n", run.digests.state.c_str());
+}
+
+// The train command, as one process of a run or as one rank of a launch (`mpi` set for --mpi).
+int train(const TrainFlags& given_flags, const MpiLaunch* mpi) {
+  // First, so that a signal during the setup stops the run after its first step too.
+  const StopOnSignals stop_on_signals;
+  TrainFlags flags = given_flags;
+  std::optional<LaunchedRank> launched;
+  if (const std::optional<int> refused = settle_launch_and_flags(mpi, flags, launched)) return *refused;
+  TrainingOptions options;
+  if (const std::optional<int> refused = training_options_from(flags, options)) return *refused;
+  // An export needs the state at the last step (tools/export_run.h).
+  if (!flags.export_directory.empty()) options.capture_state_at_step = flags.steps;
+  const CheckpointPlan checkpoints = checkpoint_plan_from(flags, stop_on_signals.installed());
+  DefectSet defects;
+  if (const std::optional<int> refused = defects_from(flags, defects)) return *refused;
+  RealEnv real_env;
+  Result<TrainingRun> run = run_ranks(flags, options, checkpoints, defects, launched, mpi, real_env);
   if (!run.ok()) {
     std::fprintf(stderr, "zerosim: training failed: %s\n", run.status().to_string().c_str());
     return exit_code_for(run.status());
@@ -542,25 +642,7 @@ int train(const TrainFlags& given_flags, const MpiLaunch* mpi) {
   // Stopped by a signal: the conventional exit status 128 + the signal's number.
   const int exit_code = run->stopped_early ? 128 + stop_signal.load() : 0;
   if (launched && launched->rank != 0) return exit_code;  // rank 0 reports the run
-  if (run->stopped_early) {
-    const int signal_number = stop_signal.load();
-    const int64_t stopped_at = run->steps.empty() ? 0 : run->steps.back().step;
-    std::string saved;
-    if (run->last_saved_step == stopped_at && !flags.save_directory.empty()) {
-      saved = "saved " + flags.save_directory + "/" + checkpoint_tag_for_step(stopped_at) + "; resume with --resume " +
-              flags.save_directory;
-    } else if (flags.save_directory.empty()) {
-      saved = "not saved (no --save-dir)";
-    } else {
-      saved = "not saved (--save-on-signal saves on a signal)" +
-              (run->last_saved_step >= 0 ? "; the last checkpoint is " + flags.save_directory + "/" +
-                                               checkpoint_tag_for_step(run->last_saved_step)
-                                         : std::string());
-    }
-    std::fprintf(stderr, "zerosim: %s: stopped after step %lld of %lld; %s\n",
-                 signal_number == SIGINT ? "SIGINT" : signal_number == SIGTERM ? "SIGTERM" : "signal",
-                 static_cast<long long>(stopped_at), static_cast<long long>(flags.steps), saved.c_str());
-  }
+  if (run->stopped_early) print_stopped_run(flags, *run);
   if (!flags.export_directory.empty()) {
     if (run->stopped_early) {
       std::fprintf(stderr, "zerosim: --export-run: not written, the run stopped before step %lld\n",
@@ -571,41 +653,7 @@ int train(const TrainFlags& given_flags, const MpiLaunch* mpi) {
       return exit_code_for(exported);
     }
   }
-  for (const std::string& note : run->notes) {
-    // Checkpoint notes carry their own "note:" or "warning:".
-    const bool labelled = note.rfind("note:", 0) == 0 || note.rfind("warning:", 0) == 0;
-    std::fprintf(stderr, "zerosim: %s%s\n", labelled ? "" : "note: ", note.c_str());
-  }
-  if (flags.json) {
-    nlohmann::json output;
-    output["steps"] = nlohmann::json::array();
-    for (const StepRecord& step : run->steps) output["steps"].push_back(step_to_json(step));
-    output["state_digest"] = run->digests.state;
-    output["component_digests"] = {{"params", run->digests.params},       {"master", run->digests.master},
-                                   {"exp_avg", run->digests.exp_avg},     {"exp_avg_sq", run->digests.exp_avg_sq},
-                                   {"counters", run->digests.counters},   {"scheduler", run->digests.scheduler},
-                                   {"loss_scaler", run->digests.loss_scaler}, {"rng", run->digests.rng},
-                                   {"data", run->digests.data}};
-    if (!run->digests.buffers.empty()) output["component_digests"]["buffers"] = run->digests.buffers;
-    output["world_size"] = options.world_size;
-    output["device"] = options.compute.name;
-    output["precision"] = precision_name(options.config.precision);
-    output["model"] = flags.model_text;
-    std::printf("%s\n", output.dump(2).c_str());
-    return exit_code;
-  }
-  std::printf("zerosim train: model %s, world size %d on %s, %s, train_batch_size %lld = %lld x %lld x %d\n",
-              flags.model_text.c_str(), options.world_size, options.compute.name.c_str(),
-              precision_name(options.config.precision),
-              static_cast<long long>(options.config.train_batch_size),
-              static_cast<long long>(options.config.micro_batch_size),
-              static_cast<long long>(options.config.gradient_accumulation_steps), options.world_size);
-  std::printf("%6s  %10s  %12s  %10s  %12s  %s\n", "step", "loss", "lr", "loss_scale", "grad_norm", "skipped");
-  for (const StepRecord& step : run->steps) {
-    std::printf("%6lld  %10.6f  %12.6e  %10.0f  %12.6e  %s\n", static_cast<long long>(step.step), step.loss,
-                step.learning_rate, step.loss_scale, step.grad_norm, step.skipped ? "yes" : "no");
-  }
-  std::printf("state digest %s\n", run->digests.state.c_str());
+  print_run(flags, options, *run);
   return exit_code;
 }
 
