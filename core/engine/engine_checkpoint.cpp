@@ -444,62 +444,18 @@ Status RankEngine::save_checkpoint(const std::string& checkpoint_directory, cons
   return Status();
 }
 
-Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_directory, const std::string& tag,
-                                              std::vector<std::string>* notes, const CheckpointLoadOptions& requested_load) {
-  env_.crash_points->hit("ckpt.load_begin", comm_.rank());
-  ZEROSIM_RETURN_IF_ERROR(prepare_storage());
+// The partition this run owns (any world size), fragment by fragment from whichever shards hold
+// it, one sub-group at a time, written where this run keeps it (memory, or the swap files through
+// one sub-group's buffers). Each shard this rank touches is read once, in order, and verified in
+// that pass; at the same world size that is exactly its own shard. `step`: the optimizer step the
+// swapped state is stored under.
+Status RankEngine::restore_partitions(const CheckpointManifest& manifest, CheckpointShardReader& reader,
+                                      const CheckpointLoadOptions& load, int64_t step) {
   const DefectSet* defects = env_.defects;
-  CheckpointLoadOptions load = requested_load;
-  if (defect_active(defects, Defect::kLoadOptimizerStatesIgnored)) load.optimizer_states = true;
-  if (defect_active(defects, Defect::kLoadLrSchedulerStatesIgnored)) load.lr_scheduler_states = true;
-  // Parameters only: the master is rebuilt from the 16-bit values (DeepSpeed's
-  // _restore_from_bit16_weights), the moments start at zero, Adam's step count at 0.
   const bool fresh_optimizer = load.fresh_optimizer();
   const bool weights_left_at_init = load.module_only && defect_active(defects, Defect::kModuleOnlyLoadsNoWeights);
-  const double fresh_learning_rate = scheduler_->current_lr();  // the optimizer's lr in a fresh engine
-  Disk& disk = *env_.disk;
-  std::string warning;
-  const std::string& requested_tag = defect_active(env_.defects, Defect::kRequestedTagIgnored) ? "latest" : tag;
-  // Every rank resolves, reads and judges the checkpoint itself, then the ranks agree before
-  // any collective of the load: each returns its own error, so the run reports the lowest
-  // rank's (the same in every run) rather than whichever rank aborted the others first.
-  std::string resolved_tag;
-  CheckpointManifest manifest;
-  ResumeCompatibility compatibility;
-  const Status judged = [&]() -> Status {
-    ZEROSIM_ASSIGN_OR_RETURN(resolved_tag,
-                             resolve_checkpoint_tag(disk, checkpoint_directory, requested_tag, &warning, &manifest,
-                                                    load.fallback_on_invalid));
-    if (manifest.world_size != comm_.world_size() && defect_active(defects, Defect::kOtherWorldSizeRefused)) {
-      return invalid_argument("The checkpoint being loaded used a DP world size of " + std::to_string(manifest.world_size) +
-                              " but the current world size is " + std::to_string(comm_.world_size()) +
-                              ". Automatic adjustment of ZeRO's optimizer state partitioning with a new world size is "
-                              "not currently supported. (DeepSpeed edaa722's refusal, engine.py:4627-4633)");
-    }
-    ZEROSIM_ASSIGN_OR_RETURN(
-        compatibility,
-        check_resume_compatibility(manifest,
-                                   {&options_.config, &options_.model, &options_.data, options_.seed, &parameters_,
-                                    /*loads_optimizer_state=*/!fresh_optimizer, /*loads_data_position=*/!load.module_only},
-                                   checkpoint_directory + "/" + resolved_tag + "/" + kManifestFileName));
-    return Status();
-  }();
-  ZEROSIM_RETURN_IF_ERROR(share_verdict_all(comm_, judged, "load checkpoint " + checkpoint_directory));
-  if (!warning.empty() && notes != nullptr) notes->push_back(warning);
-  const std::string tag_directory = checkpoint_directory + "/" + resolved_tag;
-  const std::string manifest_path = tag_directory + "/" + kManifestFileName;
-  if (notes != nullptr) notes->insert(notes->end(), compatibility.notes.begin(), compatibility.notes.end());
-
-  // The partition of this run (any world size) is read fragment by fragment from whichever
-  // shards hold it, one sub-group at a time, and written where this run keeps it.
-  // Each shard this rank touches is read once, in order, and verified in that pass (checked
-  // before the state is used): at the same world size that is exactly its own shard.
-  CheckpointShardReader reader(disk, tag_directory, manifest,
-                               checkpoint_read_options_from(options_, env_.cpus_per_rank));
   const int rank = comm_.rank();
   const size_t element_bytes = dtype_size_bytes(model_dtype_);
-  const int64_t step =
-      fresh_optimizer || defect_active(defects, Defect::kStepCounterNotRestored) ? 0 : manifest.optimizer_steps;
   const bool own_shard = manifest.world_size == comm_.world_size();
   // In memory, fragments are read straight into the flat partitions (padding stays zero from
   // prepare_storage); swapped state goes through one sub-group's buffers.
@@ -588,8 +544,16 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
     }
     env_.crash_points->hit("ckpt.load_sub_group_restored", comm_.rank());
   }
-  // The buffers: a derived one was built with the model (prepare_storage) and stays as built; a
-  // persistent one comes from the checkpoint, from this rank's own shard or one it opened.
+  return Status();
+}
+
+// The buffers: a derived one was built with the model (prepare_storage) and stays as built; a
+// persistent one comes from the checkpoint, from this rank's own shard or one it opened.
+Status RankEngine::restore_buffers(const CheckpointManifest& manifest, CheckpointShardReader& reader,
+                                   const std::string& manifest_path) {
+  const DefectSet* defects = env_.defects;
+  const int rank = comm_.rank();
+  const bool own_shard = manifest.world_size == comm_.world_size();
   int buffer_source = own_shard ? rank : 0;
   for (int source = 0; source < manifest.world_size && !own_shard; ++source) {
     if (reader.has_opened(source)) {
@@ -618,8 +582,16 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
                        "' is not in the checkpoint (its training state would start over)");
     }
   }
-  // At the same world size a rank verifies its own shard even when it read nothing from it
-  // (it owned no element and there are no buffers).
+  return Status();
+}
+
+// Every shard of the tag verified by some rank before the state is used: at the same world size
+// each rank its own, even one it read nothing from (it owned no element and there are no buffers);
+// at another, the shards nobody opened, round-robin, so that a damaged tag is never loaded.
+Status RankEngine::verify_every_shard(const CheckpointManifest& manifest, CheckpointShardReader& reader,
+                                      const std::string& tag_directory, std::vector<std::string>* notes) {
+  const int rank = comm_.rank();
+  const bool own_shard = manifest.world_size == comm_.world_size();
   if (own_shard && !reader.has_opened(rank)) ZEROSIM_RETURN_IF_ERROR(reader.verify_shard(rank));
   ZEROSIM_RETURN_IF_ERROR(reader.finish_in_order());
   if (notes != nullptr) {
@@ -641,7 +613,16 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
     }
     ZEROSIM_RETURN_IF_ERROR(share_verdict_all(comm_, verified, "verify the shards of " + tag_directory));
   }
+  return Status();
+}
 
+// The counters, the scheduler, the optimizer's lr, the loss scaler and the data position, as the
+// load options say; the data order is checked against the one the checkpoint recorded.
+Status RankEngine::restore_training_scalars(const CheckpointManifest& manifest, const CheckpointLoadOptions& load,
+                                            int64_t step, double fresh_learning_rate,
+                                            const std::string& manifest_path) {
+  const DefectSet* defects = env_.defects;
+  const bool fresh_optimizer = load.fresh_optimizer();
   loaded_checkpoint_step_ = manifest.global_steps;
   if (load.module_only) {
     counters_ = TrainingCounters{};  // a fresh run from the checkpoint's parameters
@@ -694,6 +675,62 @@ Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_dire
       sampler_.restart_epoch_count_at(counters_.global_samples / options_.data.sample_count);
     }
   }
+  return Status();
+}
+
+Status RankEngine::initialize_from_checkpoint(const std::string& checkpoint_directory, const std::string& tag,
+                                              std::vector<std::string>* notes, const CheckpointLoadOptions& requested_load) {
+  env_.crash_points->hit("ckpt.load_begin", comm_.rank());
+  ZEROSIM_RETURN_IF_ERROR(prepare_storage());
+  const DefectSet* defects = env_.defects;
+  CheckpointLoadOptions load = requested_load;
+  if (defect_active(defects, Defect::kLoadOptimizerStatesIgnored)) load.optimizer_states = true;
+  if (defect_active(defects, Defect::kLoadLrSchedulerStatesIgnored)) load.lr_scheduler_states = true;
+  // Parameters only: the master is rebuilt from the 16-bit values (DeepSpeed's
+  // _restore_from_bit16_weights), the moments start at zero, Adam's step count at 0.
+  const bool fresh_optimizer = load.fresh_optimizer();
+  const double fresh_learning_rate = scheduler_->current_lr();  // the optimizer's lr in a fresh engine
+  Disk& disk = *env_.disk;
+  std::string warning;
+  const std::string& requested_tag = defect_active(env_.defects, Defect::kRequestedTagIgnored) ? "latest" : tag;
+  // Every rank resolves, reads and judges the checkpoint itself, then the ranks agree before
+  // any collective of the load: each returns its own error, so the run reports the lowest
+  // rank's (the same in every run) rather than whichever rank aborted the others first.
+  std::string resolved_tag;
+  CheckpointManifest manifest;
+  ResumeCompatibility compatibility;
+  const Status judged = [&]() -> Status {
+    ZEROSIM_ASSIGN_OR_RETURN(resolved_tag,
+                             resolve_checkpoint_tag(disk, checkpoint_directory, requested_tag, &warning, &manifest,
+                                                    load.fallback_on_invalid));
+    if (manifest.world_size != comm_.world_size() && defect_active(defects, Defect::kOtherWorldSizeRefused)) {
+      return invalid_argument("The checkpoint being loaded used a DP world size of " + std::to_string(manifest.world_size) +
+                              " but the current world size is " + std::to_string(comm_.world_size()) +
+                              ". Automatic adjustment of ZeRO's optimizer state partitioning with a new world size is "
+                              "not currently supported. (DeepSpeed edaa722's refusal, engine.py:4627-4633)");
+    }
+    ZEROSIM_ASSIGN_OR_RETURN(
+        compatibility,
+        check_resume_compatibility(manifest,
+                                   {&options_.config, &options_.model, &options_.data, options_.seed, &parameters_,
+                                    /*loads_optimizer_state=*/!fresh_optimizer, /*loads_data_position=*/!load.module_only},
+                                   checkpoint_directory + "/" + resolved_tag + "/" + kManifestFileName));
+    return Status();
+  }();
+  ZEROSIM_RETURN_IF_ERROR(share_verdict_all(comm_, judged, "load checkpoint " + checkpoint_directory));
+  if (!warning.empty() && notes != nullptr) notes->push_back(warning);
+  const std::string tag_directory = checkpoint_directory + "/" + resolved_tag;
+  const std::string manifest_path = tag_directory + "/" + kManifestFileName;
+  if (notes != nullptr) notes->insert(notes->end(), compatibility.notes.begin(), compatibility.notes.end());
+
+  CheckpointShardReader reader(disk, tag_directory, manifest,
+                               checkpoint_read_options_from(options_, env_.cpus_per_rank));
+  const int64_t step =
+      fresh_optimizer || defect_active(defects, Defect::kStepCounterNotRestored) ? 0 : manifest.optimizer_steps;
+  ZEROSIM_RETURN_IF_ERROR(restore_partitions(manifest, reader, load, step));
+  ZEROSIM_RETURN_IF_ERROR(restore_buffers(manifest, reader, manifest_path));
+  ZEROSIM_RETURN_IF_ERROR(verify_every_shard(manifest, reader, tag_directory, notes));
+  ZEROSIM_RETURN_IF_ERROR(restore_training_scalars(manifest, load, step, fresh_learning_rate, manifest_path));
   if (notes != nullptr && !requested_load.describe().empty()) {
     notes->push_back("note: loaded " + tag_directory + " with " + requested_load.describe() + ": " +
                      (load.module_only ? "its parameters only; optimizer, loss scaler, scheduler and counters start fresh at step 0"

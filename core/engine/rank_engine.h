@@ -58,6 +58,9 @@
 
 namespace zerosim {
 
+struct CheckpointManifest;
+class CheckpointShardReader;
+
 class RankEngine {
  public:
   // `checkpoint_comm` is a second communicator over the same ranks, used only by the
@@ -143,6 +146,15 @@ class RankEngine {
  private:
   // The layout and the storage of every state (in memory or swap files), state not yet set.
   Status prepare_storage();
+  // The phases of initialize_from_checkpoint, after the ranks agreed on the checkpoint.
+  Status restore_partitions(const CheckpointManifest& manifest, CheckpointShardReader& reader,
+                            const CheckpointLoadOptions& load, int64_t step);
+  Status restore_buffers(const CheckpointManifest& manifest, CheckpointShardReader& reader,
+                         const std::string& manifest_path);
+  Status verify_every_shard(const CheckpointManifest& manifest, CheckpointShardReader& reader,
+                            const std::string& tag_directory, std::vector<std::string>* notes);
+  Status restore_training_scalars(const CheckpointManifest& manifest, const CheckpointLoadOptions& load, int64_t step,
+                                  double fresh_learning_rate, const std::string& manifest_path);
   struct ShardPlan;
   class ShardSink;
   struct ShardFile;
