@@ -41,7 +41,7 @@ struct DeepSpeedModelEntry {
 // The DeepSpeed commit the model was read from.
 inline constexpr const char* kDeepSpeedModelCommit = "edaa722";
 
-// Every entry of the model, in a fixed order (README, `zerosim import-ds --list-deepspeed-model`).
+// Every entry of the model, in a fixed order (`zerosim deepspeed-model`; docs/scenarios.md).
 const std::vector<DeepSpeedModelEntry>& deepspeed_model_entries();
 
 // The entries that apply to this scenario's story (its config, world sizes, load options, the

@@ -47,7 +47,7 @@ void run_step(SimdPath path, const AdamHyperparameters& hyperparameters, int64_t
 }
 
 // ---------------------------------------------------------------------------------------------
-// An independent spelling of DeepSpeedCPUAdam's per-element list (deepspeed-semantics.md §3.2)
+// An independent spelling of DeepSpeedCPUAdam's per-element list (docs/deepspeed-semantics.md §3.2)
 // with the documented FMA policy, for steps 1..3 only: there repeated multiplication in double
 // gives the same bits as exponentiation by squaring (b*b, then b*b*b == b*(b*b)).
 struct ReferenceElement {

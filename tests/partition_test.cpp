@@ -1,5 +1,5 @@
 // ZeRO-3 partition layout: ceil(N/W) partitions, padding, ranks holding only padding,
-// greedy sub-groups over per-rank partition sizes (deepspeed-semantics.md §1.2, §1.3).
+// greedy sub-groups over per-rank partition sizes (docs/deepspeed-semantics.md §1.2, §1.3).
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 

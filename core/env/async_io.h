@@ -2,7 +2,7 @@
 //
 // A queue takes transfers (read or write of a buffer at a file offset), cuts each into
 // block_size pieces and keeps up to queue_depth of them in flight, with DeepSpeed's meanings
-// of single_submit and overlap_events (deepspeed-semantics.md §2.5). wait_all() returns when
+// of single_submit and overlap_events (docs/deepspeed-semantics.md §2.5). wait_all() returns when
 // every transfer submitted so far has completed, with the first failure: every completion's
 // result is checked, and a short transfer, EIO or ENOSPC becomes an error that names the file,
 // the offset and the length of the piece that failed.

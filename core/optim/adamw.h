@@ -1,5 +1,5 @@
 // AdamW / Adam-L2 update over flat fp32 arrays, with DeepSpeedCPUAdam's arithmetic
-// (deepspeed-semantics.md §3.2) and one rounding policy shared by every ISA path.
+// (docs/deepspeed-semantics.md §3.2) and one rounding policy shared by every ISA path.
 //
 // Promise: for the same inputs, adam_update() writes the same bits whichever SimdPath runs
 // it (scalar, AVX2 or AVX-512), however the array is split into chunks (the update is

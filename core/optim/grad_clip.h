@@ -1,5 +1,5 @@
 // Unscale-and-clip by global norm (DeepSpeed ZeRO-3 unscale_and_clip_grads,
-// deepspeed-semantics.md §3.5), and the inf/NaN check that decides an fp16 overflow (§3.4).
+// docs/deepspeed-semantics.md §3.5), and the inf/NaN check that decides an fp16 overflow (§3.4).
 //
 // Promise: the multiplier is a pure function of (scaled norm, loss scale, max norm) with the
 // precision of every op fixed below, so a resumed run that reproduces the norm reproduces the

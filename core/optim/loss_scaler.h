@@ -1,5 +1,5 @@
 // fp16 loss scaling, as DeepSpeed's DynamicLossScaler and static LossScaler do it
-// (deepspeed/runtime/fp16/loss_scaler.py; deepspeed-semantics.md §3.4).
+// (deepspeed/runtime/fp16/loss_scaler.py; docs/deepspeed-semantics.md §3.4).
 //
 // Promise: the same sequence of overflow flags gives the same sequence of scales as
 // DeepSpeed HEAD, and state() -> restore_state() on a fresh scaler continues that sequence

@@ -1,5 +1,5 @@
 // DeepSpeed's learning-rate schedules WarmupLR, WarmupDecayLR and WarmupCosineLR
-// (deepspeed/runtime/lr_schedules.py; deepspeed-semantics.md §3.6), plus "no scheduler".
+// (deepspeed/runtime/lr_schedules.py; docs/deepspeed-semantics.md §3.6), plus "no scheduler".
 //
 // Promise: learning_rate_at() is a pure function of (config, optimizer lr, t) and evaluates
 // DeepSpeed's Python expressions in the same order in double (Python floats are doubles). With

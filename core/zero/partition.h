@@ -1,4 +1,4 @@
-// ZeRO-3 partitioning as DeepSpeed does it (deepspeed-semantics.md §1.2, §1.3).
+// ZeRO-3 partitioning as DeepSpeed does it (docs/deepspeed-semantics.md §1.2, §1.3).
 //
 // Each parameter of N elements is split into W partitions of ceil(N/W) elements; rank r
 // owns flat elements [r*ps, (r+1)*ps) of it, and the tail past N is padding that zerosim
