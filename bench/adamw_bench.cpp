@@ -1,5 +1,5 @@
 // CPU AdamW throughput beside its physical limit, a STREAM-style triad, measured in the same
-// run with the same threads and a similar footprint (performance-anchors.md §1.4, §3a).
+// run with the same threads and a similar footprint (docs/benchmarks.md says how the figures are read).
 //
 // Byte accounting, stated once and used for every figure (GB = 1e9 bytes):
 //   AdamW: 28 B per parameter = read p, g, m, v (16 B) + write p, m, v (12 B). The writes go

@@ -1,4 +1,4 @@
-// The checkpoint commit protocol's building blocks (DESIGN.md, "What a checkpoint must hold"):
+// The checkpoint commit protocol's building blocks (docs/design.md, "What a checkpoint holds"):
 // a file becomes visible under its name only once its content is durable, and the `latest`
 // pointer moves atomically: write a temporary file, fsync it, rename it over the old name,
 // fsync the directory. A crash at any point leaves either the old or the new file, whole.

@@ -9,8 +9,8 @@
 // world size can reassemble the full tensors. A rank that owns no element of a parameter (W
 // larger than the parameter) has no tensor for it.
 //
-// The manifest holds everything else that influences a future step (DESIGN.md, "What a
-// checkpoint must hold") and the byte size and XXH3-128 checksum of every shard. A tag is
+// The manifest holds everything else that influences a future step (docs/design.md, "What a
+// checkpoint holds") and the byte size and XXH3-128 checksum of every shard. A tag is
 // complete when its manifest parses, passes validation and every shard it lists exists with
 // its size; the checksums are checked when the shards are read. The manifest is written last,
 // so a tag without one is a save that never committed.

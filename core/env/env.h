@@ -1,4 +1,4 @@
-// The Env: the seams a rank engine is constructed with (DESIGN.md, "The seams"). The engine
+// The Env: the seams a rank engine is constructed with (docs/design.md, "The seams"). The engine
 // never reaches a disk, a clock or the crash hook except through these pointers, so the
 // simulator can hand it SimDisk, SimClock and its crash selector instead. Comm is per rank
 // and handed separately. Randomness comes from counter-based streams keyed by the run's

@@ -4,7 +4,7 @@
 // Promise: for the same inputs, adam_update() writes the same bits whichever SimdPath runs
 // it (scalar, AVX2 or AVX-512), however the array is split into chunks (the update is
 // element-wise), and whether the step scalars were computed in an uninterrupted run or
-// fresh after a resume. The determinism contract in DESIGN.md needs all three: the ISA,
+// fresh after a resume. The determinism contract (docs/design.md) needs all three: the ISA,
 // the thread count and a save/kill/resume must never change a bit.
 //
 // Per element, in this order (every line is the exact op sequence, fp32 throughout):
