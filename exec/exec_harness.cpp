@@ -185,7 +185,7 @@ ExecCrashVerdict verdict_of(const ExecOptions& options, const std::vector<StateL
   crash.state = planned.state;
   crash.operation = planned.operation;
   crash.fates = planned.fates;
-  crash.verdict = judge_resume(reference, planned.durable_step, run.outcome, run.log, diverged_step);
+  crash.verdict = judge_resume(reference, planned.durable_step, run.outcome, run.log, options.components, diverged_step);
   crash.verdict.name = "crash after operation " + std::to_string(planned.point) + " (" + planned.operation + "), state " +
                        std::to_string(planned.state);
   crash.verdict.crash = "power loss after " + planned.operation + "; " + planned.fates;
@@ -295,6 +295,13 @@ Result<ExecResult> run_exec(const ExecOptions& options) {
     ZEROSIM_ASSIGN_OR_RETURN(result.reference, parse_state_log(*reference_text, reference_log));
   }
   result.state_log = !result.reference.empty();
+  if (!options.components.only.empty() || !options.components.ignored.empty()) {
+    if (!result.state_log) {
+      return invalid_argument("exec: --components and --ignore-component choose among the state log's components, "
+                              "but the uninterrupted run wrote no state log (ZEROSIM_STATE_LOG)");
+    }
+    ZEROSIM_RETURN_IF_ERROR(options.components.check_against(result.reference.front()));
+  }
   ZEROSIM_ASSIGN_OR_RETURN(std::vector<FsRecord> records, read_fs_recording(result.recording_path));
   result.records = static_cast<int64_t>(records.size());
 

@@ -47,6 +47,7 @@ struct ExecOptions {
   uint64_t seed = 1;
   double timeout_seconds = 600;      // per run of the command
   int64_t jobs = 1;                  // resumes side by side (> 1: in private mount namespaces)
+  ComponentSelection components;     // which state-log components are judged (all by default)
   // Replay: only this crash point (index into the operations) and state (index at that point).
   std::optional<int64_t> only_point;
   std::optional<int64_t> only_state;

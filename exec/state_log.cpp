@@ -1,5 +1,6 @@
 #include "exec/state_log.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <sstream>
@@ -11,6 +12,53 @@
 namespace zerosim {
 
 using nlohmann::json;
+
+namespace {
+
+bool listed(const std::vector<std::string>& names, const std::string& name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string text;
+  for (const std::string& name : names) text += (text.empty() ? "" : ", ") + name;
+  return text;
+}
+
+}  // namespace
+
+bool ComponentSelection::judged(const std::string& name) const {
+  return (only.empty() || listed(only, name)) && !listed(ignored, name);
+}
+
+Status ComponentSelection::check_against(const StateLine& logged) const {
+  std::vector<std::string> names;
+  for (const auto& [name, digest] : logged.components) names.push_back(name);
+  for (const std::string& name : ignored) {
+    if (listed(only, name)) return invalid_argument("--ignore-component " + name + ": also listed in --components");
+  }
+  for (const auto& [flag, list] : {std::pair<const char*, const std::vector<std::string>*>{"--components", &only},
+                                   {"--ignore-component", &ignored}}) {
+    for (const std::string& name : *list) {
+      if (!listed(names, name)) {
+        return invalid_argument(std::string(flag) + " " + name + ": the state log has no component " + name +
+                                " (its components: " + joined(names) + ")");
+      }
+    }
+  }
+  return Status();
+}
+
+std::string ComponentSelection::describe() const {
+  if (!only.empty()) {
+    std::vector<std::string> kept;
+    for (const std::string& name : only) {
+      if (!listed(ignored, name)) kept.push_back(name);
+    }
+    return "judged: " + joined(kept);
+  }
+  return ignored.empty() ? "" : "not judged: " + joined(ignored);
+}
 
 Result<std::vector<StateLine>> parse_state_log(const std::string& text, const std::string& source) {
   std::vector<StateLine> lines;
@@ -138,7 +186,7 @@ Result<std::string> first_differing_element(const std::string& expected_path, co
 // The verdict of one resume against the reference.
 ScenarioVerdict judge_resume(const std::vector<StateLine>& reference, int64_t durable_step,
                              const ProcessOutcome& outcome, const Result<std::vector<StateLine>>& resumed,
-                             int64_t* diverged_step) {
+                             const ComponentSelection& selection, int64_t* diverged_step) {
   ScenarioVerdict verdict;
   for (const StateLine& line : reference) verdict.reference_losses.push_back(static_cast<float>(line.loss));
   verdict.committed_step = durable_step;
@@ -188,9 +236,10 @@ ScenarioVerdict judge_resume(const std::vector<StateLine>& reference, int64_t du
     const StateLine& want = *found->second;
     if (std::memcmp(&want.loss, &line.loss, sizeof(double)) != 0) {
       divergence = "step " + std::to_string(line.step) + ": loss: expected " + want.loss_text + ", found " + line.loss_text;
-      break;
     }
     for (const auto& [name, digest] : want.components) {
+      if (!divergence.empty()) break;
+      if (!selection.judged(name)) continue;
       auto other = line.components.find(name);
       if (other == line.components.end()) {
         divergence = "step " + std::to_string(line.step) + ": component " + name + " missing from the resume's line";
@@ -198,10 +247,9 @@ ScenarioVerdict judge_resume(const std::vector<StateLine>& reference, int64_t du
         divergence = "step " + std::to_string(line.step) + ": " + name + " differs (expected " + digest + ", found " +
                      other->second + ")";
       }
-      if (!divergence.empty()) break;
     }
     if (!divergence.empty()) {
-      *diverged_step = line.step;  // the state differs here: a capture of this step can name the element
+      *diverged_step = line.step;  // the loss or the state differs here: a capture of this step names the element
       break;
     }
   }

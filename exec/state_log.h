@@ -34,15 +34,32 @@ struct StateLine {
   bool checkpoint = false;
 };
 
+// Which components of the state log are judged (`zerosim exec --components`, `--ignore-component`):
+// every one the uninterrupted run logs, or only those listed, less those ignored. A component
+// that is not deterministic in the program itself (a generator seeded from the OS) can never
+// match across processes: ignoring it says so in the report instead of failing every resume.
+struct ComponentSelection {
+  std::vector<std::string> only;     // empty: every component
+  std::vector<std::string> ignored;
+  bool judged(const std::string& name) const;
+  // kInvalidArgument when a name is in both lists, or is not a component of `logged` (the
+  // uninterrupted run's first line), naming the components it has.
+  Status check_against(const StateLine& logged) const;
+  // "" when every component is judged; else "judged: a, b" or "not judged: c".
+  std::string describe() const;
+};
+
 // Parses a state log; a malformed line is kInvalidArgument naming the file and line.
 Result<std::vector<StateLine>> parse_state_log(const std::string& text, const std::string& source);
 
 // The verdict of one resume against the reference. `reference` empty: judged without a state
 // log. `durable_step`: the newest step marked "checkpoint": true before the crash (-1: none).
-// `diverged_step` is set to the step whose state first differed (0: none), for a capture.
+// `diverged_step` is set to the step whose loss or state first differed (0: none), for a
+// capture: a loss that differs first comes from a state that already differed at the load, and
+// the capture after that step names an element of it.
 ScenarioVerdict judge_resume(const std::vector<StateLine>& reference, int64_t durable_step,
                              const ProcessOutcome& outcome, const Result<std::vector<StateLine>>& resumed,
-                             int64_t* diverged_step);
+                             const ComponentSelection& selection, int64_t* diverged_step);
 
 // The first tensor (by name) and element where two captures (safetensors files) differ; ""
 // when they are equal.

@@ -70,17 +70,77 @@ TEST(ExecJudge, OneSaveBehindIsLostWorkAndASkippedStepIsADivergence) {
   completed.exit_code = 0;
   int64_t diverged = 0;
   // The save of step 4 had returned; the resume started from step 2's.
-  const ScenarioVerdict behind = judge_resume(reference, 4, completed, from({3, 4, 5, 6}), &diverged);
+  const ScenarioVerdict behind = judge_resume(reference, 4, completed, from({3, 4, 5, 6}), {}, &diverged);
   EXPECT_FALSE(behind.passed);
   EXPECT_EQ(behind.resumed_at, 2);
   EXPECT_EQ(behind.diagnosis.rfind("lost work: step 4's save had returned", 0), 0u) << behind.diagnosis;
   // From step 2's save (the newest that returned), but step 4 never logged.
-  const ScenarioVerdict skipped = judge_resume(reference, 2, completed, from({3, 5, 6}), &diverged);
+  const ScenarioVerdict skipped = judge_resume(reference, 2, completed, from({3, 5, 6}), {}, &diverged);
   EXPECT_FALSE(skipped.passed);
   EXPECT_NE(skipped.diagnosis.find("the resume logged step 5 after step 3"), std::string::npos) << skipped.diagnosis;
-  const ScenarioVerdict whole = judge_resume(reference, 4, completed, from({5, 6}), &diverged);
+  const ScenarioVerdict whole = judge_resume(reference, 4, completed, from({5, 6}), {}, &diverged);
   EXPECT_TRUE(whole.passed) << whole.diagnosis;
   EXPECT_EQ(whole.resumed_at, 4);
+}
+
+// A loss that differs before any component does is a divergence of that step, with the step
+// set for a capture (which names the element); a component left out is not judged, and the
+// selection refuses names the state log does not have.
+TEST(ExecJudge, ALossThatDiffersFirstAsksForACaptureAndAnIgnoredComponentIsNotJudged) {
+  std::vector<StateLine> reference;
+  for (int64_t step = 1; step <= 4; ++step) {
+    StateLine line;
+    line.step = step;
+    line.loss = 2.0 / static_cast<double>(step);
+    line.loss_text = std::to_string(line.loss);
+    line.components["params"] = "p-" + std::to_string(step);
+    line.components["rng_python"] = "r-" + std::to_string(step);
+    reference.push_back(line);
+  }
+  ProcessOutcome completed;
+  completed.exit_code = 0;
+  std::vector<StateLine> resumed(reference.begin() + 2, reference.end());
+  resumed[0].loss = 0.25;
+  resumed[0].loss_text = "0.25";
+  int64_t diverged = 0;
+  const ScenarioVerdict loss_first = judge_resume(reference, 2, completed, resumed, {}, &diverged);
+  EXPECT_FALSE(loss_first.passed);
+  EXPECT_NE(loss_first.diagnosis.find("step 3: loss: expected"), std::string::npos) << loss_first.diagnosis;
+  EXPECT_EQ(diverged, 3);
+
+  // A generator the program never seeds differs in every process: judged, it fails the resume;
+  // ignored, the resume passes.
+  resumed = std::vector<StateLine>(reference.begin() + 2, reference.end());
+  for (StateLine& line : resumed) line.components["rng_python"] = "fresh-" + std::to_string(line.step);
+  diverged = 0;
+  const ScenarioVerdict judged = judge_resume(reference, 2, completed, resumed, {}, &diverged);
+  EXPECT_FALSE(judged.passed);
+  EXPECT_NE(judged.diagnosis.find("rng_python differs"), std::string::npos) << judged.diagnosis;
+  ComponentSelection without_python;
+  without_python.ignored = {"rng_python"};
+  diverged = 0;
+  const ScenarioVerdict ignored = judge_resume(reference, 2, completed, resumed, without_python, &diverged);
+  EXPECT_TRUE(ignored.passed) << ignored.diagnosis;
+  EXPECT_EQ(diverged, 0);
+  ComponentSelection only_params;
+  only_params.only = {"params"};
+  EXPECT_TRUE(judge_resume(reference, 2, completed, resumed, only_params, &diverged).passed);
+  EXPECT_EQ(without_python.describe(), "not judged: rng_python");
+  EXPECT_EQ(only_params.describe(), "judged: params");
+
+  EXPECT_TRUE(without_python.check_against(reference.front()).ok());
+  ComponentSelection unknown;
+  unknown.ignored = {"rng"};
+  const Status refused = unknown.check_against(reference.front());
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("--ignore-component rng: the state log has no component rng (its components: params, "
+                                   "rng_python)"),
+            std::string::npos)
+      << refused.message();
+  ComponentSelection both;
+  both.only = {"params"};
+  both.ignored = {"params"};
+  EXPECT_EQ(both.check_against(reference.front()).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(ExecRecording, RoundTripsAndRefusesATruncatedFileNamingTheOffset) {
@@ -152,6 +212,32 @@ TEST(Exec, TheCorrectProtocolPassesEveryCrashState) {
   EXPECT_FALSE(has_line_with(run.shell.output, {"FAIL"})) << run.shell.output;
   // The watched directory is left as it was before the run (it did not exist).
   EXPECT_FALSE(std::filesystem::exists(directory.path() + "/ckpt-correct")) << "exec did not restore the watched directory";
+}
+
+// Python's global generator: a program that never seeds it draws a new stream in every process,
+// so it is not reported and cannot fail a resume; one that seeds it and does not restore its
+// state on resume is found, unless the user leaves that component out (and the report says so).
+TEST(Exec, AnUnseededGeneratorIsNotJudgedAndASeededOneThatIsNotRestoredIsFound) {
+  TestDirectory directory;
+  auto exec = [&](const std::string& name, const std::string& rng, const std::string& exec_flags) {
+    const std::string checkpoints = directory.path() + "/ckpt-" + name;
+    return run_shell_command(std::string(ZEROSIM_CLI_PATH) + " exec --states-per-point 1 --crash-points 4 " + exec_flags +
+                             " --watch " + checkpoints + " --work-dir " + directory.path() + "/work-" + name +
+                             " -- python3 " + ZEROSIM_SOURCE_DIR + "/examples/exec/trainer.py --ckpt " + checkpoints +
+                             " --protocol correct --steps 4 --save-every 2 --rng " + rng + " 2>&1");
+  };
+  const ShellResult unseeded = exec("unseeded", "unseeded", "");
+  EXPECT_EQ(unseeded.exit_code, 0) << unseeded.output;
+  EXPECT_FALSE(has_line_with(unseeded.output, {"FAIL"})) << unseeded.output;
+  const ShellResult not_restored = exec("seeded", "seeded_not_restored", "");
+  EXPECT_EQ(not_restored.exit_code, 1) << not_restored.output;
+  EXPECT_TRUE(has_line_with(not_restored.output, {"rng_python differs"})) << not_restored.output;
+  const ShellResult ignored = exec("ignored", "seeded_not_restored", "--ignore-component rng_python");
+  EXPECT_EQ(ignored.exit_code, 0) << ignored.output;
+  EXPECT_TRUE(has_line_with(ignored.output, {"state-log components not judged: rng_python"})) << ignored.output;
+  const ShellResult unknown = exec("unknown", "unseeded", "--ignore-component rng");
+  EXPECT_EQ(unknown.exit_code, 2) << unknown.output;
+  EXPECT_TRUE(has_line_with(unknown.output, {"--ignore-component rng: the state log has no component rng"})) << unknown.output;
 }
 
 TEST(Exec, ARenameWithoutItsDirectoryFsyncLosesASaveThatHadReturned) {

@@ -22,7 +22,8 @@ nlohmann::json replay_document(const ExecOptions& options, int64_t point, int64_
           {"command", options.command}, {"resume_command", options.resume_command},
           {"seed", options.seed},       {"states_per_point", options.states_per_point},
           {"timeout_seconds", options.timeout_seconds}, {"crash_point", point},
-          {"crash_state", state}};
+          {"crash_state", state},       {"components", options.components.only},
+          {"ignored_components", options.components.ignored}};
 }
 
 int report_and_exit(const ExecFlags& flags, const ExecResult& result) {
@@ -68,6 +69,9 @@ int report_and_exit(const ExecFlags& flags, const ExecResult& result) {
                   "shares a path outside the watched directories between runs; watch it too, or use --jobs 1\n",
                   static_cast<long long>(result.passed_alone));
     }
+    if (const std::string judged = flags.options.components.describe(); !judged.empty()) {
+      std::printf("exec: state-log components %s\n", judged.c_str());
+    }
     if (!result.state_log) {
       std::printf("exec: judged without a state log: refusals, crashes and timeouts only. A state log (ZEROSIM_STATE_LOG, "
                   "python/zerosim_state.py) would add lost work (a save that had returned, then vanished) and divergence "
@@ -86,6 +90,9 @@ int report_and_exit(const ExecFlags& flags, const ExecResult& result) {
                         {"processes", result.processes},
                         {"records", result.records},
                         {"state_log", result.state_log},
+                        {"components_judged", flags.options.components.describe().empty()
+                                                  ? std::string("all")
+                                                  : flags.options.components.describe()},
                         {"recording", result.recording_path}});
 }
 
@@ -131,6 +138,13 @@ int run_exec_replay_command(const std::string& replay_path) {
     flags.options.timeout_seconds = document.at("timeout_seconds").get<double>();
     flags.options.only_point = document.at("crash_point").get<int64_t>();
     flags.options.only_state = document.at("crash_state").get<int64_t>();
+    // Written since the components could be chosen; a file without them judged every one.
+    if (document.contains("components")) {
+      flags.options.components.only = document.at("components").get<std::vector<std::string>>();
+    }
+    if (document.contains("ignored_components")) {
+      flags.options.components.ignored = document.at("ignored_components").get<std::vector<std::string>>();
+    }
   } catch (const std::exception& error) {
     std::fprintf(stderr, "zerosim exec replay: %s: %s\n", replay_path.c_str(), error.what());
     return 2;
@@ -169,6 +183,13 @@ void add_exec_commands(CLI::App& app, ExecCommands& commands) {
   exec->add_option("--junit", exec_flags.report.junit_path, "Also write a JUnit XML report (a testcase per crash state)");
   exec->add_option("--report-dir", exec_flags.report.report_directory,
                    "Write report.html, report.json, report.md and junit.xml into DIR");
+  exec->add_option("--components", exec_flags.options.components.only,
+                   "Judge only these state-log components (comma-separated names; default: every one the "
+                   "uninterrupted run logs)")
+      ->delimiter(',');
+  exec->add_option("--ignore-component", exec_flags.options.components.ignored,
+                   "Do not judge this state-log component (repeatable): one the program itself does not make "
+                   "deterministic, such as a generator it never seeds; the report says which were left out");
   exec->add_flag("--json", exec_flags.report.json, "Print one JSON object");
   exec->add_option("command", exec_flags.options.command, "The training command and its arguments (after --)");
   commands.exec = exec;
