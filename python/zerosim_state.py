@@ -5,7 +5,15 @@ After each step, append one JSON line to the file ZEROSIM_STATE_LOG names:
 "checkpoint": true when that step's save has returned (the program now believes it durable).
 Without ZEROSIM_STATE_LOG nothing is written, so the lines can stay in a script for good.
 
-Standard library only; `torch_components` uses torch when it is importable:
+Standard library only; `torch_components` uses torch when it is importable.
+
+Random generators are components of their own (`rng_components`): rng_python, rng_numpy,
+rng_torch, rng_cuda. Python's and NumPy's global generators are seeded from the operating system
+at start-up, so in a program that never seeds them they differ in every process, resumed or
+not: they are reported only once the program seeded them (or restored their state), which this
+module sees from the moment it is imported. torch's generators start from a fixed seed and are
+always reported. `zerosim exec --ignore-component NAME` leaves out any other component the
+program does not make deterministic.
 
     import zerosim_state
     log = zerosim_state.StateLog()
@@ -18,8 +26,10 @@ import json
 import os
 import random
 import struct
+import sys
 
-__all__ = ["StateLog", "digest_bytes", "digest_floats", "digest_value", "torch_components", "write_safetensors"]
+__all__ = ["StateLog", "digest_bytes", "digest_floats", "digest_value", "rng_components", "torch_components",
+           "write_safetensors"]
 
 
 def digest_bytes(*chunks):
@@ -76,6 +86,67 @@ def _tensor_bytes(value):
     return None
 
 
+# Whether the program made a global generator deterministic: seeded it with a value, or restored
+# a state (a resume from its checkpoint). A seed of None draws from the operating system.
+_DETERMINISTIC = {"python": False, "numpy": False}
+
+
+def _track_python_random():
+    original_seed, original_setstate = random.seed, random.setstate
+
+    def seed(a=None, version=2):
+        _DETERMINISTIC["python"] = a is not None
+        return original_seed(a, version)
+
+    def setstate(state):
+        _DETERMINISTIC["python"] = True
+        return original_setstate(state)
+
+    random.seed, random.setstate = seed, setstate
+
+
+def _track_numpy_random():
+    """Wraps numpy.random's global seed and set_state, once numpy is imported."""
+    numpy = sys.modules.get("numpy")
+    if numpy is None or getattr(numpy.random, "_zerosim_tracked", False):
+        return
+    original_seed, original_set_state = numpy.random.seed, numpy.random.set_state
+
+    def seed(seed=None):
+        _DETERMINISTIC["numpy"] = seed is not None
+        return original_seed(seed)
+
+    def set_state(state, *args, **kwargs):
+        _DETERMINISTIC["numpy"] = True
+        return original_set_state(state, *args, **kwargs)
+
+    numpy.random.seed, numpy.random.set_state = seed, set_state
+    numpy.random._zerosim_tracked = True
+
+
+_track_python_random()
+_track_numpy_random()
+
+
+def rng_components():
+    """Digests of the global random generators the run can reproduce, one component each:
+    rng_python and rng_numpy once seeded (or restored), rng_torch and rng_cuda when torch is
+    loaded (and CUDA initialised)."""
+    _track_numpy_random()
+    components = {}
+    if _DETERMINISTIC["python"]:
+        components["rng_python"] = digest_value(repr(random.getstate()))
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and _DETERMINISTIC["numpy"]:
+        components["rng_numpy"] = digest_value(repr(numpy.random.get_state()))
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        components["rng_torch"] = digest_value(torch.get_rng_state())
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            components["rng_cuda"] = digest_value(list(torch.cuda.get_rng_state_all()))
+    return components
+
+
 def torch_components(model=None, optimizer=None, scheduler=None, scaler=None, rng=True, data_position=None):
     """Digests of a torch run's state, one component per part (compared by name)."""
     components = {}
@@ -88,11 +159,7 @@ def torch_components(model=None, optimizer=None, scheduler=None, scaler=None, rn
     if scaler is not None:
         components["scaler"] = digest_value(scaler.state_dict())
     if rng:
-        import torch
-        parts = {"python": repr(random.getstate()), "torch": torch.get_rng_state()}
-        if torch.cuda.is_available():
-            parts["cuda"] = list(torch.cuda.get_rng_state_all())
-        components["rng"] = digest_value(parts)
+        components.update(rng_components())
     if data_position is not None:
         components["data"] = digest_value(data_position)
     return components

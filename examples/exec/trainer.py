@@ -112,6 +112,11 @@ def main():
     parser.add_argument("--save-every", type=int, default=2)
     parser.add_argument("--bug", choices=["momentum_not_restored"],
                         help="a planted resume bug (the momentum starts at zero again), for exec's diagnosis")
+    parser.add_argument("--rng", choices=["unseeded", "seeded_not_restored"],
+                        help="also draw from Python's global generator each step and report the generators "
+                             "(zerosim_state.torch_components(rng=True)): unseeded (never seeded: nothing to "
+                             "restore), or seeded_not_restored (seeded at start; a resume seeds it again instead of "
+                             "restoring its state)")
     arguments = parser.parse_args()
     if not os.path.isdir(arguments.ckpt):
         # A new directory's name is durable once its parent is fsynced (every protocol does this,
@@ -124,14 +129,21 @@ def main():
     elif arguments.bug == "momentum_not_restored":
         state["momentum"] = [0.0] * WIDTH
     log = zerosim_state.StateLog()
+    if arguments.rng == "seeded_not_restored":
+        random.seed(1234)
     for step in range(state["step"] + 1, arguments.steps + 1):
         loss = train_step(state, step)
+        if arguments.rng is not None:
+            random.random()  # a draw the training does not use (as a dropout mask a script never applies)
         saved = step % arguments.save_every == 0
         if saved:
             save(arguments.ckpt, state, arguments.protocol)
-        log.step(step, loss, {"weights": zerosim_state.digest_floats(state["weights"]),
-                              "momentum": zerosim_state.digest_floats(state["momentum"]),
-                              "step": zerosim_state.digest_value(state["step"])}, checkpoint=saved,
+        components = {"weights": zerosim_state.digest_floats(state["weights"]),
+                      "momentum": zerosim_state.digest_floats(state["momentum"]),
+                      "step": zerosim_state.digest_value(state["step"])}
+        if arguments.rng is not None:
+            components.update(zerosim_state.torch_components(rng=True))
+        log.step(step, loss, components, checkpoint=saved,
                  capture={"weights": state["weights"], "momentum": state["momentum"]})
 
 
