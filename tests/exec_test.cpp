@@ -387,6 +387,22 @@ ShellResult exec_python_script(const TestDirectory& directory, const std::string
 
 // Python's shutil.copyfile copies with sendfile (or copy_file_range): the tracer records the
 // bytes that landed in the watched file, read back from the file itself.
+// Weights loaded wrong: the first resumed step's loss differs before any component is compared;
+// the capture of that step still names the first differing element.
+TEST(ExecDiagnosis, ALossThatDiffersFirstStillNamesItsFirstDifferingElement) {
+  TestDirectory directory;
+  const std::string checkpoints = directory.path() + "/ckpt";
+  const ShellResult run = run_shell_command(
+      std::string(ZEROSIM_CLI_PATH) + " exec --states-per-point 1 --crash-points 3 --watch " + checkpoints +
+      " --work-dir " + directory.path() + "/work -- python3 " + ZEROSIM_SOURCE_DIR +
+      "/examples/exec/trainer.py --ckpt " + checkpoints + " --protocol correct --steps 4 --bug weights_rounded_on_load 2>&1");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_TRUE(has_line_with(run.output, {"diverged: step 3: loss: expected"})) << run.output;
+  // After that step both tensors differ; the first by name is reported.
+  EXPECT_TRUE(has_line_with(run.output, {"; first differing element: tensor momentum[0]: expected ", ", found "}))
+      << run.output;
+}
+
 TEST(ExecRecorder, SeesACopyMadeWithSendfile) {
   TestDirectory directory;
   const std::string watched = directory.path() + "/ckpt";

@@ -110,8 +110,9 @@ def main():
                         choices=["in_place", "rename_no_dir_fsync", "correct", "deepspeed_latest"])
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--save-every", type=int, default=2)
-    parser.add_argument("--bug", choices=["momentum_not_restored"],
-                        help="a planted resume bug (the momentum starts at zero again), for exec's diagnosis")
+    parser.add_argument("--bug", choices=["momentum_not_restored", "weights_rounded_on_load"],
+                        help="a planted resume bug, for exec's diagnosis: the momentum starts at zero again, or the "
+                             "weights are loaded rounded to 3 decimals (the loss is the first thing to differ)")
     parser.add_argument("--rng", choices=["unseeded", "seeded_not_restored"],
                         help="also draw from Python's global generator each step and report the generators "
                              "(zerosim_state.torch_components(rng=True)): unseeded (never seeded: nothing to "
@@ -128,6 +129,8 @@ def main():
         state = {"step": 0, "weights": [0.0] * WIDTH, "momentum": [0.0] * WIDTH}
     elif arguments.bug == "momentum_not_restored":
         state["momentum"] = [0.0] * WIDTH
+    elif arguments.bug == "weights_rounded_on_load":
+        state["weights"] = [round(weight, 3) for weight in state["weights"]]
     log = zerosim_state.StateLog()
     if arguments.rng == "seeded_not_restored":
         random.seed(1234)
