@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -157,6 +159,19 @@ struct ResumeRun {
   Result<std::vector<StateLine>> log = std::vector<StateLine>{};
 };
 
+// The environment every run of the command gets: its state log, and with --hooks the hook's
+// start-up module first on PYTHONPATH.
+std::map<std::string, std::string> run_environment(const ExecOptions& options, const std::string& log_path) {
+  std::map<std::string, std::string> environment = {{"ZEROSIM_STATE_LOG", log_path}};
+  if (!options.hooks.empty()) {
+    const char* inherited = std::getenv("PYTHONPATH");
+    environment["ZEROSIM_HOOKS"] = options.hooks;
+    environment["PYTHONPATH"] =
+        options.hooks_directory + (inherited != nullptr && inherited[0] != '\0' ? ":" + std::string(inherited) : "");
+  }
+  return environment;
+}
+
 // The resume of one crash state, its directories already laid out (in place, or at `slot`).
 Result<ResumeRun> run_resume(const ExecOptions& options, const std::string& work, const PlannedState& planned,
                              const std::vector<BindMount>& binds) {
@@ -166,7 +181,7 @@ Result<ResumeRun> run_resume(const ExecOptions& options, const std::string& work
   fs::remove(log_path, error);
   ProcessSpec spec;
   spec.argv = options.resume_command.empty() ? options.command : shell_command(options.resume_command);
-  spec.environment = {{"ZEROSIM_STATE_LOG", log_path}};
+  spec.environment = run_environment(options, log_path);
   spec.unset = {"ZEROSIM_CAPTURE_STEP", "ZEROSIM_CAPTURE_FILE"};
   spec.log_prefix = prefix;
   spec.timeout_seconds = options.timeout_seconds;
@@ -202,9 +217,9 @@ Status add_first_differing_element(const ExecOptions& options, const std::string
   auto run_capture = [&](const std::vector<std::string>& argv, const std::string& prefix, const std::string& file) {
     ProcessSpec spec;
     spec.argv = argv;
-    spec.environment = {{"ZEROSIM_STATE_LOG", prefix + ".state.jsonl"},
-                        {"ZEROSIM_CAPTURE_STEP", std::to_string(step)},
-                        {"ZEROSIM_CAPTURE_FILE", file}};
+    spec.environment = run_environment(options, prefix + ".state.jsonl");
+    spec.environment["ZEROSIM_CAPTURE_STEP"] = std::to_string(step);
+    spec.environment["ZEROSIM_CAPTURE_FILE"] = file;
     spec.log_prefix = prefix;
     spec.timeout_seconds = options.timeout_seconds;
     return run_process(spec).status();
@@ -235,6 +250,14 @@ Result<ExecResult> run_exec(const ExecOptions& options) {
   if (options.crash_points < 0) return invalid_argument("exec: --crash-points must be >= 0");
   if (options.jobs < 1) return invalid_argument("exec: --jobs must be >= 1");
   if (!(options.timeout_seconds > 0)) return invalid_argument("exec: --timeout must be > 0 seconds");
+  if (!options.hooks.empty()) {
+    if (options.hooks != "torch") return invalid_argument("exec: --hooks " + options.hooks + ": the hooks are: torch");
+    std::error_code missing;
+    if (!fs::is_regular_file(options.hooks_directory + "/sitecustomize.py", missing)) {
+      return failed_precondition("exec: --hooks torch: no sitecustomize.py in " + options.hooks_directory +
+                                 " (this zerosim's Python helpers are missing)");
+    }
+  }
   ZEROSIM_ASSIGN_OR_RETURN(std::vector<std::string> roots, real_roots(options.watch));
   std::error_code error;
   fs::create_directories(options.work_directory, error);
@@ -268,7 +291,7 @@ Result<ExecResult> run_exec(const ExecOptions& options) {
   fs::remove(reference_log, error);
   TraceOptions trace;
   trace.process.argv = options.command;
-  trace.process.environment = {{"ZEROSIM_STATE_LOG", reference_log}};
+  trace.process.environment = run_environment(options, reference_log);
   trace.process.unset = {"ZEROSIM_CAPTURE_STEP", "ZEROSIM_CAPTURE_FILE"};
   trace.process.log_prefix = work + "/reference";
   trace.process.timeout_seconds = options.timeout_seconds;

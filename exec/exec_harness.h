@@ -48,6 +48,11 @@ struct ExecOptions {
   double timeout_seconds = 600;      // per run of the command
   int64_t jobs = 1;                  // resumes side by side (> 1: in private mount namespaces)
   ComponentSelection components;     // which state-log components are judged (all by default)
+  // "torch": every Python process of the command writes the state log itself, with no edit of
+  // the user's files (python/zerosim_torch_hook.py, loaded through `hooks_directory`'s
+  // sitecustomize.py, which exec puts first on PYTHONPATH). "": the program writes its own.
+  std::string hooks;
+  std::string hooks_directory;
   // Replay: only this crash point (index into the operations) and state (index at that point).
   std::optional<int64_t> only_point;
   std::optional<int64_t> only_state;

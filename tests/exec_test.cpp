@@ -240,6 +240,33 @@ TEST(Exec, AnUnseededGeneratorIsNotJudgedAndASeededOneThatIsNotRestoredIsFound) 
   EXPECT_TRUE(has_line_with(unknown.output, {"--ignore-component rng: the state log has no component rng"})) << unknown.output;
 }
 
+// --hooks torch loads zerosim's start-up module into every Python process of the command: a
+// program that never imports torch runs as it would without it (its own state log judged), and
+// the hook's environment reaches the program. An unknown hook is refused.
+TEST(Exec, TheTorchHookLeavesAProgramWithoutTorchAsItIs) {
+  TestDirectory directory;
+  const std::string checkpoints = directory.path() + "/ckpt";
+  const ShellResult run = run_shell_command(
+      std::string(ZEROSIM_CLI_PATH) + " exec --hooks torch --states-per-point 1 --crash-points 3 --watch " + checkpoints +
+      " --work-dir " + directory.path() + "/work -- python3 " + ZEROSIM_SOURCE_DIR + "/examples/exec/trainer.py --ckpt " +
+      checkpoints + " --protocol correct --steps 4 2>&1");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(has_line_with(run.output, {"crash state(s):", "passed, 0 failed"})) << run.output;
+  const ShellResult environment = run_shell_command(
+      std::string(ZEROSIM_CLI_PATH) + " exec --hooks torch --states-per-point 1 --watch " + checkpoints + " --work-dir " +
+      directory.path() + "/work2 -- python3 -c \"import os, sys; os.makedirs('" + checkpoints +
+      "', exist_ok=True); open('" + directory.path() + "/marker', 'w').write(os.environ['ZEROSIM_HOOKS'] + ' ' + "
+      "str('sitecustomize' in sys.modules)); open('" + checkpoints + "/x', 'w').write('x')\" 2>&1");
+  EXPECT_EQ(environment.exit_code, 0) << environment.output;
+  std::ifstream marker(directory.path() + "/marker");
+  std::string seen((std::istreambuf_iterator<char>(marker)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(seen, "torch True");
+  const ShellResult unknown = run_shell_command(std::string(ZEROSIM_CLI_PATH) + " exec --hooks jax --watch " + checkpoints +
+                                                " -- true 2>&1");
+  EXPECT_EQ(unknown.exit_code, 2) << unknown.output;
+  EXPECT_NE(unknown.output.find("--hooks"), std::string::npos) << unknown.output;
+}
+
 TEST(Exec, ARenameWithoutItsDirectoryFsyncLosesASaveThatHadReturned) {
   TestDirectory directory;
   const ExecRun run = exec_trainer(directory, "rename_no_dir_fsync", 4);

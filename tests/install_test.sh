@@ -11,7 +11,8 @@ prefix="$work/prefix"
 cmake --install "$build" --prefix "$prefix" > "$work/install.log"
 fail() { echo "install_test: $*" >&2; exit 1; }
 for file in bin/zerosim share/doc/zerosim/README.md share/doc/zerosim/LICENSE \
-            share/zerosim/python/zerosim_state.py share/zerosim/scenarios/examples/save_by_4_ranks.json; do
+            share/zerosim/python/zerosim_state.py share/zerosim/python/zerosim_torch_hook.py \
+            share/zerosim/python/hooks/sitecustomize.py share/zerosim/scenarios/examples/save_by_4_ranks.json; do
   [ -f "$prefix/$file" ] || fail "$prefix/$file was not installed"
 done
 mkdir "$work/elsewhere"

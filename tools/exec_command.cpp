@@ -10,6 +10,7 @@
 
 #include "reports/report_file.h"
 #include "reports/suite_report.h"
+#include "tools/install_paths.h"
 
 namespace zerosim {
 
@@ -22,7 +23,8 @@ nlohmann::json replay_document(const ExecOptions& options, int64_t point, int64_
           {"command", options.command}, {"resume_command", options.resume_command},
           {"seed", options.seed},       {"states_per_point", options.states_per_point},
           {"timeout_seconds", options.timeout_seconds}, {"crash_point", point},
-          {"crash_state", state},       {"components", options.components.only},
+          {"crash_state", state},       {"hooks", options.hooks},
+          {"components", options.components.only},
           {"ignored_components", options.components.ignored}};
 }
 
@@ -118,7 +120,7 @@ int run_exec_command(ExecFlags flags) {
   return report_and_exit(flags, *result);
 }
 
-int run_exec_replay_command(const std::string& replay_path) {
+int run_exec_replay_command(const std::string& replay_path, const char* program_path) {
   std::ifstream file(replay_path);
   if (!file) {
     std::fprintf(stderr, "zerosim exec replay: %s: cannot be opened\n", replay_path.c_str());
@@ -138,6 +140,7 @@ int run_exec_replay_command(const std::string& replay_path) {
     flags.options.timeout_seconds = document.at("timeout_seconds").get<double>();
     flags.options.only_point = document.at("crash_point").get<int64_t>();
     flags.options.only_state = document.at("crash_state").get<int64_t>();
+    if (document.contains("hooks")) flags.options.hooks = document.at("hooks").get<std::string>();
     // Written since the components could be chosen; a file without them judged every one.
     if (document.contains("components")) {
       flags.options.components.only = document.at("components").get<std::vector<std::string>>();
@@ -151,6 +154,15 @@ int run_exec_replay_command(const std::string& replay_path) {
   }
   flags.work_directory = fs::path(replay_path).parent_path().string() + "/replay";
   flags.jobs_given = true;  // one state: one job
+  if (!flags.options.hooks.empty()) {
+    Result<std::string> helpers = shipped_python_directory(program_path);
+    if (!helpers.ok()) {
+      std::fprintf(stderr, "zerosim exec replay: --hooks %s: %s\n", flags.options.hooks.c_str(),
+                   helpers.status().message().c_str());
+      return 3;
+    }
+    flags.options.hooks_directory = *helpers + "/hooks";
+  }
   return run_exec_command(flags);
 }
 
@@ -183,6 +195,11 @@ void add_exec_commands(CLI::App& app, ExecCommands& commands) {
   exec->add_option("--junit", exec_flags.report.junit_path, "Also write a JUnit XML report (a testcase per crash state)");
   exec->add_option("--report-dir", exec_flags.report.report_directory,
                    "Write report.html, report.json, report.md and junit.xml into DIR");
+  exec->add_option("--hooks", exec_flags.options.hooks,
+                   "torch: every Python process of the command writes the state log itself (after each optimizer "
+                   "step: loss, parameters, optimizer, schedulers, scaler, generators; saves marked), no edit of "
+                   "the script; see docs/exec.md for what it cannot see")
+      ->check(CLI::IsMember({"torch"}));
   exec->add_option("--components", exec_flags.options.components.only,
                    "Judge only these state-log components (comma-separated names; default: every one the "
                    "uninterrupted run logs)")
@@ -198,10 +215,19 @@ void add_exec_commands(CLI::App& app, ExecCommands& commands) {
   commands.replay->add_option("file", commands.replay_path, "failure-P-S.json from the work directory")->required();
 }
 
-std::optional<int> run_exec_commands(ExecCommands& commands) {
-  if (commands.replay->parsed()) return run_exec_replay_command(commands.replay_path);
+std::optional<int> run_exec_commands(ExecCommands& commands, const char* program_path) {
+  if (commands.replay->parsed()) return run_exec_replay_command(commands.replay_path, program_path);
   if (commands.exec->parsed()) {
     commands.flags.jobs_given = commands.exec->count("--jobs") > 0;
+    if (!commands.flags.options.hooks.empty()) {
+      Result<std::string> helpers = shipped_python_directory(program_path);
+      if (!helpers.ok()) {
+        std::fprintf(stderr, "zerosim exec: --hooks %s: %s\n", commands.flags.options.hooks.c_str(),
+                     helpers.status().message().c_str());
+        return 3;
+      }
+      commands.flags.options.hooks_directory = *helpers + "/hooks";
+    }
     return run_exec_command(commands.flags);
   }
   return std::nullopt;

@@ -27,7 +27,7 @@ struct ExecFlags {
 };
 
 int run_exec_command(ExecFlags flags);
-int run_exec_replay_command(const std::string& replay_path);
+int run_exec_replay_command(const std::string& replay_path, const char* program_path);
 
 // The `exec` and `exec replay` subcommands, as TrainCommands: they live in main() from parse to
 // run. `command_argument` is the user's command line, passed verbatim (an empty argument is
@@ -40,6 +40,7 @@ struct ExecCommands {
   CLI::Option* command_argument = nullptr;
 };
 void add_exec_commands(CLI::App& app, ExecCommands& commands);
-std::optional<int> run_exec_commands(ExecCommands& commands);
+// `program_path` (argv[0]) finds the Python helpers shipped with this binary, for --hooks.
+std::optional<int> run_exec_commands(ExecCommands& commands, const char* program_path);
 
 }  // namespace zerosim

@@ -34,4 +34,17 @@ Result<std::string> shipped_scenario_library(const std::string& argv0) {
                    "); give the directory: zerosim suite DIR");
 }
 
+Result<std::string> shipped_python_directory(const std::string& argv0) {
+  const fs::path directory = program_directory(argv0);
+  std::vector<fs::path> candidates = {directory / ".." / "share" / "zerosim" / "python"};
+  std::error_code error;
+  if (fs::exists(directory / ".." / "CMakeCache.txt", error)) candidates.push_back(fs::path(ZEROSIM_SOURCE_DIR) / "python");
+  std::string looked;
+  for (const fs::path& candidate : candidates) {
+    if (fs::is_regular_file(candidate / "zerosim_state.py", error)) return fs::weakly_canonical(candidate, error).string();
+    looked += (looked.empty() ? "" : ", ") + candidate.lexically_normal().string();
+  }
+  return not_found("no Python helpers beside this zerosim (looked in " + looked + ")");
+}
+
 }  // namespace zerosim

@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
     const int code = app.exit(error);
     return code == 0 ? 0 : 2;
   }
-  if (std::optional<int> code = zerosim::run_exec_commands(exec)) return *code;
+  if (std::optional<int> code = zerosim::run_exec_commands(exec, argv[0])) return *code;
   if (std::optional<int> code = zerosim::run_train_commands(train)) return *code;
   if (std::optional<int> code = zerosim::run_bench_commands(bench)) return *code;
   if (std::optional<int> code = zerosim::run_explore_commands(explore)) return *code;
