@@ -144,7 +144,9 @@ TEST(Export, FrozenParametersComeFromTheirValueAndExcludedOnesAreNamed) {
     const Result<SafetensorsIndex> index = read_safetensors_index(disk, output);
     ASSERT_TRUE(index.ok()) << index.status().to_string();
     EXPECT_EQ(index->metadata.count("excluded_parameters"), exclude ? 1u : 0u);
-    if (exclude) EXPECT_EQ(index->metadata.at("excluded_parameters"), "layers.0.bias,layers.1.weight");
+    if (exclude) {
+      EXPECT_EQ(index->metadata.at("excluded_parameters"), "layers.0.bias,layers.1.weight");
+    }
     for (const ParameterInfo& parameter : saved.manifest.parameters) {
       const SafetensorsEntry* entry = index->find(parameter.name);
       if (exclude && !parameter.requires_grad) {
