@@ -28,6 +28,19 @@ nlohmann::json replay_document(const ExecOptions& options, int64_t point, int64_
           {"ignored_components", options.components.ignored}};
 }
 
+// With --hooks, the hooks shipped with this binary (python/hooks/); false, said on stderr, when
+// they are missing.
+bool find_hooks_directory(ExecOptions& options, const char* program_path, const char* command) {
+  if (options.hooks.empty()) return true;
+  Result<std::string> helpers = shipped_python_directory(program_path);
+  if (!helpers.ok()) {
+    std::fprintf(stderr, "%s: --hooks %s: %s\n", command, options.hooks.c_str(), helpers.status().message().c_str());
+    return false;
+  }
+  options.hooks_directory = *helpers + "/hooks";
+  return true;
+}
+
 int report_and_exit(const ExecFlags& flags, const ExecResult& result) {
   SuiteReport report;
   std::string command;
@@ -154,15 +167,7 @@ int run_exec_replay_command(const std::string& replay_path, const char* program_
   }
   flags.work_directory = fs::path(replay_path).parent_path().string() + "/replay";
   flags.jobs_given = true;  // one state: one job
-  if (!flags.options.hooks.empty()) {
-    Result<std::string> helpers = shipped_python_directory(program_path);
-    if (!helpers.ok()) {
-      std::fprintf(stderr, "zerosim exec replay: --hooks %s: %s\n", flags.options.hooks.c_str(),
-                   helpers.status().message().c_str());
-      return 3;
-    }
-    flags.options.hooks_directory = *helpers + "/hooks";
-  }
+  if (!find_hooks_directory(flags.options, program_path, "zerosim exec replay")) return 3;
   return run_exec_command(flags);
 }
 
@@ -219,15 +224,7 @@ std::optional<int> run_exec_commands(ExecCommands& commands, const char* program
   if (commands.replay->parsed()) return run_exec_replay_command(commands.replay_path, program_path);
   if (commands.exec->parsed()) {
     commands.flags.jobs_given = commands.exec->count("--jobs") > 0;
-    if (!commands.flags.options.hooks.empty()) {
-      Result<std::string> helpers = shipped_python_directory(program_path);
-      if (!helpers.ok()) {
-        std::fprintf(stderr, "zerosim exec: --hooks %s: %s\n", commands.flags.options.hooks.c_str(),
-                     helpers.status().message().c_str());
-        return 3;
-      }
-      commands.flags.options.hooks_directory = *helpers + "/hooks";
-    }
+    if (!find_hooks_directory(commands.flags.options, program_path, "zerosim exec")) return 3;
     return run_exec_command(commands.flags);
   }
   return std::nullopt;
