@@ -56,7 +56,9 @@ def _warn_once(key, message):
 
 def _write(line):
     path = os.environ.get("ZEROSIM_STATE_LOG")
-    if not path:
+    # Under a launcher (torchrun, accelerate) every rank runs the hook; rank 0 writes the log, as
+    # the ranks of a data-parallel run hold the same parameters and optimizer state.
+    if not path or os.environ.get("RANK", "0") != "0":
         return
     with open(path, "a") as log:
         log.write(json.dumps(line, sort_keys=True) + "\n")
