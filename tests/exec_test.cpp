@@ -267,6 +267,46 @@ TEST(Exec, TheTorchHookLeavesAProgramWithoutTorchAsItIs) {
   EXPECT_NE(unknown.output.find("--hooks"), std::string::npos) << unknown.output;
 }
 
+// The torch hook's protocol, on the test double of torch (tests/data/fake_torch: CI has no
+// PyTorch; the hook runs against PyTorch itself on the GPU machine). A loop that never mentions
+// zerosim gets a state log: one line per optimizer step, numbered by the optimizer's own step
+// count (so a resume continues the numbering), "checkpoint": true on the steps whose save
+// returned. Atomic saves pass every crash state; saves in place are found; a rank other than 0
+// writes nothing.
+TEST(Exec, TheTorchHookLogsAnUneditedLoopAndItsSaves) {
+  TestDirectory directory;
+  const std::string fake_torch = std::string(ZEROSIM_SOURCE_DIR) + "/tests/data/fake_torch";
+  auto exec = [&](const std::string& protocol, const std::string& environment) {
+    const std::string checkpoints = directory.path() + "/ckpt-" + protocol;
+    return run_shell_command("PYTHONPATH=" + fake_torch + " " + environment + " " + ZEROSIM_CLI_PATH +
+                             " exec --hooks torch --states-per-point 2 --watch " + checkpoints + " --work-dir " +
+                             directory.path() + "/work-" + protocol + " -- python3 " + fake_torch + "/train.py " +
+                             checkpoints + " " + protocol + " 4 2>&1");
+  };
+  const ShellResult atomic = exec("atomic", "");
+  EXPECT_EQ(atomic.exit_code, 0) << atomic.output;
+  EXPECT_TRUE(has_line_with(atomic.output, {"crash state(s):", "passed, 0 failed"})) << atomic.output;
+  EXPECT_TRUE(has_line_with(atomic.output, {"resumed at step 2, identical to step 4"})) << atomic.output;
+  Result<std::string> log = read_text_file(directory.path() + "/work-atomic/reference.state.jsonl", "the state log");
+  ASSERT_TRUE(log.ok()) << log.status().to_string();
+  Result<std::vector<StateLine>> lines = parse_state_log(*log, "reference");
+  ASSERT_TRUE(lines.ok()) << lines.status().to_string();
+  ASSERT_EQ(lines->size(), 4u) << *log;
+  for (size_t i = 0; i < lines->size(); ++i) {
+    const StateLine& line = (*lines)[i];
+    EXPECT_EQ(line.step, static_cast<int64_t>(i + 1));
+    EXPECT_EQ(line.checkpoint, line.step % 2 == 0) << "step " << line.step;
+    for (const char* component : {"params", "optimizer", "scheduler", "rng_torch"}) {
+      EXPECT_EQ(line.components.count(component), 1u) << component << " at step " << line.step;
+    }
+  }
+  const ShellResult in_place = exec("in_place", "");
+  EXPECT_EQ(in_place.exit_code, 1) << in_place.output;
+  EXPECT_TRUE(has_line_with(in_place.output, {"FAIL", "the resume refused", "EOFError"})) << in_place.output;
+  const ShellResult rank_one = exec("rank1", "RANK=1");
+  EXPECT_TRUE(has_line_with(rank_one.output, {"judged without a state log"})) << rank_one.output;
+}
+
 TEST(Exec, ARenameWithoutItsDirectoryFsyncLosesASaveThatHadReturned) {
   TestDirectory directory;
   const ExecRun run = exec_trainer(directory, "rename_no_dir_fsync", 4);

@@ -1,0 +1,9 @@
+"""No GPU in the test double."""
+
+
+def is_available():
+    return False
+
+
+def is_initialized():
+    return False
