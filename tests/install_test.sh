@@ -18,6 +18,9 @@ done
 mkdir "$work/elsewhere"
 cd "$work/elsewhere"
 zerosim="$prefix/bin/zerosim"
+# zerosim_state is importable from the Python package directory (on python3's path with /usr).
+imported=$(PYTHONPATH="$prefix/lib/python3/dist-packages" python3 -c 'import zerosim_state; print(zerosim_state.__file__)')
+[ "$imported" = "$prefix/lib/python3/dist-packages/zerosim_state.py" ] || fail "import zerosim_state found '$imported'"
 
 version=$("$zerosim" --version)
 [[ "$version" =~ ^zerosim\ [0-9]+\.[0-9]+\.[0-9]+(\+[0-9a-f]{12})?\ \(git\ commit\ ([0-9a-f]{12}|unknown)\)$ ]] \
