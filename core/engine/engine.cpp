@@ -300,14 +300,13 @@ Status RankEngine::prepare_storage() {
     swap_options.pipeline_read = pipeline_read_;
     swap_options.pipeline_write = pipeline_write;
     ZEROSIM_ASSIGN_OR_RETURN(swapper_, OptimizerSwapper::create(*env_.disk, swap_options, &swap_engine_note_));
-    ZEROSIM_RETURN_IF_ERROR(prepare_gradient_storage());
   } else {
-    ZEROSIM_RETURN_IF_ERROR(prepare_gradient_storage());
     // "cpu" and no offload both keep the state in host memory: on CPU ranks they are the same.
     master_.assign_zeros(flat);
     exp_avg_.assign_zeros(flat);
     exp_avg_sq_.assign_zeros(flat);
   }
+  ZEROSIM_RETURN_IF_ERROR(prepare_gradient_storage());
 
   const OffloadConfig& param_offload = config.zero.offload_param;
   if (param_offload.device == OffloadDevice::kNvme) {
