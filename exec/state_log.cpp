@@ -60,6 +60,27 @@ std::string ComponentSelection::describe() const {
   return ignored.empty() ? "" : "not judged: " + joined(ignored);
 }
 
+namespace {
+
+// The first judged component of the uninterrupted run's line that the resume's line lacks or
+// holds otherwise, described with its step; "" when they agree.
+std::string differing_judged_component(const StateLine& want, const StateLine& line, const ComponentSelection& selection) {
+  for (const auto& [name, digest] : want.components) {
+    if (!selection.judged(name)) continue;
+    auto other = line.components.find(name);
+    if (other == line.components.end()) {
+      return "step " + std::to_string(line.step) + ": component " + name + " missing from the resume's line";
+    }
+    if (other->second != digest) {
+      return "step " + std::to_string(line.step) + ": " + name + " differs (expected " + digest + ", found " +
+             other->second + ")";
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
 Result<std::vector<StateLine>> parse_state_log(const std::string& text, const std::string& source) {
   std::vector<StateLine> lines;
   std::istringstream stream(text);
@@ -234,20 +255,9 @@ ScenarioVerdict judge_resume(const std::vector<StateLine>& reference, int64_t du
       break;
     }
     const StateLine& want = *found->second;
-    if (std::memcmp(&want.loss, &line.loss, sizeof(double)) != 0) {
-      divergence = "step " + std::to_string(line.step) + ": loss: expected " + want.loss_text + ", found " + line.loss_text;
-    }
-    for (const auto& [name, digest] : want.components) {
-      if (!divergence.empty()) break;
-      if (!selection.judged(name)) continue;
-      auto other = line.components.find(name);
-      if (other == line.components.end()) {
-        divergence = "step " + std::to_string(line.step) + ": component " + name + " missing from the resume's line";
-      } else if (other->second != digest) {
-        divergence = "step " + std::to_string(line.step) + ": " + name + " differs (expected " + digest + ", found " +
-                     other->second + ")";
-      }
-    }
+    divergence = std::memcmp(&want.loss, &line.loss, sizeof(double)) != 0
+                     ? "step " + std::to_string(line.step) + ": loss: expected " + want.loss_text + ", found " + line.loss_text
+                     : differing_judged_component(want, line, selection);
     if (!divergence.empty()) {
       *diverged_step = line.step;  // the loss or the state differs here: a capture of this step names the element
       break;

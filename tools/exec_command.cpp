@@ -42,6 +42,7 @@ bool find_hooks_directory(ExecOptions& options, const char* program_path, const 
 }
 
 int report_and_exit(const ExecFlags& flags, const ExecResult& result) {
+  const std::string components_judged = flags.options.components.describe();  // "": every one
   SuiteReport report;
   std::string command;
   for (const std::string& part : flags.options.command) command += (command.empty() ? "" : " ") + part;
@@ -84,9 +85,7 @@ int report_and_exit(const ExecFlags& flags, const ExecResult& result) {
                   "shares a path outside the watched directories between runs; watch it too, or use --jobs 1\n",
                   static_cast<long long>(result.passed_alone));
     }
-    if (const std::string judged = flags.options.components.describe(); !judged.empty()) {
-      std::printf("exec: state-log components %s\n", judged.c_str());
-    }
+    if (!components_judged.empty()) std::printf("exec: state-log components %s\n", components_judged.c_str());
     if (!result.state_log) {
       std::printf("exec: judged without a state log: refusals, crashes and timeouts only. A state log (ZEROSIM_STATE_LOG, "
                   "python/zerosim_state.py) would add lost work (a save that had returned, then vanished) and divergence "
@@ -105,9 +104,7 @@ int report_and_exit(const ExecFlags& flags, const ExecResult& result) {
                         {"processes", result.processes},
                         {"records", result.records},
                         {"state_log", result.state_log},
-                        {"components_judged", flags.options.components.describe().empty()
-                                                  ? std::string("all")
-                                                  : flags.options.components.describe()},
+                        {"components_judged", components_judged.empty() ? std::string("all") : components_judged},
                         {"recording", result.recording_path}});
 }
 
