@@ -159,8 +159,8 @@ class ScenarioExecution {
   Result<TrainingRun> run_reference(const TrainingOptions& reference_options, SimDisk* checkpoint_disk = nullptr,
                                     int64_t save_step = -1);
   Status reference(SimDisk* checkpoint_disk = nullptr, int64_t save_step = -1);
-  std::string fault_never_happened(const Result<TrainingRun>& first, bool scripted_not_fired, bool timed_not_fired,
-                                   const std::string& power_lost_at, const std::string& never_fired);
+  bool fault_never_happened(const Result<TrainingRun>& first, bool scripted_not_fired, bool timed_not_fired,
+                            const std::string& power_lost_at, const std::string& never_fired);
   Status check_checkpoint_expectation();
   void with_checkpoint_finding(ScenarioVerdict& judged) const;
   CheckpointPlan restart_plan(const std::string& tag, const CheckpointLoadOptions& load, int64_t save_every) const;
@@ -304,20 +304,16 @@ Result<bool> ScenarioExecution::faulted_run() {
                     ")";
     }
   }
-  const std::string missed = fault_never_happened(first, scripted != nullptr && !scripted->fired(),
-                                                  timed != nullptr && !timed->fired(), power_lost_at, never_fired);
-  if (!missed.empty()) {
-    verdict_.fault_never_happened = true;
-    return false;
-  }
-  return true;
+  verdict_.fault_never_happened = fault_never_happened(first, scripted != nullptr && !scripted->fired(),
+                                                      timed != nullptr && !timed->fired(), power_lost_at, never_fired);
+  return !verdict_.fault_never_happened;
 }
 
-// The first fault of the plan that never happened, in the order the checks name them, with
-// the verdict's outcome and diagnosis set; "" when every fault happened.
-std::string ScenarioExecution::fault_never_happened(const Result<TrainingRun>& first, bool scripted_not_fired,
-                                                    bool timed_not_fired, const std::string& power_lost_at,
-                                                    const std::string& never_fired) {
+// Whether a fault of the plan never happened; the first such, in the order the checks name
+// them, sets the verdict's outcome and diagnosis.
+bool ScenarioExecution::fault_never_happened(const Result<TrainingRun>& first, bool scripted_not_fired,
+                                             bool timed_not_fired, const std::string& power_lost_at,
+                                             const std::string& never_fired) {
   const FaultPlan& plan = scenario_.fault_plan;
   const bool plans_power_loss = std::any_of(plan.disk_faults.begin(), plan.disk_faults.end(),
                                             [](const FaultRule& rule) { return rule.kind == FaultKind::kPowerLoss; });
@@ -343,9 +339,9 @@ std::string ScenarioExecution::fault_never_happened(const Result<TrainingRun>& f
     verdict_.diagnosis = "the crash at virtual time " + std::to_string(*plan.crash_at_virtual_time_us) +
                          " us never happened (the first phase ended at an earlier time?)";
   } else {
-    return "";
+    return false;
   }
-  return verdict_.diagnosis;
+  return true;
 }
 
 // Between the crash and the restart: the power loss, the operator's actions, damage at rest;
