@@ -1,6 +1,6 @@
 // The oracle of `zerosim exec`: the program's state log, and the verdict on one resume.
 //
-// The state-log contract (the program's side; python/zerosim_state.py writes it): after each
+// The state-log contract (the program's side; python/zerosim_state writes it): after each
 // step, one JSON line {"step": N, "loss": X, "components": {NAME: HEX_DIGEST, ...}} appended to
 // the file ZEROSIM_STATE_LOG names, with "checkpoint": true once that step's save has returned.
 // With ZEROSIM_CAPTURE_STEP set, the full state after that step as safetensors at

@@ -12,8 +12,10 @@ then follows the first `torch.optim.Optimizer` that steps. After each of its ste
               NumPy's once the program seeded them)
 A step's line is written when the next step ends, or when the process exits, so that it can say
 "checkpoint": true when a save returned in between: torch.save, torch.distributed.checkpoint's
-save, safetensors' save_file and save_model, and the Hugging Face Trainer's and PyTorch
-Lightning's checkpoint calls (a save inside those counts once theirs returns). Writing the line
+save, safetensors' save_file and save_model. The Hugging Face Trainer and PyTorch Lightning are
+recognised when imported: each Trainer built gets a callback of the hook through the framework's
+own callback list (the Trainer's on_save, called once every file of the checkpoint is written;
+Lightning's on_save_checkpoint), and from then on only those mark a save. Writing the line
 after every file of the checkpoint also means that a crash between two of its files never counts
 as a checkpoint that had returned.
 
@@ -26,7 +28,6 @@ import atexit
 import importlib
 import importlib.abc
 import importlib.machinery
-import json
 import os
 import sys
 import types
@@ -39,8 +40,8 @@ _state = {
     "optimizer": None,  # a weak reference to the optimizer followed
     "steps": 0,
     "loss": None,
-    "pending": None,  # the last step's line, written at the next step or at exit
-    "saving_depth": 0,  # inside a framework's checkpoint call: inner saves do not count alone
+    "held": None,  # zerosim_state.HeldStep: the last step's line, written at the next step or at exit
+    "framework_marks": False,  # a framework's callback marks its saves: the saves inside it do not
     "warned": set(),
 }
 _schedulers = weakref.WeakSet()
@@ -54,21 +55,27 @@ def _warn_once(key, message):
     sys.stderr.write("zerosim hook: %s\n" % message)
 
 
-def _write(line):
-    path = os.environ.get("ZEROSIM_STATE_LOG")
-    # Under a launcher (torchrun, accelerate) every rank runs the hook; rank 0 writes the log, as
-    # the ranks of a data-parallel run hold the same parameters and optimizer state.
-    if not path or os.environ.get("RANK", "0") != "0":
-        return
-    with open(path, "a") as log:
-        log.write(json.dumps(line, sort_keys=True) + "\n")
+def _held():
+    if _state["held"] is None:
+        # Under a launcher (torchrun, accelerate) every rank runs the hook; rank 0 writes the log,
+        # as the ranks of a data-parallel run hold the same parameters and optimizer state.
+        path = os.environ.get("ZEROSIM_STATE_LOG") if os.environ.get("RANK", "0") == "0" else ""
+        _state["held"] = zerosim_state.HeldStep(zerosim_state.StateLog(path, _by_hook=True))
+    return _state["held"]
+
+
+def _program_writes_log():
+    """A program that writes the state log itself (zerosim_state.StateLog, a ZerosimCallback) is
+    left to it: the hook writes nothing, so that no step is logged twice."""
+    if zerosim_state.program_writes_log():
+        _warn_once("program", "the program writes the state log itself; the hook writes nothing")
+        return True
+    return False
 
 
 def _flush():
-    pending = _state["pending"]
-    _state["pending"] = None
-    if pending is not None:
-        _write(pending)
+    if not _program_writes_log():
+        _held().write()
 
 
 def _digest(name, value):
@@ -79,10 +86,23 @@ def _digest(name, value):
         return None
 
 
+def _wraps(candidate, optimizer):
+    """Whether `candidate` is the optimizer or a wrapper of it (accelerate's AcceleratedOptimizer,
+    which the Hugging Face Trainer builds its LR scheduler on, keeps the optimizer it wraps as
+    .optimizer)."""
+    for _ in range(4):
+        if candidate is optimizer:
+            return True
+        candidate = getattr(candidate, "optimizer", None)
+        if candidate is None:
+            return False
+    return False
+
+
 def _components(optimizer):
     parameters = [parameter for group in optimizer.param_groups for parameter in group["params"]]
     components = {"params": _digest("params", parameters), "optimizer": _digest("optimizer", optimizer.state_dict())}
-    schedulers = [scheduler for scheduler in list(_schedulers) if getattr(scheduler, "optimizer", None) is optimizer]
+    schedulers = [scheduler for scheduler in list(_schedulers) if _wraps(getattr(scheduler, "optimizer", None), optimizer)]
     if schedulers:
         components["scheduler"] = _digest("scheduler", [scheduler.state_dict() for scheduler in schedulers])
     scalers = list(_scalers)
@@ -99,19 +119,18 @@ def _after_step(optimizer):
     elif followed() is not optimizer:
         _warn_once("optimizers", "a second optimizer steps; only the first is followed")
         return
-    _flush()
+    if _program_writes_log():
+        return
     _state["steps"] += 1
     step = _global_step(optimizer)
     loss = _state["loss"]
     if loss is None:
         _warn_once("loss", "no one-element tensor ran backward before the step; the loss is logged as 0")
         loss = 0.0
-    _state["pending"] = {"step": step, "loss": loss, "components": _components(optimizer)}
-    if os.environ.get("ZEROSIM_CAPTURE_STEP") == str(step) and os.environ.get("ZEROSIM_CAPTURE_FILE"):
-        _capture(optimizer, os.environ["ZEROSIM_CAPTURE_FILE"])
+    _held().hold(step, loss, _components(optimizer), capture=lambda: _capture(optimizer))
 
 
-def _capture(optimizer, path):
+def _capture(optimizer):
     """The full state after this step, for exec to name the first differing element: each
     parameter (params.G.I: group G, position I) and each tensor of its optimizer state
     (optimizer.G.I.NAME)."""
@@ -123,7 +142,7 @@ def _capture(optimizer, path):
             for name, value in optimizer.state.get(parameter, {}).items():
                 if isinstance(value, torch.Tensor):
                     tensors["optimizer.%d.%d.%s" % (g, i, name)] = value
-    zerosim_state.write_safetensors(path, tensors)
+    return tensors
 
 
 def _global_step(optimizer):
@@ -146,8 +165,8 @@ def _global_step(optimizer):
 
 
 def _save_returned():
-    if _state["saving_depth"] == 0 and _state["pending"] is not None:
-        _state["pending"]["checkpoint"] = True
+    if not _state["framework_marks"]:
+        _held().mark_checkpoint()
 
 
 def _wrap_save(function):
@@ -160,19 +179,24 @@ def _wrap_save(function):
     return save
 
 
-def _wrap_framework_save(function):
-    """A framework's checkpoint call: the saves inside it count once it returns."""
-    def save(*args, **kwargs):
-        _state["saving_depth"] += 1
-        try:
-            result = function(*args, **kwargs)
-        finally:
-            _state["saving_depth"] -= 1
-        _save_returned()
-        return result
+def _recognise_trainer(framework, trainer_module, callback_module, base_name, save_event, add):
+    """Each Trainer of a framework gets a callback of the hook once it is built, through the
+    framework's own callback list (`add`); its `save_event` marks the held step, and from then on
+    a torch.save of something else marks nothing."""
+    callback_base = getattr(callback_module, base_name, None)
+    trainer_class = getattr(trainer_module, "Trainer", None)
+    if callback_base is None or trainer_class is None:
+        _warn_once(framework, "%s's Trainer or %s is missing; its saves are seen as files only" % (framework, base_name))
+        return
+    marks = type("ZerosimSaveMarks", (callback_base,), {save_event: lambda self, *args, **kwargs: _held().mark_checkpoint()})
+    original = trainer_class.__init__
 
-    save.__wrapped__ = function
-    return save
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        add(self, marks())
+        _state["framework_marks"] = True
+
+    trainer_class.__init__ = __init__
 
 
 def _wrap_init(cls, registry):
@@ -241,13 +265,15 @@ def _patch_module(name, module):
             if hasattr(module, function):
                 setattr(module, function, _wrap_save(getattr(module, function)))
     elif name == "transformers.trainer":
-        trainer = getattr(module, "Trainer", None)
-        if trainer is not None and hasattr(trainer, "_save_checkpoint"):
-            trainer._save_checkpoint = _wrap_framework_save(trainer._save_checkpoint)
+        # The Trainer calls on_save once every file of the checkpoint is written. (transformers.trainer
+        # imports trainer_callback itself: loaded by now.)
+        _recognise_trainer("transformers", module, importlib.import_module("transformers.trainer_callback"),
+                           "TrainerCallback", "on_save", lambda trainer, callback: trainer.add_callback(callback))
     elif name in ("lightning.pytorch.trainer.trainer", "pytorch_lightning.trainer.trainer"):
-        trainer = getattr(module, "Trainer", None)
-        if trainer is not None and hasattr(trainer, "save_checkpoint"):
-            trainer.save_checkpoint = _wrap_framework_save(trainer.save_checkpoint)
+        # Lightning calls on_save_checkpoint while it builds the checkpoint; the step's line is
+        # written only once the program goes on (after the next step), when the save has returned.
+        _recognise_trainer("Lightning", module, importlib.import_module(name.split(".trainer.")[0] + ".callbacks"),
+                           "Callback", "on_save_checkpoint", lambda trainer, callback: trainer.callbacks.append(callback))
 
 
 _WATCHED = ("torch", "torch.distributed.checkpoint", "safetensors.torch", "transformers.trainer",

@@ -11,7 +11,7 @@ prefix="$work/prefix"
 cmake --install "$build" --prefix "$prefix" > "$work/install.log"
 fail() { echo "install_test: $*" >&2; exit 1; }
 for file in bin/zerosim share/doc/zerosim/README.md share/doc/zerosim/LICENSE \
-            share/zerosim/python/zerosim_state.py share/zerosim/python/zerosim_torch_hook.py \
+            share/zerosim/python/zerosim_state/__init__.py share/zerosim/python/zerosim_torch_hook.py \
             share/zerosim/python/hooks/sitecustomize.py share/zerosim/scenarios/examples/save_by_4_ranks.json; do
   [ -f "$prefix/$file" ] || fail "$prefix/$file was not installed"
 done
@@ -20,7 +20,10 @@ cd "$work/elsewhere"
 zerosim="$prefix/bin/zerosim"
 # zerosim_state is importable from the Python package directory (on python3's path with /usr).
 imported=$(PYTHONPATH="$prefix/lib/python3/dist-packages" python3 -c 'import zerosim_state; print(zerosim_state.__file__)')
-[ "$imported" = "$prefix/lib/python3/dist-packages/zerosim_state.py" ] || fail "import zerosim_state found '$imported'"
+[ "$imported" = "$prefix/lib/python3/dist-packages/zerosim_state/__init__.py" ] || fail "import zerosim_state found '$imported'"
+for module in huggingface lightning; do
+  [ -f "$prefix/lib/python3/dist-packages/zerosim_state/$module.py" ] || fail "zerosim_state.$module was not installed"
+done
 
 version=$("$zerosim" --version)
 [[ "$version" =~ ^zerosim\ [0-9]+\.[0-9]+\.[0-9]+(\+[0-9a-f]{12})?\ \(git\ commit\ ([0-9a-f]{12}|unknown)\)$ ]] \

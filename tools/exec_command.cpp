@@ -88,7 +88,7 @@ int report_and_exit(const ExecFlags& flags, const ExecResult& result) {
     if (!components_judged.empty()) std::printf("exec: state-log components %s\n", components_judged.c_str());
     if (!result.state_log) {
       std::printf("exec: judged without a state log: refusals, crashes and timeouts only. A state log (ZEROSIM_STATE_LOG, "
-                  "python/zerosim_state.py) would add lost work (a save that had returned, then vanished) and divergence "
+                  "python/zerosim_state) would add lost work (a save that had returned, then vanished) and divergence "
                   "(each resumed step against the uninterrupted run)\n");
     }
   }

@@ -58,7 +58,7 @@ Result<std::string> shipped_python_directory(const std::string& argv0) {
       shipped_candidates(argv0, "python", "python"),
       [](const fs::path& candidate) {
         std::error_code error;
-        return fs::is_regular_file(candidate / "zerosim_state.py", error);
+        return fs::is_regular_file(candidate / "zerosim_state" / "__init__.py", error);
       },
       "Python helpers", "");
 }

@@ -22,7 +22,7 @@ std::filesystem::path program_directory(const std::string& argv0);
 // kNotFound naming them all.
 Result<std::string> shipped_scenario_library(const std::string& argv0);
 std::vector<std::filesystem::path> shipped_scenario_library_candidates(const std::string& argv0);
-// The Python helpers shipped with this binary (zerosim_state.py, the torch hook and its hooks/
+// The Python helpers shipped with this binary (the zerosim_state package, the torch hook and its hooks/
 // directory): <prefix>/share/zerosim/python installed, the source tree's python/ from a build tree.
 Result<std::string> shipped_python_directory(const std::string& argv0);
 

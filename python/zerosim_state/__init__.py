@@ -20,6 +20,10 @@ program does not make deterministic.
     ...
     log.step(step, loss.item(), zerosim_state.torch_components(model, optimizer, scheduler, scaler),
              checkpoint=saved_this_step)
+
+With a framework, one callback writes the log (the framework is imported only by its module):
+    from zerosim_state.huggingface import ZerosimCallback   # trainer.add_callback(ZerosimCallback())
+    from zerosim_state.lightning import ZerosimCallback     # Trainer(callbacks=[ZerosimCallback()])
 """
 import hashlib
 import json
@@ -28,8 +32,8 @@ import random
 import struct
 import sys
 
-__all__ = ["StateLog", "digest_bytes", "digest_floats", "digest_value", "rng_components", "torch_components",
-           "write_safetensors"]
+__all__ = ["HeldStep", "StateLog", "digest_bytes", "digest_floats", "digest_value", "program_writes_log",
+           "rng_components", "torch_components", "write_safetensors"]
 
 
 def digest_bytes(*chunks):
@@ -82,8 +86,15 @@ def _tensor_bytes(value):
     if isinstance(value, torch.Tensor):
         tensor = value.detach().to("cpu").contiguous().clone()
         header = ("%s%s" % (tensor.dtype, tuple(tensor.shape))).encode("utf-8")
-        return header + bytes(tensor.untyped_storage())
+        return header + _storage_bytes(tensor)
     return None
+
+
+def _storage_bytes(tensor):
+    """The bytes of a contiguous tensor that owns its whole storage (a fresh clone)."""
+    if hasattr(tensor, "untyped_storage"):
+        return bytes(tensor.untyped_storage())
+    return bytes(tensor.storage().untyped())  # torch before 2.0
 
 
 # Whether the program made a global generator deterministic: seeded it with a value, or restored
@@ -165,11 +176,22 @@ def torch_components(model=None, optimizer=None, scheduler=None, scaler=None, rn
     return components
 
 
+# Whether the program writes the state log itself (a StateLog it made, a ZerosimCallback): the
+# torch hook of `zerosim exec --hooks torch` then writes nothing, so that no step is logged twice.
+_PROGRAM_WRITES_LOG = {"value": False}
+
+
+def program_writes_log():
+    return _PROGRAM_WRITES_LOG["value"]
+
+
 class StateLog:
     """Appends the state-log lines; a no-op when ZEROSIM_STATE_LOG is not set."""
 
-    def __init__(self, path=None):
+    def __init__(self, path=None, _by_hook=False):
         self.path = path if path is not None else os.environ.get("ZEROSIM_STATE_LOG")
+        if self.path and not _by_hook:
+            _PROGRAM_WRITES_LOG["value"] = True
 
     def step(self, step, loss, components, checkpoint=False, capture=None):
         """`capture`: NAME -> list of floats (stored as F64) or a torch tensor; written as
@@ -186,6 +208,39 @@ class StateLog:
             log.write(json.dumps(line, sort_keys=True) + "\n")
 
 
+class HeldStep:
+    """The line of the step that just ended, held until the program goes on (the next step begins,
+    or training ends), so that it can say "checkpoint": true for a save that returned in between.
+    Written only then, the line comes after every file of that save: a crash in the middle of a
+    save never counts as a save that had returned. The capture exec asks for (the state of one
+    step) is written when the step is held, while the state is that step's."""
+
+    def __init__(self, log=None):
+        self.log = log if log is not None else StateLog()
+        self._held = None  # [step, loss, components, checkpoint]
+
+    def hold(self, step, loss, components, capture=None):
+        self.write()
+        if capture is not None and os.environ.get("ZEROSIM_CAPTURE_STEP") == str(int(step)):
+            capture = capture() if callable(capture) else capture
+            write_safetensors(os.environ["ZEROSIM_CAPTURE_FILE"], capture)
+        self._held = [int(step), float(loss), dict(components), False]
+
+    def held_step(self):
+        return None if self._held is None else self._held[0]
+
+    def mark_checkpoint(self):
+        """A save returned (or, for a framework that calls back before its files are written,
+        is under way and ends before the program goes on) since the held step ended."""
+        if self._held is not None:
+            self._held[3] = True
+
+    def write(self):
+        held, self._held = self._held, None
+        if held is not None:
+            self.log.step(held[0], held[1], held[2], checkpoint=held[3])
+
+
 def write_safetensors(path, tensors):
     """Writes NAME -> list of floats (F64) or torch tensor as a safetensors file."""
     header, chunks, offset = {}, [], 0
@@ -198,7 +253,7 @@ def write_safetensors(path, tensors):
             dtypes = {torch.float32: "F32", torch.float64: "F64", torch.float16: "F16", torch.bfloat16: "BF16",
                       torch.int64: "I64", torch.int32: "I32", torch.uint8: "U8", torch.bool: "BOOL"}
             dtype, shape = dtypes[tensor.dtype], list(tensor.shape)
-            data = bytes(tensor.clone().untyped_storage())
+            data = _storage_bytes(tensor.clone())
         else:
             values = [float(item) for item in value]
             dtype, shape = "F64", [len(values)]
