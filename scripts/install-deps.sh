@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian packages zerosim builds with, only those missing. Idempotent.
 #   scripts/install-deps.sh          everything the tests, benchmarks and MPI launcher need
+#                                    (python3-torch: a real PyTorch for the torch hook's tests)
 #   scripts/install-deps.sh --main   only what the zerosim binary builds with (scripts/run.sh)
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config libaio-dev nlohmann-json3-dev libxxhash-dev libcli11-dev)
 case "${1:-}" in
   --main) ;;
   "") packages+=(librapidcheck-dev libgtest-dev libgmock-dev libxml2-utils zlib1g-dev chromium libopenmpi-dev openmpi-bin
-                 python3) ;;
+                 python3 python3-torch) ;;
   *) echo "install-deps: unknown argument '$1' (--main, or nothing for everything)" >&2; exit 2 ;;
 esac
 missing=()

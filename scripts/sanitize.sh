@@ -42,4 +42,8 @@ cd "$build"
 export ASAN_OPTIONS="halt_on_error=1:abort_on_error=0:detect_stack_use_after_return=0"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
+# RapidCheck properties run 25 cases here, against 100 in the main test run: the sanitizers look
+# for memory errors and races along the code paths, which the first cases already take, and the
+# instrumented builds run several times slower. RC_PARAMS from the caller wins.
+export RC_PARAMS="${RC_PARAMS:-max_success=25}"
 ctest --output-on-failure -j "$(nproc)" --timeout 1800 "${tests[@]}"
