@@ -4,14 +4,13 @@ config (no download), trained on fixed random token sequences, checkpointing the
 way (CKPT/checkpoint-N: model.safetensors, optimizer.pt, scheduler.pt, rng_state.pth,
 trainer_state.json, ...) every --save-every steps.
 
-The state log (python/zerosim_state.py): the line of global step N is made at on_step_end and held;
-it is written at on_save with "checkpoint": true (the Trainer calls on_save once the checkpoint's
-files are written), else at the next on_step_begin or at on_train_end. Components: the model, the
-optimizer and the LR scheduler; not the RNG (python's `random` state is not restored by design,
-so it would differ after every resume; the Trainer restores torch's from rng_state.pth).
+Nothing of zerosim is in it unless --zerosim-callback is given: `zerosim exec --hooks torch` writes
+its state log from outside. With --zerosim-callback it writes the log itself, in the one line a
+user would add (zerosim_state.huggingface.ZerosimCallback; zerosim_state is found installed, or in
+this repository's python/).
 
     python3 hf_trainer.py --ckpt DIR [--steps 12] [--save-every 4] [--resume] [--cpu]
-                          [--sequences 64] [--full-determinism]
+                          [--sequences 64] [--full-determinism] [--zerosim-callback]
 
 --resume resumes from transformers.trainer_utils.get_last_checkpoint(DIR) when it finds one, else
 trains from scratch. --sequences: the data set's size; at batch 4, the default 64 keeps 12 steps
@@ -19,7 +18,7 @@ in one epoch, fewer (e.g. 24) make the resume cross epochs. --full-determinism: 
 full_determinism (deterministic CUDA kernels; try it when every resume diverges by a few bits).
 Under exec, from the repository root:
 
-    zerosim exec --watch /tmp/hfck --resume-command \
+    zerosim exec --hooks torch --watch /tmp/hfck --resume-command \
         "python3 examples/exec/hf_trainer.py --ckpt /tmp/hfck --resume" \
         --crash-points 16 --states-per-point 2 -- python3 examples/exec/hf_trainer.py --ckpt /tmp/hfck
 """
@@ -30,11 +29,8 @@ import sys
 
 import torch
 import transformers
-from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
-import zerosim_state  # noqa: E402
 
 SEED = 1234
 SEQUENCE_LENGTH = 32
@@ -52,56 +48,6 @@ class TokenSequences(torch.utils.data.Dataset):
 
     def __getitem__(self, index):
         return {"input_ids": self.tokens[index], "labels": self.tokens[index]}
-
-
-class LossKeepingTrainer(Trainer):
-    """Keeps the loss of the step (this run has no gradient accumulation: one compute_loss a step)."""
-
-    last_loss = None
-
-    def compute_loss(self, model, inputs, *args, **kwargs):
-        result = super().compute_loss(model, inputs, *args, **kwargs)
-        loss = result[0] if isinstance(result, tuple) else result
-        self.last_loss = loss.detach()
-        return result
-
-
-class StateLogCallback(TrainerCallback):
-    def __init__(self):
-        self.trainer = None  # set once the Trainer exists
-        self.log = zerosim_state.StateLog()
-        self.pending = None  # (step, loss, components, capture) of the last step, not yet written
-
-    def components(self):
-        trainer = self.trainer
-        try:
-            return zerosim_state.torch_components(trainer.model, trainer.optimizer, trainer.lr_scheduler, rng=False)
-        except TypeError:  # a scheduler state the digest cannot read: leave the scheduler out
-            return zerosim_state.torch_components(trainer.model, trainer.optimizer, rng=False)
-
-    def write(self, checkpoint):
-        if self.pending is not None:
-            step, loss, components, capture = self.pending
-            self.log.step(step, loss, components, checkpoint=checkpoint, capture=capture)
-            self.pending = None
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        self.write(checkpoint=False)
-
-    def on_step_end(self, args, state, control, **kwargs):
-        self.write(checkpoint=False)
-        if state.is_world_process_zero:
-            # The parameters as they are now (references: the line is written before the next step).
-            capture = {name: tensor for name, tensor in self.trainer.model.state_dict().items()
-                       if tensor.is_floating_point()}
-            self.pending = (state.global_step, float(self.trainer.last_loss), self.components(), capture)
-
-    def on_save(self, args, state, control, **kwargs):
-        if self.pending is not None and self.pending[0] == state.global_step:
-            self.write(checkpoint=True)
-
-    def on_train_end(self, args, state, control, **kwargs):
-        self.write(checkpoint=False)
 
 
 def training_arguments(arguments):
@@ -131,16 +77,21 @@ def main():
     parser.add_argument("--cpu", action="store_true")
     parser.add_argument("--sequences", type=int, default=64)
     parser.add_argument("--full-determinism", action="store_true")
+    parser.add_argument("--zerosim-callback", action="store_true")
     arguments = parser.parse_args()
 
     transformers.set_seed(SEED)  # the same initial model in every run (a resume overwrites it)
     config = GPT2Config(n_layer=2, n_head=2, n_embd=64, vocab_size=256, n_positions=64)
     model = GPT2LMHeadModel(config)
-    callback = StateLogCallback()
-    trainer = LossKeepingTrainer(model=model, args=training_arguments(arguments),
-                                 train_dataset=TokenSequences(arguments.sequences, config.vocab_size),
-                                 callbacks=[callback])
-    callback.trainer = trainer
+    trainer = Trainer(model=model, args=training_arguments(arguments),
+                      train_dataset=TokenSequences(arguments.sequences, config.vocab_size))
+    if arguments.zerosim_callback:
+        try:
+            from zerosim_state.huggingface import ZerosimCallback
+        except ImportError:
+            sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+            from zerosim_state.huggingface import ZerosimCallback
+        trainer.add_callback(ZerosimCallback())
 
     last = get_last_checkpoint(arguments.ckpt) if arguments.resume and os.path.isdir(arguments.ckpt) else None
     if last is not None:

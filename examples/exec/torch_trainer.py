@@ -13,7 +13,7 @@ scripts do:
               (which give a fresh optimizer its state before the load); rank 0 writes the state
               log with every rank's components (gathered) and losses
 
-The state log (python/zerosim_state.py) carries the model, the optimizer, the RNG and the step.
+The state log (python/zerosim_state) carries the model, the optimizer, the RNG and the step.
 
     python3 torch_trainer.py --ckpt DIR --mode torch_save|dcp [--steps 6] [--save-every 2]
     torchrun --standalone --nproc_per_node 2 torch_trainer.py --ckpt DIR --mode dcp_ranks
