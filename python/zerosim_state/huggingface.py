@@ -61,17 +61,12 @@ class ZerosimCallback(TrainerCallback):
                 self.warned = True
                 sys.stderr.write("zerosim_state: the model's forward returned no loss; the state log logs loss 0\n")
         self.losses = []
-        components = {}
-        if model is not None:
-            components["params"] = zerosim_state.digest_value(dict(model.state_dict()))
-        if optimizer is not None:
-            components["optimizer"] = zerosim_state.digest_value(optimizer.state_dict())
+        components = zerosim_state.torch_components(model, optimizer)
         if lr_scheduler is not None:
             try:
                 components["scheduler"] = zerosim_state.digest_value(lr_scheduler.state_dict())
             except TypeError as error:
                 sys.stderr.write("zerosim_state: the LR scheduler is not logged: %s\n" % error)
-        components.update(zerosim_state.rng_components())
         capture = None
         if model is not None:
             capture = lambda: {name: tensor for name, tensor in model.state_dict().items()  # noqa: E731

@@ -63,8 +63,8 @@ class ZerosimCallback(Callback):
             if not self.warned:
                 self.warned = True
                 sys.stderr.write("zerosim_state: training_step returned no loss; the state log logs loss 0\n")
-        components = {"params": zerosim_state.digest_value(dict(pl_module.state_dict())),
-                      "optimizer": zerosim_state.digest_value([optimizer.state_dict() for optimizer in trainer.optimizers])}
+        components = zerosim_state.torch_components(pl_module)  # params and the generators
+        components["optimizer"] = zerosim_state.digest_value([optimizer.state_dict() for optimizer in trainer.optimizers])
         schedulers = [config.scheduler for config in getattr(trainer, "lr_scheduler_configs", [])]
         if schedulers:
             try:
@@ -74,7 +74,6 @@ class ZerosimCallback(Callback):
         scaler = getattr(getattr(trainer, "precision_plugin", None), "scaler", None)
         if scaler is not None:
             components["scaler"] = zerosim_state.digest_value(scaler.state_dict())
-        components.update(zerosim_state.rng_components())
         capture = lambda: {name: tensor for name, tensor in pl_module.state_dict().items()  # noqa: E731
                            if tensor.is_floating_point()}
         self.held.hold(step, loss, components, capture=capture)
