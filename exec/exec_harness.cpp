@@ -208,35 +208,120 @@ ExecCrashVerdict verdict_of(const ExecOptions& options, const std::vector<StateL
   return crash;
 }
 
-// Names the first differing element of a diverged step: both runs again, capturing that step
-// (the program writes it when it supports ZEROSIM_CAPTURE_STEP; silence is not an error).
-Status add_first_differing_element(const ExecOptions& options, const std::string& work, const std::vector<std::string>& roots,
-                                   const Tree& initial, const PlannedState& planned, int64_t step, ExecCrashVerdict* crash) {
-  const std::string reference_capture = work + "/reference-capture-" + std::to_string(step) + ".safetensors";
-  std::error_code error;
-  auto run_capture = [&](const std::vector<std::string>& argv, const std::string& prefix, const std::string& file) {
-    ProcessSpec spec;
-    spec.argv = argv;
-    spec.environment = run_environment(options, prefix + ".state.jsonl");
-    spec.environment["ZEROSIM_CAPTURE_STEP"] = std::to_string(step);
-    spec.environment["ZEROSIM_CAPTURE_FILE"] = file;
-    spec.log_prefix = prefix;
-    spec.timeout_seconds = options.timeout_seconds;
-    return run_process(spec).status();
-  };
-  if (!fs::exists(reference_capture, error)) {
-    ZEROSIM_RETURN_IF_ERROR(lay_out(initial, roots, roots));
-    ZEROSIM_RETURN_IF_ERROR(run_capture(options.command, work + "/reference-capture", reference_capture));
+// One more run of the command that writes its state at `step` to `file` (the program does so
+// when it supports ZEROSIM_CAPTURE_STEP; silence is not an error), from the directories `tree`.
+struct CaptureRun {
+  const Tree* tree;
+  std::vector<std::string> argv;
+  std::string prefix;
+  std::string file;
+  int64_t step;
+};
+
+Status run_capture(const ExecOptions& options, const CaptureRun& capture, const std::vector<BindMount>& binds) {
+  ProcessSpec spec;
+  spec.argv = capture.argv;
+  spec.environment = run_environment(options, capture.prefix + ".state.jsonl");
+  spec.environment["ZEROSIM_CAPTURE_STEP"] = std::to_string(capture.step);
+  spec.environment["ZEROSIM_CAPTURE_FILE"] = capture.file;
+  spec.log_prefix = capture.prefix;
+  spec.timeout_seconds = options.timeout_seconds;
+  spec.binds = binds;
+  return run_process(spec).status();
+}
+
+// Runs the captures `jobs` at a time, each in its own slot bound over the watched directories as
+// the resumes are (a run is as long as a resume: one after the other, a few diverged states of a
+// program that takes a minute to start would cost more than every resume together). A capture
+// whose tree lacks a watched directory cannot be bound and runs in place afterwards.
+Status run_captures(const ExecOptions& options, const std::string& work, const std::vector<std::string>& roots, bool parallel,
+                    const std::vector<CaptureRun>& captures) {
+  std::vector<const CaptureRun*> in_place;
+  if (parallel) {
+    std::error_code error;
+    for (const std::string& root : roots) {
+      fs::create_directories(root, error);
+      if (error) return io_error("exec: cannot create " + root + ": " + error.message());
+    }
+    std::mutex mutex;
+    size_t next = 0;
+    Status failure;
+    auto worker = [&](int64_t slot) {
+      std::vector<std::string> destinations = roots;
+      std::vector<BindMount> binds;
+      for (size_t i = 0; i < roots.size(); ++i) {
+        destinations[i] = work + "/slots/" + std::to_string(slot) + "/" + std::to_string(i);
+        binds.push_back({destinations[i], roots[i]});
+      }
+      while (true) {
+        const CaptureRun* capture = nullptr;
+        {
+          std::lock_guard lock(mutex);
+          if (!failure.ok() || next == captures.size()) return;
+          capture = &captures[next++];
+          bool every_root = true;
+          for (const std::string& root : roots) every_root = every_root && capture->tree->has_directory(root);
+          if (!every_root) {
+            in_place.push_back(capture);
+            continue;
+          }
+        }
+        Status ran = lay_out(*capture->tree, roots, destinations);
+        if (ran.ok()) ran = run_capture(options, *capture, binds);
+        if (!ran.ok()) {
+          std::lock_guard lock(mutex);
+          if (failure.ok()) failure = ran;
+          return;
+        }
+      }
+    };
+    std::vector<std::thread> workers;
+    const int64_t slots = std::min<int64_t>(options.jobs, static_cast<int64_t>(captures.size()));
+    for (int64_t slot = 0; slot < slots; ++slot) workers.emplace_back(worker, slot);
+    for (std::thread& thread : workers) thread.join();
+    fs::remove_all(work + "/slots", error);
+    ZEROSIM_RETURN_IF_ERROR(failure);
+  } else {
+    for (const CaptureRun& capture : captures) in_place.push_back(&capture);
   }
-  const std::string prefix = work + "/resume-" + std::to_string(planned.point) + "-" + std::to_string(planned.state);
-  const std::string resume_capture = prefix + ".capture.safetensors";
-  ZEROSIM_RETURN_IF_ERROR(lay_out(planned.tree, roots, roots));
-  ZEROSIM_RETURN_IF_ERROR(run_capture(options.resume_command.empty() ? options.command : shell_command(options.resume_command),
-                                      prefix + "-capture", resume_capture));
-  if (fs::exists(reference_capture, error) && fs::exists(resume_capture, error)) {
-    Result<std::string> element = first_differing_element(reference_capture, resume_capture);
-    crash->verdict.diagnosis += element.ok() ? (element->empty() ? "" : "; first differing element: " + *element)
-                                             : "; the captures could not be compared: " + element.status().message();
+  for (const CaptureRun* capture : in_place) {
+    ZEROSIM_RETURN_IF_ERROR(lay_out(*capture->tree, roots, roots));
+    ZEROSIM_RETURN_IF_ERROR(run_capture(options, *capture, {}));
+  }
+  return Status();
+}
+
+// Names the first differing element of each diverged step: the uninterrupted run and the resume
+// once more, both capturing that step, then the two captures compared.
+Status add_first_differing_elements(const ExecOptions& options, const std::string& work, const std::vector<std::string>& roots,
+                                    bool parallel, const Tree& initial,
+                                    const std::vector<std::pair<PlannedState, int64_t>>& diverged,
+                                    std::vector<std::optional<ExecCrashVerdict>>* verdicts) {
+  auto reference_capture = [&](int64_t step) { return work + "/reference-capture-" + std::to_string(step) + ".safetensors"; };
+  auto resume_prefix = [&](const PlannedState& planned) {
+    return work + "/resume-" + std::to_string(planned.point) + "-" + std::to_string(planned.state);
+  };
+  std::vector<CaptureRun> captures;
+  std::vector<int64_t> reference_steps;
+  for (const auto& [planned, step] : diverged) {
+    if (std::find(reference_steps.begin(), reference_steps.end(), step) == reference_steps.end()) {
+      reference_steps.push_back(step);
+      captures.push_back({&initial, options.command, work + "/reference-capture-" + std::to_string(step), reference_capture(step), step});
+    }
+    captures.push_back({&planned.tree,
+                        options.resume_command.empty() ? options.command : shell_command(options.resume_command),
+                        resume_prefix(planned) + "-capture", resume_prefix(planned) + ".capture.safetensors", step});
+  }
+  std::error_code error;
+  for (const CaptureRun& capture : captures) fs::remove(capture.file, error);
+  ZEROSIM_RETURN_IF_ERROR(run_captures(options, work, roots, parallel, captures));
+  for (const auto& [planned, step] : diverged) {
+    const std::string resume_capture = resume_prefix(planned) + ".capture.safetensors";
+    if (!fs::exists(reference_capture(step), error) || !fs::exists(resume_capture, error)) continue;
+    Result<std::string> element = first_differing_element(reference_capture(step), resume_capture);
+    std::string& diagnosis = (*verdicts)[planned.index]->verdict.diagnosis;
+    diagnosis += element.ok() ? (element->empty() ? "" : "; first differing element: " + *element)
+                              : "; the captures could not be compared: " + element.status().message();
   }
   return Status();
 }
@@ -470,9 +555,7 @@ Result<ExecResult> run_exec(const ExecOptions& options) {
     if (verdicts[planned.index]->verdict.passed) ++result.passed_alone;
   }
   std::sort(diverged.begin(), diverged.end(), [](const auto& a, const auto& b) { return a.first.index < b.first.index; });
-  for (const auto& [planned, step] : diverged) {
-    ZEROSIM_RETURN_IF_ERROR(add_first_differing_element(options, work, roots, initial, planned, step, &*verdicts[planned.index]));
-  }
+  ZEROSIM_RETURN_IF_ERROR(add_first_differing_elements(options, work, roots, parallel, initial, diverged, &verdicts));
   result.resume_seconds = seconds_since(resume_start);
   for (std::optional<ExecCrashVerdict>& verdict : verdicts) {
     if (verdict) result.verdicts.push_back(std::move(*verdict));

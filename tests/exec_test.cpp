@@ -476,19 +476,34 @@ namespace {
 
 // A resume bug in the program (the trainer's planted --bug momentum_not_restored): the
 // divergence is named by step and component, then narrowed to its first element through the
-// program's ZEROSIM_CAPTURE_STEP captures of both runs.
+// program's ZEROSIM_CAPTURE_STEP captures of both runs: in place with one job, and in the jobs'
+// slots (bound over the watched directory) with several.
 TEST(ExecDiagnosis, ADivergenceNamesItsFirstDifferingElement) {
-  TestDirectory directory;
-  const std::string checkpoints = directory.path() + "/ckpt";
-  const ShellResult run = run_shell_command(
-      std::string(ZEROSIM_CLI_PATH) + " exec --states-per-point 1 --watch " + checkpoints + " --work-dir " +
-      directory.path() + "/work -- python3 " + ZEROSIM_SOURCE_DIR + "/examples/exec/trainer.py --ckpt " + checkpoints +
-      " --protocol correct --steps 4 --bug momentum_not_restored 2>&1");
-  EXPECT_EQ(run.exit_code, 1) << run.output;
-  EXPECT_TRUE(has_line_with(run.output, {"resumed at step 2, diverged: step 3: momentum differs"})) << run.output;
-  EXPECT_TRUE(has_line_with(run.output, {"first differing element: tensor momentum[0]: expected ", ", found "}))
-      << run.output;
-  EXPECT_FALSE(has_line_with(run.output, {"first differing element: tensor weights"})) << run.output;
+  for (const std::string jobs : {"--jobs 1", "--jobs 3"}) {
+    SCOPED_TRACE(jobs);
+    TestDirectory directory;
+    const std::string checkpoints = directory.path() + "/ckpt";
+    const ShellResult run = run_shell_command(
+        std::string(ZEROSIM_CLI_PATH) + " exec " + jobs + " --states-per-point 2 --watch " + checkpoints + " --work-dir " +
+        directory.path() + "/work -- python3 " + ZEROSIM_SOURCE_DIR + "/examples/exec/trainer.py --ckpt " + checkpoints +
+        " --protocol correct --steps 4 --bug momentum_not_restored 2>&1");
+    EXPECT_EQ(run.exit_code, 1) << run.output;
+    EXPECT_TRUE(has_line_with(run.output, {"resumed at step 2, diverged: step 3: momentum differs"})) << run.output;
+    EXPECT_TRUE(has_line_with(run.output, {"first differing element: tensor momentum[0]: expected ", ", found "}))
+        << run.output;
+    EXPECT_FALSE(has_line_with(run.output, {"first differing element: tensor weights"})) << run.output;
+    // Every diverged state is narrowed, not only the first (each FAIL line is followed by its
+    // diagnosis line).
+    auto count = [&](const std::string& text) {
+      size_t found = 0;
+      for (size_t at = run.output.find(text); at != std::string::npos; at = run.output.find(text, at + 1)) ++found;
+      return found;
+    };
+    const size_t diverged = count("diverged: step 3: momentum differs");
+    const size_t narrowed = count("; first differing element: tensor momentum[0]: expected ");
+    EXPECT_GE(diverged, 2u) << run.output;
+    EXPECT_EQ(narrowed, diverged) << run.output;
+  }
 }
 
 }  // namespace
@@ -511,8 +526,6 @@ ShellResult exec_python_script(const TestDirectory& directory, const std::string
                            " 2>&1");
 }
 
-// Python's shutil.copyfile copies with sendfile (or copy_file_range): the tracer records the
-// bytes that landed in the watched file, read back from the file itself.
 // Weights loaded wrong: the first resumed step's loss differs before any component is compared;
 // the capture of that step still names the first differing element.
 TEST(ExecDiagnosis, ALossThatDiffersFirstStillNamesItsFirstDifferingElement) {
@@ -529,6 +542,8 @@ TEST(ExecDiagnosis, ALossThatDiffersFirstStillNamesItsFirstDifferingElement) {
       << run.output;
 }
 
+// Python's shutil.copyfile copies with sendfile (or copy_file_range): the tracer records the
+// bytes that landed in the watched file, read back from the file itself.
 TEST(ExecRecorder, SeesACopyMadeWithSendfile) {
   TestDirectory directory;
   const std::string watched = directory.path() + "/ckpt";
