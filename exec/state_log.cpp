@@ -79,6 +79,19 @@ std::string differing_judged_component(const StateLine& want, const StateLine& l
   return "";
 }
 
+// Every judged component that differs between the two lines (or is missing from the resume's),
+// by name: when the loss is the first thing to differ, these are the state behind it.
+std::vector<std::string> differing_judged_components(const StateLine& want, const StateLine& line,
+                                                     const ComponentSelection& selection) {
+  std::vector<std::string> names;
+  for (const auto& [name, digest] : want.components) {
+    if (!selection.judged(name)) continue;
+    auto other = line.components.find(name);
+    if (other == line.components.end() || other->second != digest) names.push_back(name);
+  }
+  return names;
+}
+
 }  // namespace
 
 Result<std::vector<StateLine>> parse_state_log(const std::string& text, const std::string& source) {
@@ -242,6 +255,7 @@ ScenarioVerdict judge_resume(const std::vector<StateLine>& reference, int64_t du
   std::map<int64_t, const StateLine*> expected;
   for (const StateLine& line : reference) expected[line.step] = &line;
   std::string divergence;
+  std::string state_behind_loss;  // when the loss differs first: the components that differ with it
   int64_t previous = verdict.resumed_at;
   for (const StateLine& line : *resumed) {
     if (line.step != previous + 1) {
@@ -255,9 +269,14 @@ ScenarioVerdict judge_resume(const std::vector<StateLine>& reference, int64_t du
       break;
     }
     const StateLine& want = *found->second;
-    divergence = std::memcmp(&want.loss, &line.loss, sizeof(double)) != 0
-                     ? "step " + std::to_string(line.step) + ": loss: expected " + want.loss_text + ", found " + line.loss_text
-                     : differing_judged_component(want, line, selection);
+    if (std::memcmp(&want.loss, &line.loss, sizeof(double)) != 0) {
+      divergence = "step " + std::to_string(line.step) + ": loss: expected " + want.loss_text + ", found " + line.loss_text;
+      const std::vector<std::string> differing = differing_judged_components(want, line, selection);
+      state_behind_loss = differing.empty() ? "; every judged component agrees at that step"
+                                            : "; components differing at that step: " + joined(differing);
+    } else {
+      divergence = differing_judged_component(want, line, selection);
+    }
     if (!divergence.empty()) {
       *diverged_step = line.step;  // the loss or the state differs here: a capture of this step names the element
       break;
@@ -274,7 +293,7 @@ ScenarioVerdict judge_resume(const std::vector<StateLine>& reference, int64_t du
                         "'s save had returned (its line said \"checkpoint\": true) before the crash, but the resume "
                         "started at step " + std::to_string(verdict.resumed_at);
   } else if (!divergence.empty()) {
-    verdict.diagnosis = divergence;
+    verdict.diagnosis = divergence + state_behind_loss;
   } else {
     verdict.passed = true;
   }

@@ -106,7 +106,21 @@ TEST(ExecJudge, ALossThatDiffersFirstAsksForACaptureAndAnIgnoredComponentIsNotJu
   const ScenarioVerdict loss_first = judge_resume(reference, 2, completed, resumed, {}, &diverged);
   EXPECT_FALSE(loss_first.passed);
   EXPECT_NE(loss_first.diagnosis.find("step 3: loss: expected"), std::string::npos) << loss_first.diagnosis;
+  EXPECT_NE(loss_first.diagnosis.find("; every judged component agrees at that step"), std::string::npos)
+      << loss_first.diagnosis;
   EXPECT_EQ(diverged, 3);
+  // The loss first, and the state behind it named: every judged component that differs there.
+  resumed[0].components["params"] = "other";
+  resumed[0].components.erase("rng_python");
+  const ScenarioVerdict loss_and_state = judge_resume(reference, 2, completed, resumed, {}, &diverged);
+  EXPECT_NE(loss_and_state.diagnosis.find("step 3: loss: expected"), std::string::npos) << loss_and_state.diagnosis;
+  EXPECT_NE(loss_and_state.diagnosis.find("; components differing at that step: params, rng_python"), std::string::npos)
+      << loss_and_state.diagnosis;
+  ComponentSelection params_ignored;
+  params_ignored.ignored = {"params"};
+  const ScenarioVerdict one_judged = judge_resume(reference, 2, completed, resumed, params_ignored, &diverged);
+  EXPECT_NE(one_judged.diagnosis.find("; components differing at that step: rng_python"), std::string::npos)
+      << one_judged.diagnosis;
 
   // A generator the program never seeds differs in every process: judged, it fails the resume;
   // ignored, the resume passes.
