@@ -36,6 +36,9 @@ struct DeepSpeedModelEntry {
   std::string effect;      // what DeepSpeed restores wrong or loses
   std::vector<Defect> defects;
   std::string source;      // file:line ranges at edaa722
+  // What running DeepSpeed's engine showed against the entry (version, date, case; or why it has
+  // not been run yet): the model is read from code, and code changes between releases.
+  std::string measured;
 };
 
 // The DeepSpeed commit the model was read from.

@@ -66,13 +66,17 @@ void expect_entry_shows(const Scenario& scenario, const std::string& id, const s
   EXPECT_TRUE(correct->passed) << correct->outcome << correct->diagnosis;
 }
 
-TEST(DeepSpeedModel, EveryEntryNamesItsSourceAndHasDefects) {
+TEST(DeepSpeedModel, EveryEntryNamesItsSourceItsDefectsAndWhatARunShowed) {
   std::set<std::string> seen;
   for (const DeepSpeedModelEntry& entry : deepspeed_model_entries()) {
     EXPECT_TRUE(seen.insert(entry.id).second) << entry.id << " twice";
     EXPECT_FALSE(entry.defects.empty()) << entry.id;
     EXPECT_NE(entry.source.find(".py:"), std::string::npos) << entry.id << ": " << entry.source;
     EXPECT_GT(entry.effect.size(), 40u) << entry.id;
+    // Each entry says what running DeepSpeed showed, with the version, or why it was not run.
+    const bool measured = entry.measured.find("DeepSpeed 0.") != std::string::npos;
+    const bool not_run = entry.measured.rfind("not run", 0) == 0 || entry.measured.rfind("not measured", 0) == 0;
+    EXPECT_TRUE(measured || not_run) << entry.id << ": " << entry.measured;
   }
   EXPECT_EQ(seen.size(), 8u);
 }

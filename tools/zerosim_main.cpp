@@ -55,9 +55,9 @@ int print_deepspeed_model() {
   for (const zerosim::DeepSpeedModelEntry& entry : zerosim::deepspeed_model_entries()) {
     std::string defect_names;
     for (zerosim::Defect defect : entry.defects) defect_names += (defect_names.empty() ? "" : ", ") + std::string(zerosim::defect_name(defect));
-    std::printf("%s\n  when:    %s\n  effect:  %s\n  defects: %s\n  source:  DeepSpeed %s %s\n\n", entry.id.c_str(),
-                entry.condition.c_str(), entry.effect.c_str(), defect_names.c_str(), zerosim::kDeepSpeedModelCommit,
-                entry.source.c_str());
+    std::printf("%s\n  when:    %s\n  effect:  %s\n  defects: %s\n  source:  DeepSpeed %s %s\n  run:     %s\n\n",
+                entry.id.c_str(), entry.condition.c_str(), entry.effect.c_str(), defect_names.c_str(),
+                zerosim::kDeepSpeedModelCommit, entry.source.c_str(), entry.measured.c_str());
   }
   return 0;
 }

@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""Compares DeepSpeed runs written by ds_train.py: a resume against the uninterrupted run, and
+the uninterrupted run against zerosim's export of the same run.
+
+  ds_compare.py resume UNINTERRUPTED_DIR SAVED_DIR RESUMED_DIR K OUT_JSON
+      right after the load (RESUMED/state-loaded against SAVED/state-K, the state the saving
+      process held once its save returned; UNINTERRUPTED/state-K when SAVED is "-"): every master,
+      exp_avg and exp_avg_sq, the step counters, lr, scheduler and loss scaler; then each step
+      after K (loss, lr, scale, skipped, grad norm) and the final state: which states differ,
+      from which step, by how much.
+  ds_compare.py numbers EXPORT_DIR UNINTERRUPTED_DIR OUT_JSON
+      DeepSpeed's steps against zerosim's records (run.json) and its final fp32 master and
+      moments against zerosim's (final.safetensors), as ULP histograms.
+"""
+
+import json
+import math
+import os
+import sys
+
+sys.dont_write_bytecode = True
+
+import numpy as np  # noqa: E402
+from safetensors import safe_open  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "torch_reference"))
+from train_like_deepspeed import ULP_BINS, compare_tensors, json_safe, per_step_comparison, summarize  # noqa: E402
+
+COMPONENTS = ("master", "exp_avg", "exp_avg_sq")
+
+
+def load_state(path):
+    error = path.replace(".safetensors", ".error")
+    if os.path.isfile(error):
+        with open(error, encoding="utf-8") as f:
+            sys.exit(f"error: {path}: DeepSpeed could not hand out this state: {f.read().strip()}")
+    if not os.path.isfile(path):
+        sys.exit(f"error: {path}: no such state file (did the DeepSpeed run reach it?)")
+    with safe_open(path, framework="np") as f:
+        tensors = {key: f.get_tensor(key) for key in f.keys()}
+        scalars = json.loads(f.metadata()["scalars"])
+    return tensors, scalars
+
+
+def load_records(directory):
+    path = os.path.join(directory, "records.json")
+    if not os.path.isfile(path):
+        sys.exit(f"error: {path}: no such file")
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)["records"]
+
+
+def compare_components(ours, theirs):
+    result = {}
+    for component in COMPONENTS:
+        names = sorted(k for k in ours if k.startswith(component + "/"))
+        if names != sorted(k for k in theirs if k.startswith(component + "/")):
+            sys.exit(f"error: the two states hold different {component} tensors")
+        a = np.concatenate([ours[n].ravel() for n in names]) if names else np.zeros(0, np.float32)
+        b = np.concatenate([theirs[n].ravel() for n in names]) if names else np.zeros(0, np.float32)
+        result[component] = compare_tensors(a, b)
+    return result
+
+
+def print_components(title, comparison):
+    labels = [label for label, _, _ in ULP_BINS]
+    print(title)
+    print(f"{'':>11} {'elements':>9} " + " ".join(f"{label:>8}" for label in labels) +
+          f" {'max ulp':>10} {'max abs':>9} {'max rel':>9}")
+    for component, c in comparison.items():
+        print(f"{component:>11} {c['elements']:>9} " + " ".join(f"{c['ulp_histogram'][label]:>8}" for label in labels) +
+              f" {c['max_ulp']:>10} {c['max_abs_diff']:>9.2e} {c['max_rel_diff']:>9.2e}" +
+              ("  identical" if c["identical"] else ""))
+
+
+def scalar_differences(expected, found):
+    return {key: {"uninterrupted": expected.get(key), "resumed": found.get(key)}
+            for key in sorted(set(expected) | set(found)) if expected.get(key) != found.get(key)}
+
+
+def step_differences(expected, found):
+    """Per resumed step: which of loss, lr, scale, skipped, grad norm differ (bit for bit)."""
+    by_step = {r["step"]: r for r in expected}
+    rows = []
+    for r in found:
+        e = by_step.get(r["step"])
+        if e is None:
+            rows.append({"step": r["step"], "differs": ["the uninterrupted run has no such step"]})
+            continue
+        differs = [key for key in ("loss", "lr", "loss_scale", "skipped", "grad_norm") if e[key] != r[key]]
+        rows.append({"step": r["step"], "differs": differs,
+                     "loss": [e["loss"], r["loss"]], "loss_scale": [e["loss_scale"], r["loss_scale"]],
+                     "lr": [e["lr"], r["lr"]], "skipped": [e["skipped"], r["skipped"]],
+                     "grad_norm": [e["grad_norm"], r["grad_norm"]]})
+    return rows
+
+
+def resume(uninterrupted, saved, resumed, k, out_json):
+    expected_tensors, expected_scalars = load_state(
+        os.path.join(uninterrupted if saved == "-" else saved, f"state-{k}.safetensors"))
+    loaded_tensors, loaded_scalars = load_state(os.path.join(resumed, "state-loaded.safetensors"))
+    final_expected, final_expected_scalars = load_state(os.path.join(uninterrupted, "state-final.safetensors"))
+    final_found, final_found_scalars = load_state(os.path.join(resumed, "state-final.safetensors"))
+    after_load = compare_components(expected_tensors, loaded_tensors)
+    final = compare_components(final_expected, final_found)
+    steps = step_differences(load_records(uninterrupted), load_records(resumed))
+    first = next((row for row in steps if row["differs"]), None)
+    report = {
+        "k": k,
+        "after_load": {"tensors": after_load, "scalars": scalar_differences(expected_scalars, loaded_scalars)},
+        "steps": steps,
+        "first_differing_step": first["step"] if first else None,
+        "final": {"tensors": final, "scalars": scalar_differences(final_expected_scalars, final_found_scalars)},
+    }
+    print_components(f"right after the load (resumed vs the saving run after step {k}), ULP distance:", after_load)
+    for key, pair in report["after_load"]["scalars"].items():
+        print(f"  {key}: uninterrupted {pair['uninterrupted']}, resumed {pair['resumed']}")
+    print(f"{'step':>5} {'loss uninterrupted':>19} {'loss resumed':>14} {'scale':>17} {'lr':>25}  differs")
+    for row in steps:
+        if "loss" not in row:
+            print(f"{row['step']:>5}  {row['differs'][0]}")
+            continue
+        print(f"{row['step']:>5} {row['loss'][0]:>19.9g} {row['loss'][1]:>14.9g} "
+              f"{row['loss_scale'][0]:>8g}/{row['loss_scale'][1]:<8g} {row['lr'][0]:>12.6g}/{row['lr'][1]:<12.6g}  "
+              f"{', '.join(row['differs']) or '-'}")
+    print_components("final state (resumed vs uninterrupted), ULP distance:", final)
+    for key, pair in report["final"]["scalars"].items():
+        print(f"  {key}: uninterrupted {pair['uninterrupted']}, resumed {pair['resumed']}")
+    print(f"first differing step: {report['first_differing_step']}")
+    write(out_json, report)
+
+
+def numbers(export_dir, uninterrupted, out_json):
+    with open(os.path.join(export_dir, "run.json"), encoding="utf-8") as f:
+        run = json.load(f)
+    ours = load_records(uninterrupted)
+    theirs = run["records"]
+    rows = per_step_comparison(ours, theirs)
+    summary = summarize(rows)
+    final_ds, _ = load_state(os.path.join(uninterrupted, "state-final.safetensors"))
+    zerosim = {}
+    with safe_open(os.path.join(export_dir, "final.safetensors"), framework="np") as f:
+        for key in f.keys():
+            if key.split("/")[0] in COMPONENTS:
+                zerosim[key] = f.get_tensor(key)
+    final = compare_components(final_ds, zerosim)
+    print(f"model {run['model']}, {run['precision']}, W={run['world_size']}, {run['steps']} steps, zerosim numerics "
+          f"{run['numerics']}")
+    print(f"{'step':>5} {'loss deepspeed':>15} {'loss zerosim':>13} {'loss rel':>9} {'lr':>3} {'scale':>12} "
+          f"{'skip':>5} {'gnorm ds':>12} {'gnorm rel':>9}")
+    for o, t, r in zip(ours, theirs, rows):
+
+        def number(value, spec):
+            return "-" if value is None or (isinstance(value, float) and not math.isfinite(value)) else format(value, spec)
+
+        print(f"{r['step']:>5} {number(o['loss'], '15.8g')} {number(t['loss'], '13.8g')} "
+              f"{number(r['loss_rel_diff'], '9.2e')} {'=' if r['lr_equal'] else '!=':>3} "
+              f"{o['loss_scale']:>10.10g}{'=' if r['scale_equal'] else '!=':>2} "
+              f"{('yes' if o['skipped'] else 'no') + ('=' if r['skipped_equal'] else '!='):>5} "
+              f"{number(o['grad_norm'], '12.6g')} {number(r['grad_norm_rel_diff'], '9.2e')}")
+    print(f"lr all equal: {summary['lr_all_equal']}, loss scale all equal: {summary['scale_all_equal']}, skips all "
+          f"equal: {summary['skipped_all_equal']}, max loss rel diff: {summary['max_loss_rel_diff']}, max grad-norm "
+          f"rel diff: {summary['max_grad_norm_rel_diff']}")
+    print_components("final state, DeepSpeed vs zerosim, ULP distance:", final)
+    write(out_json, {"per_step": rows, "summary": summary, "final": final, "deepspeed_steps": ours,
+                     "zerosim_steps": theirs})
+
+
+def write(path, report):
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(json_safe(report), f, indent=1, allow_nan=False)
+        f.write("\n")
+    print(f"wrote {path}")
+
+
+def main():
+    if len(sys.argv) == 7 and sys.argv[1] == "resume":
+        resume(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6])
+    elif len(sys.argv) == 5 and sys.argv[1] == "numbers":
+        numbers(sys.argv[2], sys.argv[3], sys.argv[4])
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,308 @@
+#!/usr/bin/env python3
+"""Trains a zerosim --export-run with DeepSpeed's own engine (ZeRO-3), one process, one GPU.
+
+The model is the run's MLP (Linear layers, ReLU between them) returning its fp32 cross-entropy
+loss, built from the run's initial fp32 weights; the batches are the run's, in its global order.
+DeepSpeed gets the given config (the seed's, say) with its "auto" values filled from run.json as
+the Hugging Face Trainer fills them, and the offload device and NVMe path given here.
+
+Three ways to run it, each writing OUT_DIR/records.json (one line per step: loss, lr, loss scale,
+skipped, grad norm) and state files (every fp32 master, exp_avg and exp_avg_sq DeepSpeed hands
+out through safe_get_full_*, with the counters and the loss scaler in their metadata):
+  uninterrupted   steps 1..N; --capture-at K also writes the state after step K (state-K)
+  --save-at K     steps 1..K, engine.save_checkpoint(CKPT, tag=global_stepK), exit
+  --resume CKPT   engine.load_checkpoint(CKPT) in a new process (state-loaded: right after the
+                  load), then on from the engine's global_steps to N (state-final)
+
+Usage: ds_train.py EXPORT_DIR CONFIG OUT_DIR --offload nvme|cpu|none [--nvme-path DIR]
+                   [--capture-at K] [--save-at K --ckpt DIR] [--resume DIR [--tag T]
+                   [--load-optimizer-states 0|1] [--load-lr-scheduler-states 0|1]
+                   [--load-module-only 0|1]] [--set KEY=JSON ...]
+"""
+
+import argparse
+import json
+import os
+import sys
+
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+sys.dont_write_bytecode = True
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from safetensors.torch import save_file  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "torch_reference"))
+from train_like_deepspeed import Run, folded_loss  # noqa: E402
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("export_dir")
+    parser.add_argument("config", help="a DeepSpeed config (JSON); its \"auto\" values are filled from the run")
+    parser.add_argument("out_dir")
+    parser.add_argument("--offload", choices=("nvme", "cpu", "none"), required=True)
+    parser.add_argument("--nvme-path", default="")
+    parser.add_argument("--capture-at", type=int, default=0)
+    parser.add_argument("--save-at", type=int, default=0)
+    parser.add_argument("--ckpt", default="")
+    parser.add_argument("--resume", default="")
+    parser.add_argument("--tag", default=None)
+    parser.add_argument("--load-optimizer-states", type=int, choices=(0, 1), default=1)
+    parser.add_argument("--load-lr-scheduler-states", type=int, choices=(0, 1), default=1)
+    parser.add_argument("--load-module-only", type=int, choices=(0, 1), default=0)
+    parser.add_argument("--set", action="append", default=[], help="KEY=JSON, a dotted path into the config")
+    args = parser.parse_args()
+    if args.offload == "nvme" and not args.nvme_path:
+        parser.error("--offload nvme needs --nvme-path")
+    if args.save_at and not args.ckpt:
+        parser.error("--save-at needs --ckpt")
+    if args.save_at and args.resume:
+        parser.error("--save-at and --resume exclude each other")
+    return args
+
+
+def fill_config(path, run, args):
+    """The config with every "auto" filled from run.json, as the HF Trainer's DeepSpeed
+    integration fills it (hidden size: the widest layer)."""
+    with open(path, encoding="utf-8") as f:
+        config = json.load(f)
+    c = run.config
+    hidden = max(run.widths)
+    precision = run.precision
+    fills = {
+        "fp16.enabled": precision == "fp16",
+        "bf16.enabled": precision == "bf16",
+        "optimizer.params.lr": c["optimizer"]["lr"],
+        "optimizer.params.betas": c["optimizer"]["betas"],
+        "optimizer.params.eps": c["optimizer"]["eps"],
+        "optimizer.params.weight_decay": c["optimizer"]["weight_decay"],
+        "gradient_accumulation_steps": run.accumulation,
+        "gradient_clipping": c["gradient_clipping"],
+        "train_batch_size": run.train_batch,
+        "train_micro_batch_size_per_gpu": run.micro_batch,
+        "zero_optimization.reduce_bucket_size": hidden * hidden,
+        "zero_optimization.stage3_prefetch_bucket_size": int(0.9 * hidden * hidden),
+        "zero_optimization.stage3_param_persistence_threshold": 10 * hidden,
+    }
+    if c.get("scheduler"):
+        for key, value in c["scheduler"].get("params", {}).items():
+            fills[f"scheduler.params.{key}"] = value
+
+    def walk(node, prefix):
+        for key, value in list(node.items()):
+            dotted = f"{prefix}{key}"
+            if isinstance(value, dict):
+                walk(value, dotted + ".")
+            elif value == "auto":
+                if dotted not in fills:
+                    sys.exit(f"error: {path}: {dotted} is \"auto\" and the run has no value for it")
+                node[key] = fills[dotted]
+
+    walk(config, "")
+    # The run's fp16 scaler settings and scheduler win over the file's: the point is the same run.
+    if precision == "fp16":
+        config.setdefault("fp16", {}).update({k: c["fp16"][k] for k in ("loss_scale", "initial_scale_power",
+                                                                          "loss_scale_window", "hysteresis",
+                                                                          "min_loss_scale")})
+        config["fp16"]["enabled"] = True
+        config.setdefault("bf16", {})["enabled"] = False
+    elif precision == "bf16":
+        config.setdefault("fp16", {})["enabled"] = False
+        config.setdefault("bf16", {})["enabled"] = True
+    if c.get("scheduler"):
+        config["scheduler"] = {"type": c["scheduler"]["type"], "params": dict(c["scheduler"]["params"])}
+    zero = config.setdefault("zero_optimization", {})
+    if args.offload == "none":
+        zero.pop("offload_optimizer", None)
+    else:
+        offload = zero.setdefault("offload_optimizer", {})
+        offload["device"] = args.offload
+        if args.offload == "nvme":
+            offload["nvme_path"] = args.nvme_path
+        else:
+            offload.pop("nvme_path", None)
+    for item in args.set:
+        key, _, text = item.partition("=")
+        if not key or not text:
+            sys.exit(f"error: --set {item!r}: expected KEY=JSON")
+        node = config
+        *parents, last = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = json.loads(text)
+    config["steps_per_print"] = 10**9
+    return config
+
+
+class MLP(torch.nn.Module):
+    """The run's MLP; forward returns the fp32 mean cross-entropy (a module that computes its
+    own loss, as a Hugging Face model does: where zerosim puts DeepSpeed's 1/G)."""
+
+    def __init__(self, run):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(
+            torch.nn.Linear(run.widths[i], run.widths[i + 1]) for i in range(run.layers))
+        with torch.no_grad():
+            for index, tensor in enumerate(run.initial):
+                layer = self.layers[index // 2]
+                (layer.weight if index % 2 == 0 else layer.bias).copy_(tensor)
+
+    def forward(self, x, labels):
+        h = x.to(self.layers[0].weight.dtype)
+        for index, layer in enumerate(self.layers):
+            h = layer(h)
+            if index + 1 < len(self.layers):
+                h = F.relu(h)
+        return F.cross_entropy(h.float(), labels)
+
+
+def full_fp32_states(engine, param):
+    """The fp32 master, exp_avg and exp_avg_sq of one parameter, at one rank (the partition is
+    the whole parameter). DeepSpeed's safe_get_full_fp32_param does this, but in 0.14.5 it
+    fails on a sub-group swapped to NVMe (it calls _optimizer_states_and_gradient_swap_in
+    without its timer_names argument: a TypeError); so the same reads are made here, through
+    the optimizer's own swap-in and swap-out."""
+    optimizer = engine.optimizer
+    group, offset, count = optimizer.grad_position[optimizer.get_param_id(param)]
+    swapped = optimizer._swappable_optimizer_subgroup(group)
+    if swapped:
+        optimizer._optimizer_states_and_gradient_swap_in(group, set())
+    flat = optimizer.fp32_partitioned_groups_flat[group]
+    state = optimizer.optimizer.state.get(flat, {})
+    shape = param.ds_shape
+    result = {"master": flat.narrow(0, offset, count).detach().float().cpu().clone().view(shape)}
+    for key in ("exp_avg", "exp_avg_sq"):
+        # A step never taken leaves no moment: zeros, as zerosim writes them.
+        result[key] = (state[key].narrow(0, offset, count).detach().float().cpu().clone().view(shape)
+                       if key in state else torch.zeros(shape))
+    if swapped:
+        optimizer._optimizer_states_and_gradient_swap_out(group, set())
+    return result
+
+
+def engine_state(engine, model, run):
+    """Every fp32 master and moment, by the run's names, and the counters and scalers."""
+    tensors = {}
+    for index, (name, param) in enumerate(model.named_parameters()):
+        expected = run.names[index]
+        if name != expected:
+            sys.exit(f"error: the module's parameter {index} is {name}, the run's {expected}")
+        for key, tensor in full_fp32_states(engine, param).items():
+            tensors[f"{key}/{name}"] = tensor.contiguous()
+    optimizer = engine.optimizer
+    inner = getattr(optimizer, "optimizer", None)
+    steps = sorted({int(s["step"]) for s in inner.state.values() if "step" in s}) if inner is not None else []
+    scaler = getattr(optimizer, "loss_scaler", None)
+    scalars = {
+        "global_steps": int(engine.global_steps),
+        "global_samples": int(engine.global_samples),
+        "skipped_steps": int(engine.skipped_steps),
+        "optimizer_steps": steps,
+        "lr": [float(g["lr"]) for g in engine.optimizer.param_groups],
+        "scheduler_last_batch_iteration": getattr(engine.lr_scheduler, "last_batch_iteration", None),
+        "loss_scale": float(getattr(scaler, "cur_scale", 0.0)) if scaler is not None else None,
+        "scaler_cur_iter": getattr(scaler, "cur_iter", None),
+        "scaler_last_overflow_iter": getattr(scaler, "last_overflow_iter", None),
+        "scaler_cur_hysteresis": getattr(scaler, "cur_hysteresis", None),
+    }
+    return tensors, scalars
+
+
+def write_state(engine, model, run, out_dir, label):
+    try:
+        tensors, scalars = engine_state(engine, model, run)
+    except Exception as error:  # a state DeepSpeed cannot hand out is a finding, not the end of the run
+        with open(os.path.join(out_dir, f"state-{label}.error"), "w", encoding="utf-8") as f:
+            f.write(f"{type(error).__name__}: {error}\n")
+        print(f"ds_train: state-{label}: unreadable: {type(error).__name__}: {error}", flush=True)
+        return
+    save_file(tensors, os.path.join(out_dir, f"state-{label}.safetensors"),
+              metadata={"scalars": json.dumps(scalars)})
+    print(f"ds_train: state-{label}: {json.dumps(scalars)}", flush=True)
+
+
+def main():
+    args = parse_args()
+    dump_seconds = int(os.environ.get("DS_TRAIN_DUMP_SECONDS", "0") or "0")
+    if dump_seconds > 0:
+        # A run that hangs (inside DeepSpeed) prints every thread's stack before it is ended.
+        import faulthandler
+        faulthandler.dump_traceback_later(dump_seconds, exit=False)
+    import deepspeed
+    from deepspeed.accelerator import get_accelerator
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.use_deterministic_algorithms(True)
+    for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"),
+                       ("MASTER_PORT", os.environ.get("MASTER_PORT", "29511"))):
+        os.environ.setdefault(key, value)
+    device = get_accelerator().device_name(0)
+    run = Run(args.export_dir, device)
+    if run.world_size != 1:
+        sys.exit(f"error: the run has world size {run.world_size}; this driver runs one rank")
+    os.makedirs(args.out_dir, exist_ok=True)
+    config = fill_config(args.config, run, args)
+    with open(os.path.join(args.out_dir, "ds_config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=1)
+    # NCCL on the GPU; DS_DIST_BACKEND=gloo lets the script itself be tried on a CPU machine.
+    deepspeed.init_distributed(dist_backend=os.environ.get("DS_DIST_BACKEND", "nccl"))
+    model = MLP(run)
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+    print(f"ds_train: DeepSpeed {deepspeed.__version__} ({deepspeed.git_version_info.git_hash}), torch "
+          f"{torch.__version__}, {run.precision}, offload {args.offload}, optimizer "
+          f"{type(engine.optimizer.optimizer).__name__}", flush=True)
+
+    first_step = 0
+    if args.resume:
+        path, client = engine.load_checkpoint(args.resume, tag=args.tag,
+                                              load_optimizer_states=bool(args.load_optimizer_states),
+                                              load_lr_scheduler_states=bool(args.load_lr_scheduler_states),
+                                              load_module_only=bool(args.load_module_only))
+        if path is None:
+            sys.exit(f"error: load_checkpoint({args.resume}) found no checkpoint")
+        print(f"ds_train: loaded {path}", flush=True)
+        write_state(engine, model, run, args.out_dir, "loaded")
+        # The data position from the engine's own counter, as a careful plain loop takes it.
+        first_step = int(engine.global_steps)
+    last_step = args.save_at if args.save_at else run.steps
+
+    records = []
+    for step in range(first_step, last_step):
+        lr = float(engine.get_lr()[0])
+        scale = float(engine.optimizer.loss_scale) if run.precision == "fp16" else 1.0
+        skipped_before = int(engine.skipped_steps)
+        losses = []
+        for k in range(run.accumulation):
+            rows = run.micro_batch_rows(step, k, 0)
+            loss = engine(run.features[rows], run.labels[rows])
+            engine.backward(loss)
+            engine.step()
+            losses.append(loss.detach().float())
+        skipped = int(engine.skipped_steps) > skipped_before
+        norm = engine.get_global_grad_norm()
+        records.append({"step": step + 1, "loss": folded_loss(losses), "lr": lr, "loss_scale": scale,
+                        "skipped": skipped, "grad_norm": -1.0 if skipped or norm is None else float(norm)})
+        if args.capture_at == step + 1:
+            write_state(engine, model, run, args.out_dir, f"{step + 1}")
+    if args.save_at:
+        engine.save_checkpoint(args.ckpt, tag=f"global_step{args.save_at}")
+        write_state(engine, model, run, args.out_dir, f"{args.save_at}")
+    else:
+        write_state(engine, model, run, args.out_dir, "final")
+    with open(os.path.join(args.out_dir, "records.json"), "w", encoding="utf-8") as f:
+        json.dump({"first_step": first_step + 1, "records": records}, f, indent=1)
+    print(f"ds_train: {len(records)} step(s) from step {first_step + 1}", flush=True)
+    # Everything is written; the engine's exit (NCCL, the NVMe op's threads) has hung this
+    # process at interpreter shutdown, so it ends here.
+    torch.distributed.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

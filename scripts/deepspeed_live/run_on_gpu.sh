@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# DeepSpeed's own engine against zerosim on the GPU machine: every figure of
+# docs/deepspeed-live.md. Run from the repository root on that machine, after
+# scripts/deepspeed_live/prepare.sh ran here and with .device-deps carried:
+#
+#   scripts/deepspeed_live/run_on_gpu.sh OUT_DIR [CASE...]
+#
+# Each CASE exports one zerosim run (`zerosim train --config SEED --export-run`, the numerics
+# set to deepspeed), trains it with DeepSpeed uninterrupted, trains it to K and saves (writing the
+# state it holds after the save), resumes it in a new process with a fresh NVMe swap folder, and
+# compares (ds_compare.py). Cases run side by side on the one GPU. docs/deepspeed-live.md.
+#   fp16-nvme         fp16, optimizer on NVMe, a model whose sub-group is swapped (3.2 M elements)
+#   fp16-nvme-small   fp16, optimizer on NVMe, a model whose sub-group stays in memory (83 K)
+#   bf16-nvme         bf16, optimizer on NVMe, swapped
+#   fp16-cpu          fp16, optimizer on the CPU
+#   bf16-cpu          bf16, optimizer on the CPU
+#   bf16-nvme-fresh-optimizer   bf16-nvme resumed with load_optimizer_states=False
+#   bf16-nvme-module-only       bf16-nvme resumed with load_module_only=True
+# env STEPS (20), K (10), SEED_CONFIG (tests/data/seed_ds_config.json), ZEROSIM (build-gpu/tools/zerosim),
+# PROCESS_SECONDS (180: one DeepSpeed process's limit; 10 s before it, every thread's stack is printed)
+set -uo pipefail
+if [ $# -lt 1 ] || [ -z "$1" ]; then
+  echo "usage: $0 OUT_DIR [CASE...]" >&2
+  exit 2
+fi
+out=$1
+shift
+cases=("$@")
+[ ${#cases[@]} -gt 0 ] || cases=(fp16-nvme fp16-nvme-small bf16-nvme fp16-cpu bf16-cpu bf16-nvme-fresh-optimizer
+                                bf16-nvme-module-only)
+steps=${STEPS:-20}
+k=${K:-10}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+seed_config=${SEED_CONFIG:-$root/tests/data/seed_ds_config.json}
+zerosim=${ZEROSIM:-$root/build-gpu/tools/zerosim}
+here=$root/scripts/deepspeed_live
+[ -f "$seed_config" ] || { echo "run_on_gpu: no DeepSpeed config $seed_config" >&2; exit 2; }
+[ -x "$zerosim" ] || { echo "run_on_gpu: no zerosim binary $zerosim" >&2; exit 2; }
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+scratch=${SCRATCH:-/tmp/deepspeed-live-runs}
+rm -rf "$scratch"
+mkdir -p "$scratch"
+
+# ds PORT NAME ARGS...: one DeepSpeed process (its rendezvous on PORT), its output in
+# OUT/NAME.log, ended after PROCESS_SECONDS (180) if it hangs.
+ds() {
+  local port=$1 name=$2
+  shift 2
+  MASTER_PORT=$port DS_TRAIN_DUMP_SECONDS=$((${PROCESS_SECONDS:-180} - 10)) timeout "${PROCESS_SECONDS:-180}" python3 "$here/ds_train.py" "$@" > "$out/$name.log" 2>&1
+  local status=$?
+  [ $status -eq 0 ] || { echo "== $name failed ($status):"; grep -v "INFO" "$out/$name.log" | tail -6; }
+  return $status
+}
+
+run_case() {
+  local index=$1 name=$2 precision=$3 offload=$4 model=$5
+  shift 5
+  local load_flags=("$@")
+  local export=$scratch/$name/export
+  local port=$((29600 + 10 * index))
+  mkdir -p "$scratch/$name"
+  "$zerosim" train --config "$seed_config" --precision "$precision" --steps "$steps" --model "$model" \
+    --set zerosim.numerics=deepspeed --set zero_optimization.offload_optimizer.device="$offload" \
+    --set zero_optimization.offload_optimizer.nvme_path="$scratch/$name/zerosim-swap" --run-id "$name" \
+    --export-run "$export" > "$out/$name.zerosim.log" 2>&1 ||
+    { echo "== $name: zerosim train failed"; tail -5 "$out/$name.zerosim.log"; return 1; }
+  ds $((port + 1)) "$name.uninterrupted" "$export" "$seed_config" "$scratch/$name/uninterrupted" --offload "$offload" \
+    --nvme-path "$scratch/$name/swap-uninterrupted" &
+  local first=$!
+  ds $((port + 2)) "$name.save" "$export" "$seed_config" "$scratch/$name/save" --offload "$offload" \
+    --nvme-path "$scratch/$name/swap-save" --save-at "$k" --ckpt "$scratch/$name/ckpt" || { wait $first; return 1; }
+  # The resume: a new process, a swap folder of its own (a new job on another node). PyTorch 2.6
+  # made torch.load's weights_only default True, and DeepSpeed 0.14.5's checkpoints pickle its
+  # own classes (ZeroStageEnum): its load_checkpoint fails with an UnpicklingError on this
+  # PyTorch unless PyTorch's own switch turns the old default back on.
+  TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 ds $((port + 3)) "$name.resume" "$export" "$seed_config" "$scratch/$name/resume" --offload "$offload" \
+    --nvme-path "$scratch/$name/swap-resume" --resume "$scratch/$name/ckpt" "${load_flags[@]}"
+  local resumed=$?
+  wait $first || return 1
+  [ $resumed -eq 0 ] || return 1
+  python3 "$here/ds_compare.py" resume "$scratch/$name/uninterrupted" "$scratch/$name/save" "$scratch/$name/resume" "$k" \
+    "$out/$name.resume.json" > "$out/$name.resume.txt" 2>&1 || { tail -5 "$out/$name.resume.txt"; return 1; }
+  python3 "$here/ds_compare.py" numbers "$export" "$scratch/$name/uninterrupted" "$out/$name.numbers.json" \
+    > "$out/$name.numbers.txt" 2>&1 || { tail -5 "$out/$name.numbers.txt"; return 1; }
+  cp "$scratch/$name/resume/ds_config.json" "$out/$name.ds_config.json"
+  ls -R "$scratch/$name/ckpt" > "$out/$name.ckpt-files.txt" 2>&1
+  echo "== $name done"
+}
+
+big=512,2048,1024,10
+small=64,256,256,10
+started=$SECONDS
+# The ops build just in time once per machine: first, alone.
+python3 - <<'PY' > "$out/ops-build.log" 2>&1 || { echo "== the ops did not build"; tail -30 "$out/ops-build.log"; exit 1; }
+import time, deepspeed
+from deepspeed.ops.op_builder import CPUAdamBuilder, AsyncIOBuilder
+for builder in (CPUAdamBuilder(), AsyncIOBuilder()):
+    t = time.time()
+    print(builder.name, "compatible:", builder.is_compatible(verbose=True), flush=True)
+    builder.load()
+    print(builder.name, f"built and loaded in {time.time() - t:.1f} s", flush=True)
+print("deepspeed", deepspeed.__version__)
+PY
+cat "$out/ops-build.log" | grep -E "built and loaded|compatible|^deepspeed"
+index=0
+for case in "${cases[@]}"; do
+  index=$((index + 1))
+  case $case in
+    fp16-nvme) run_case $index "$case" fp16 nvme $big & ;;
+    fp16-nvme-small) run_case $index "$case" fp16 nvme $small & ;;
+    bf16-nvme) run_case $index "$case" bf16 nvme $big & ;;
+    fp16-cpu) run_case $index "$case" fp16 cpu $big & ;;
+    bf16-cpu) run_case $index "$case" bf16 cpu $big & ;;
+    bf16-nvme-fresh-optimizer) run_case $index "$case" bf16 nvme $big --load-optimizer-states 0 & ;;
+    bf16-nvme-module-only) run_case $index "$case" bf16 nvme $big --load-module-only 1 & ;;
+    *) echo "run_on_gpu: unknown case $case" >&2; exit 2 ;;
+  esac
+done
+wait
+echo "all cases in $((SECONDS - started)) s"
