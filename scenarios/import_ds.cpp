@@ -162,6 +162,8 @@ Result<ordered_json> import_deepspeed_config(const ImportOptions& options, Impor
       if (notes != nullptr) {
         notes->lines.push_back("deepspeed " + std::string(kDeepSpeedModelCommit) + " model: " + entry.id + " (" +
                                entry.condition + "): " + entry.effect + " [" + entry.source + "]");
+        // The model is read from one commit; what running a release showed may differ.
+        notes->lines.push_back("  run against DeepSpeed: " + entry.measured);
       }
     }
     const OffloadDevice saved_on = loaded->run.options.config.zero.offload_optimizer.device;
@@ -176,7 +178,8 @@ Result<ordered_json> import_deepspeed_config(const ImportOptions& options, Impor
     const int resume_world_size = options.resume_world_size > 0 ? options.resume_world_size : options.world_size;
     if (nvme && (!options.load_optimizer_states || options.load_module_only) && notes != nullptr) {
       notes->lines.push_back("deepspeed model: not modelled: a fresh-optimizer or module-only load with the optimizer on "
-                             "NVMe (read from the code, DeepSpeed raises or overwrites the weights there; not run)");
+                             "NVMe (read from the code, DeepSpeed raises or overwrites the weights there; DeepSpeed 0.14.5 "
+                             "raised in zero_to_fp32 for a fresh-optimizer load of a swapped sub-group)");
     }
     if (nvme && resume_world_size != options.world_size && notes != nullptr) {
       notes->lines.push_back("deepspeed model: not modelled: another world size with the optimizer on NVMe (no world-size "
