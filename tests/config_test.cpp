@@ -957,6 +957,27 @@ TEST(Numerics, PortableByDefaultDeepSpeedOnRequestAndNothingElse) {
               HasSubstr("numerics"));
 }
 
+// zerosim.deepspeed_release: an X.Y.Z release; before 0.15.3 the warm-up's first step runs at
+// the optimizer's lr. Anything else is refused by name.
+TEST(Numerics, ADeepSpeedReleaseIsXYZAndDecidesTheSchedulersFirstStep) {
+  const std::string batch = R"({"train_batch_size": 8, )";
+  EXPECT_FALSE(accepted_text(R"({"train_batch_size": 8})").deepspeed_release.has_value());
+  EXPECT_FALSE(accepted_text(R"({"train_batch_size": 8})").scheduler.first_step_at_optimizer_lr);
+  const ResolvedConfig old = accepted_text(batch + R"("zerosim": {"deepspeed_release": "0.14.5"}})");
+  ASSERT_TRUE(old.deepspeed_release.has_value());
+  EXPECT_EQ(*old.deepspeed_release, (DeepSpeedRelease{0, 14, 5}));
+  EXPECT_TRUE(old.scheduler.first_step_at_optimizer_lr);
+  EXPECT_EQ(old.resolved.at("zerosim").at("deepspeed_release"), "0.14.5");
+  EXPECT_TRUE(accepted_text(batch + R"("zerosim": {"deepspeed_release": "0.15.2"}})").scheduler.first_step_at_optimizer_lr);
+  EXPECT_FALSE(accepted_text(batch + R"("zerosim": {"deepspeed_release": "0.15.3"}})").scheduler.first_step_at_optimizer_lr);
+  EXPECT_FALSE(accepted_text(batch + R"("zerosim": {"deepspeed_release": "1.0.0"}})").scheduler.first_step_at_optimizer_lr);
+  for (const char* bad : {R"("")", R"("0.14")", R"("v0.14.5")", R"("0.14.5rc1")", R"("0..5")", R"(0.14)", R"(null)"}) {
+    EXPECT_THAT(rejection_of(batch + R"("zerosim": {"deepspeed_release": )" + bad + "}}"),
+                StartsWith("zerosim.deepspeed_release: expected a DeepSpeed release as \"X.Y.Z\""))
+        << bad;
+  }
+}
+
 // DeepSpeed's constructors' defaults and checks (lr_schedules.py; golden verdicts in
 // deepspeed_fidelity_test).
 TEST(Scheduler, DeepSpeedsOwnDefaultsAndVerdicts) {

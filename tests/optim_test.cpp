@@ -746,6 +746,22 @@ TEST(LearningRateSchedule, WarmupCosineLr) {
   EXPECT_EQ(learning_rate_at(config, base, 3), base * (0.2 + (1.0 / std::log(10.0)) * std::log(4.0) * (1.0 - 0.2)));
 }
 
+// DeepSpeed before 0.15.3 built its warm-up schedules without setting the lr (measured on
+// 0.14.5): the first step runs at the optimizer's lr; from t = 0 the schedule is unchanged.
+TEST(LearningRateSchedule, BeforeDeepSpeed0153TheFirstStepRunsAtTheOptimizersLr) {
+  SchedulerConfig cosine = warmup_config(SchedulerType::kWarmupCosineLR, WarmupType::kLinear, 0.0, 0.0, 10, 110);
+  cosine.warmup_min_ratio = 0.2;
+  for (SchedulerConfig config : {warmup_config(SchedulerType::kWarmupLR, WarmupType::kLog, 0.001, 0.011, 10),
+                                 warmup_config(SchedulerType::kWarmupDecayLR, WarmupType::kLinear, 0.0, 1.0, 10, 110),
+                                 cosine}) {
+    SchedulerConfig before = config;
+    before.first_step_at_optimizer_lr = true;
+    EXPECT_EQ(learning_rate_at(before, 0.5, -1), 0.5);
+    EXPECT_NE(learning_rate_at(config, 0.5, -1), 0.5);
+    for (int64_t t : {0, 1, 5, 10, 200}) EXPECT_EQ(learning_rate_at(before, 0.5, t), learning_rate_at(config, 0.5, t)) << t;
+  }
+}
+
 TEST(LearningRateSchedule, NoSchedulerIsConstant) {
   SchedulerConfig config;
   config.type = SchedulerType::kNone;

@@ -95,6 +95,9 @@ Result<ResolvedConfig> resolve_document(const json& document, const RunSettings&
   read_checkpoint(context, document, out, resolved);
   read_zerosim(context, document, out, resolved);
   out.scheduler.c_library_math = out.numerics == NumericsMode::kDeepSpeed;
+  // DeepSpeed PR #6597, first in 0.15.3: the warm-up schedules set the lr when they are built.
+  out.scheduler.first_step_at_optimizer_lr =
+      out.deepspeed_release.has_value() && *out.deepspeed_release < DeepSpeedRelease{0, 15, 3};
 
   // DeepSpeedConfig._do_error_check.
   if (extras.fp16_master_weights && out.zero.stage == 0) {
@@ -155,5 +158,23 @@ void set_default_hyperparameters(RunSettings& settings) {
 }
 
 int64_t deepspeed_min_aio_bytes(const AioConfig& aio) { return std::max<int64_t>(int64_t{1} << 20, aio.block_size); }
+
+Result<DeepSpeedRelease> parse_deepspeed_release(const std::string& text) {
+  DeepSpeedRelease release;
+  int64_t* parts[] = {&release.major, &release.minor, &release.patch};
+  size_t at = 0;
+  for (size_t index = 0; index < 3; ++index) {
+    const size_t start = at;
+    while (at < text.size() && text[at] >= '0' && text[at] <= '9' && at - start < 6) ++at;
+    if (at == start) return invalid_argument("DeepSpeed release \"" + text + "\": expected X.Y.Z");
+    *parts[index] = std::stoll(text.substr(start, at - start));
+    if (index < 2) {
+      if (at >= text.size() || text[at] != '.') return invalid_argument("DeepSpeed release \"" + text + "\": expected X.Y.Z");
+      ++at;
+    }
+  }
+  if (at != text.size()) return invalid_argument("DeepSpeed release \"" + text + "\": expected X.Y.Z");
+  return release;
+}
 
 }  // namespace zerosim

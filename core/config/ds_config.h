@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -103,7 +104,23 @@ struct SchedulerConfig {
   // and CPU variants. Off: zerosim's portable_log/portable_cos, the same bits everywhere and
   // the same fp32 lr as DeepSpeed's in every golden case. Set by the numerics mode.
   bool c_library_math = false;
+  // DeepSpeed before 0.15.3 (its PR #6597) built its warm-up schedules without setting the lr:
+  // the first optimizer step ran at the optimizer's configured lr, and the schedule's first
+  // value came at step 2. Set by zerosim.deepspeed_release; off: the later releases, where
+  // step 1 runs at the schedule's start (learning_rate_at(-1)).
+  bool first_step_at_optimizer_lr = false;
 };
+
+// A DeepSpeed release, X.Y.Z: the behaviour zerosim models where releases differ.
+struct DeepSpeedRelease {
+  int64_t major = 0;
+  int64_t minor = 0;
+  int64_t patch = 0;
+  auto operator<=>(const DeepSpeedRelease&) const = default;
+};
+
+// "0.14.5" -> {0, 14, 5}; kInvalidArgument naming the text for anything else.
+Result<DeepSpeedRelease> parse_deepspeed_release(const std::string& text);
 
 struct LossScalerConfig {
   bool dynamic = true;          // fp16.loss_scale == 0
@@ -194,6 +211,9 @@ struct ResolvedConfig {
   AioConfig aio;
   CheckpointConfig checkpoint;
   NumericsMode numerics = NumericsMode::kPortable;
+  // zerosim.deepspeed_release, when given: the DeepSpeed release whose behaviour to follow where
+  // releases differ (the scheduler's first step). Absent: the newest modelled.
+  std::optional<DeepSpeedRelease> deepspeed_release;
 
   // The verbatim input after --set overrides, and the same with every "auto" filled and every
   // default made explicit: what `zerosim config check` prints and a checkpoint records.

@@ -217,6 +217,7 @@ inline constexpr KeySpec kCheckpointWriterKeys[] = {
 // zerosim's own block (DeepSpeed ignores a top-level key it does not know).
 inline constexpr KeySpec kZerosimKeys[] = {
     {"numerics", Use::kActive},
+    {"deepspeed_release", Use::kActive},
 };
 
 inline constexpr KeySpec kOptimizerBlockKeys[] = {

@@ -420,6 +420,17 @@ void read_zerosim(Context& context, const json& document, ResolvedConfig& out, j
     }
   }
   resolved_block["numerics"] = numerics_mode_name(out.numerics);
+  if (const json* release = block.find("deepspeed_release")) {
+    Result<DeepSpeedRelease> parsed = release->is_string()
+                                          ? parse_deepspeed_release(release->get<std::string>())
+                                          : Result<DeepSpeedRelease>(invalid_argument("expected a string"));
+    if (parsed.ok()) {
+      out.deepspeed_release = *parsed;
+    } else {
+      context.error(block.at("deepspeed_release"),
+                    "expected a DeepSpeed release as \"X.Y.Z\" (e.g. \"0.14.5\"), found " + show(*release));
+    }
+  }
 }
 
 void read_aio(Context& context, const json& document, ResolvedConfig& out, json& resolved) {

@@ -78,6 +78,7 @@ Status validate_scheduler_config(const SchedulerConfig& config) {
 
 double learning_rate_at(const SchedulerConfig& config, double base_learning_rate, int64_t last_batch_iteration) {
   ZEROSIM_CHECK(last_batch_iteration >= -1, "scheduler position starts at -1");
+  if (last_batch_iteration < 0 && config.first_step_at_optimizer_lr) return base_learning_rate;
   switch (config.type) {
     case SchedulerType::kNone:
       return base_learning_rate;

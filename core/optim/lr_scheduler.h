@@ -13,6 +13,9 @@
 // t = -1 (min lr, or 0 for WarmupCosineLR) is what the first optimizer step uses, and each
 // scheduler step() (taken only after a step that was not skipped for overflow) does t += 1.
 // So optimizer step k (1-based, counting only applied steps) runs with learning_rate_at(k - 2).
+// DeepSpeed before 0.15.3 did not set the lr when it built a warm-up schedule: there, t = -1
+// gives the optimizer's configured lr (config.first_step_at_optimizer_lr; measured on DeepSpeed
+// 0.14.5, docs/deepspeed-live.md).
 //
 // Formulas, with N = max(2, warmup_num_steps), T = total_num_steps, lr_min / lr_max the
 // warmup bounds and base_lr the optimizer's configured lr:

@@ -36,6 +36,8 @@ zerosim=${ZEROSIM:-$root/build-gpu/tools/zerosim}
 here=$root/scripts/deepspeed_live
 [ -f "$seed_config" ] || { echo "run_on_gpu: no DeepSpeed config $seed_config" >&2; exit 2; }
 [ -x "$zerosim" ] || { echo "run_on_gpu: no zerosim binary $zerosim" >&2; exit 2; }
+# zerosim follows the release's behaviour where releases differ (ds-env.sh names it).
+release=${DEEPSPEED_VERSION:?run_on_gpu: DEEPSPEED_VERSION is not set: source .device-deps/deepspeed/ds-env.sh first}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 scratch=${SCRATCH:-/tmp/deepspeed-live-runs}
@@ -61,7 +63,8 @@ run_case() {
   local port=$((29600 + 10 * index))
   mkdir -p "$scratch/$name"
   "$zerosim" train --config "$seed_config" --precision "$precision" --steps "$steps" --model "$model" \
-    --set zerosim.numerics=deepspeed --set zero_optimization.offload_optimizer.device="$offload" \
+    --set zerosim.numerics=deepspeed --set zerosim.deepspeed_release="$release" \
+    --set zero_optimization.offload_optimizer.device="$offload" \
     --set zero_optimization.offload_optimizer.nvme_path="$scratch/$name/zerosim-swap" --run-id "$name" \
     --export-run "$export" > "$out/$name.zerosim.log" 2>&1 ||
     { echo "== $name: zerosim train failed"; tail -5 "$out/$name.zerosim.log"; return 1; }
