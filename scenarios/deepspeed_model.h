@@ -51,4 +51,13 @@ const std::vector<DeepSpeedModelEntry>& deepspeed_model_entries();
 // tag the restart asks for) under `loop`, in the order above.
 std::vector<DeepSpeedModelEntry> deepspeed_model_for(const Scenario& scenario, TrainingLoop loop);
 
+// The same, for the DeepSpeed release the loading config names (zerosim.deepspeed_release), where
+// the model is known to differ by release: with the optimizer on NVMe, releases 0.13.0 to 0.16.4
+// read the zero checkpoint on load (measured on 0.14.5 with every sub-group in memory: bit for
+// bit), so the three NVMe entries do not apply. What is not known is refused, naming it
+// (kFailedPrecondition): a release before NVMe checkpoints, a release after 0.16.4 (PR #7613's
+// skip may or may not be in it), a swapped sub-group on an older release. Without the key: as
+// deepspeed_model_for.
+Result<std::vector<DeepSpeedModelEntry>> deepspeed_model_for_release(const Scenario& scenario, TrainingLoop loop);
+
 }  // namespace zerosim

@@ -151,7 +151,9 @@ Result<ordered_json> import_deepspeed_config(const ImportOptions& options, Impor
                               " sets zero_optimization.stage " + std::to_string(loaded->run.options.config.zero.stage));
     }
     const TrainingLoop loop = options.training_loop == "plain" ? TrainingLoop::kPlain : TrainingLoop::kHfTrainer;
-    const std::vector<DeepSpeedModelEntry> entries = deepspeed_model_for(*loaded, loop);
+    Result<std::vector<DeepSpeedModelEntry>> for_release = deepspeed_model_for_release(*loaded, loop);
+    if (!for_release.ok()) return invalid_argument("--as deepspeed: " + for_release.status().message());
+    const std::vector<DeepSpeedModelEntry>& entries = *for_release;
     ordered_json defects = ordered_json::array();
     std::string ids;
     for (const DeepSpeedModelEntry& entry : entries) {
@@ -185,9 +187,16 @@ Result<ordered_json> import_deepspeed_config(const ImportOptions& options, Impor
       notes->lines.push_back("deepspeed model: not modelled: another world size with the optimizer on NVMe (no world-size "
                              "check there; the new ranks find no files of theirs, or the swap files are resized unchecked)");
     }
-    scenario["name"] = scenario["name"].get<std::string>() + ", as DeepSpeed " + kDeepSpeedModelCommit + " resumes it";
-    scenario["description"] = scenario["description"].get<std::string>() + " Run as DeepSpeed " + kDeepSpeedModelCommit +
-                              " resumes it (zerosim's model of DeepSpeed, read from its code: " + ids +
+    // The release the config names, or the commit the model was read from.
+    const std::optional<DeepSpeedRelease>& release =
+        (loaded->resume_config ? *loaded->resume_config : loaded->run.options.config).deepspeed_release;
+    const std::string which = release ? std::to_string(release->major) + "." + std::to_string(release->minor) + "." +
+                                            std::to_string(release->patch)
+                                      : std::string(kDeepSpeedModelCommit);
+    scenario["name"] = scenario["name"].get<std::string>() + ", as DeepSpeed " + which + " resumes it";
+    scenario["description"] = scenario["description"].get<std::string>() + " Run as DeepSpeed " + which +
+                              " resumes it (zerosim's model of DeepSpeed, read from its code at " + kDeepSpeedModelCommit +
+                              " and measured where its entries say so: " + (ids.empty() ? std::string("no entry") : ids) +
                               "); without --as deepspeed the same scenario shows what a correct engine does.";
     scenario["defects"] = defects;
   }

@@ -102,6 +102,51 @@ TEST(DeepSpeedModel, NvmeRevertsASubGroupBelowTheSwapThreshold) {
   expect_entry_shows(small, "nvme-unswapped-sub-groups", "after load (step 4): params");
 }
 
+json nvme_config_of_release(const char* fp16, const char* release) {
+  json config = nvme_config(fp16);
+  config["zerosim"] = {{"deepspeed_release", release}};
+  return config;
+}
+
+// zerosim.deepspeed_release decides the NVMe entries: DeepSpeed 0.13.0 to 0.16.4 read the zero
+// checkpoint on load (0.14.5 measured: bit for bit with every sub-group in memory), so none of
+// the three applies there; what is not known is refused by name.
+TEST(DeepSpeedModel, TheReleaseDecidesTheNvmeEntriesAndWhatIsNotKnownIsRefused) {
+  const Scenario measured = story({{"precision", "fp16"}, {"config", nvme_config_of_release("true", "0.14.5")}});
+  Result<std::vector<DeepSpeedModelEntry>> entries = deepspeed_model_for_release(measured, TrainingLoop::kHfTrainer);
+  ASSERT_TRUE(entries.ok()) << entries.status().to_string();
+  EXPECT_EQ(ids(*entries), (std::set<std::string>{"no-fsync"}));
+  EXPECT_EQ(ids(deepspeed_model_for(measured, TrainingLoop::kHfTrainer)),
+            (std::set<std::string>{"nvme-optimizer-not-loaded", "nvme-fp16-loss-scaler", "nvme-unswapped-sub-groups",
+                                   "no-fsync"}));
+  // Without the key: the newest releases', as before.
+  const Scenario newest = story({{"precision", "fp16"}, {"config", nvme_config("true")}});
+  ASSERT_TRUE(deepspeed_model_for_release(newest, TrainingLoop::kHfTrainer).ok());
+  EXPECT_EQ(ids(*deepspeed_model_for_release(newest, TrainingLoop::kHfTrainer)),
+            ids(deepspeed_model_for(newest, TrainingLoop::kHfTrainer)));
+  // A swapped sub-group on such a release has not been measured.
+  const Scenario swapped =
+      story({{"model", "512,512,2"}, {"world_size", 1}, {"config", nvme_config_of_release("false", "0.14.5")}});
+  const auto swapped_entries = deepspeed_model_for_release(swapped, TrainingLoop::kHfTrainer);
+  ASSERT_FALSE(swapped_entries.ok());
+  EXPECT_NE(swapped_entries.status().message().find("a sub-group swapped to NVMe has not been measured"), std::string::npos)
+      << swapped_entries.status().message();
+  for (const char* release : {"0.12.6", "0.17.0"}) {
+    const Scenario unknown = story({{"config", nvme_config_of_release("false", release)}});
+    const auto refused = deepspeed_model_for_release(unknown, TrainingLoop::kHfTrainer);
+    ASSERT_FALSE(refused.ok()) << release;
+    EXPECT_NE(refused.status().message().find(std::string("zerosim.deepspeed_release ") + release), std::string::npos)
+        << refused.status().message();
+  }
+  // Off NVMe the release changes no entry.
+  json cpu = nvme_config_of_release("false", "0.12.6");
+  cpu["zero_optimization"]["offload_optimizer"] = {{"device", "cpu"}};
+  const Scenario on_cpu = story({{"config", cpu}, {"resume_load_module_only", true}});
+  ASSERT_TRUE(deepspeed_model_for_release(on_cpu, TrainingLoop::kHfTrainer).ok());
+  EXPECT_EQ(ids(*deepspeed_model_for_release(on_cpu, TrainingLoop::kHfTrainer)),
+            ids(deepspeed_model_for(on_cpu, TrainingLoop::kHfTrainer)));
+}
+
 TEST(DeepSpeedModel, AnotherWorldSizeIsRefusedUnlessAFreshOptimizerLoadsOnFewerRanks) {
   // train_batch_size 6 (accumulation 3 at W=2): W' = 1 and 3 divide it.
   const Scenario grown = story({{"gradient_accumulation_steps", 3}, {"resume_world_size", 3}});
