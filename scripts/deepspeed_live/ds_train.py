@@ -13,9 +13,17 @@ out through safe_get_full_*, with the counters and the loss scaler in their meta
   --save-at K     steps 1..K, engine.save_checkpoint(CKPT, tag=global_stepK), exit
   --resume CKPT   engine.load_checkpoint(CKPT) in a new process (state-loaded: right after the
                   load), then on from the engine's global_steps to N (state-final)
+  --save-every S --ckpt CKPT
+                  the program zerosim exec runs: it loads CKPT's newest tag when CKPT/latest
+                  exists, trains on to N saving every S steps, and writes zerosim's state log
+                  (ZEROSIM_STATE_LOG, through zerosim_state): per step the loss and digests of
+                  the masters, moments, counters, lr, scheduler and loss scaler, the line after a
+                  save written once the save returned, with "checkpoint": true. "{pid}" in OUT_DIR
+                  and --nvme-path becomes the process id (resumes run side by side).
 
 Usage: ds_train.py EXPORT_DIR CONFIG OUT_DIR --offload nvme|cpu|none [--nvme-path DIR]
-                   [--capture-at K] [--save-at K --ckpt DIR] [--resume DIR [--tag T]
+                   [--capture-at K] [--save-at K --ckpt DIR | --save-every S --ckpt DIR]
+                   [--resume DIR [--tag T]
                    [--load-optimizer-states 0|1] [--load-lr-scheduler-states 0|1]
                    [--load-module-only 0|1]] [--set KEY=JSON ...]
 """
@@ -47,6 +55,7 @@ def parse_args():
     parser.add_argument("--nvme-path", default="")
     parser.add_argument("--capture-at", type=int, default=0)
     parser.add_argument("--save-at", type=int, default=0)
+    parser.add_argument("--save-every", type=int, default=0)
     parser.add_argument("--ckpt", default="")
     parser.add_argument("--resume", default="")
     parser.add_argument("--tag", default=None)
@@ -57,8 +66,12 @@ def parse_args():
     args = parser.parse_args()
     if args.offload == "nvme" and not args.nvme_path:
         parser.error("--offload nvme needs --nvme-path")
-    if args.save_at and not args.ckpt:
-        parser.error("--save-at needs --ckpt")
+    if (args.save_at or args.save_every) and not args.ckpt:
+        parser.error("--save-at and --save-every need --ckpt")
+    if args.save_every < 0 or (args.save_every and (args.save_at or args.resume)):
+        parser.error("--save-every takes a positive step count, without --save-at or --resume")
+    args.out_dir = args.out_dir.replace("{pid}", str(os.getpid()))
+    args.nvme_path = args.nvme_path.replace("{pid}", str(os.getpid()))
     if args.save_at and args.resume:
         parser.error("--save-at and --resume exclude each other")
     return args
@@ -211,6 +224,23 @@ def engine_state(engine, model, run):
     return tensors, scalars
 
 
+def state_components(engine, model, run, zerosim_state):
+    """The state log's components: a digest per state, by name."""
+    tensors, scalars = engine_state(engine, model, run)
+    components = {}
+    for kind in ("master", "exp_avg", "exp_avg_sq"):
+        names = sorted(k for k in tensors if k.startswith(kind + "/"))
+        components[kind] = zerosim_state.digest_bytes(*(tensors[n].numpy().tobytes() for n in names))
+    components["counters"] = zerosim_state.digest_value(
+        [scalars["global_steps"], scalars["global_samples"], scalars["skipped_steps"], scalars["optimizer_steps"]])
+    components["lr"] = zerosim_state.digest_value(scalars["lr"])
+    components["scheduler"] = zerosim_state.digest_value(scalars["scheduler_last_batch_iteration"])
+    components["loss_scaler"] = zerosim_state.digest_value(
+        [scalars["loss_scale"], scalars["scaler_cur_iter"], scalars["scaler_last_overflow_iter"],
+         scalars["scaler_cur_hysteresis"]])
+    return components
+
+
 def write_state(engine, model, run, out_dir, label):
     try:
         tensors, scalars = engine_state(engine, model, run)
@@ -237,8 +267,13 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.use_deterministic_algorithms(True)
-    for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"),
-                       ("MASTER_PORT", os.environ.get("MASTER_PORT", "29511"))):
+    if not os.environ.get("MASTER_PORT"):
+        # A free port of this machine: processes run side by side (zerosim exec's resumes).
+        import socket
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            os.environ["MASTER_PORT"] = str(probe.getsockname()[1])
+    for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1")):
         os.environ.setdefault(key, value)
     device = get_accelerator().device_name(0)
     run = Run(args.export_dir, device)
@@ -257,6 +292,13 @@ def main():
           f"{type(engine.optimizer.optimizer).__name__}", flush=True)
 
     first_step = 0
+    state_log = None
+    if args.save_every:
+        sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+        import zerosim_state
+        state_log = zerosim_state.StateLog()
+        if os.path.isfile(os.path.join(args.ckpt, "latest")):
+            args.resume = args.ckpt
     if args.resume:
         path, client = engine.load_checkpoint(args.resume, tag=args.tag,
                                               load_optimizer_states=bool(args.load_optimizer_states),
@@ -288,6 +330,12 @@ def main():
                         "skipped": skipped, "grad_norm": -1.0 if skipped or norm is None else float(norm)})
         if args.capture_at == step + 1:
             write_state(engine, model, run, args.out_dir, f"{step + 1}")
+        if state_log is not None:
+            saved = (step + 1) % args.save_every == 0
+            if saved:
+                engine.save_checkpoint(args.ckpt, tag=f"global_step{step + 1}")
+            state_log.step(step + 1, records[-1]["loss"], state_components(engine, model, run, zerosim_state),
+                           checkpoint=saved)
     if args.save_at:
         engine.save_checkpoint(args.ckpt, tag=f"global_step{args.save_at}")
         write_state(engine, model, run, args.out_dir, f"{args.save_at}")
