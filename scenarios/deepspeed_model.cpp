@@ -76,7 +76,7 @@ const std::vector<DeepSpeedModelEntry>& deepspeed_model_entries() {
        "not reached in DeepSpeed 0.14.5 (run 2026-12-04, bf16-nvme-fresh-optimizer): with the optimizer on NVMe "
        "and a swapped sub-group, load_checkpoint(load_optimizer_states=False) itself fails in "
        "zero_to_fp32 (RuntimeError: start (0) + length (1048576) exceeds dimension size (0): the checkpoint "
-       "holds no fp32 partition of a swapped sub-group), whichever tag is asked for; off NVMe: not run"},
+       "holds no fp32 partition of a swapped sub-group; loading the tag `latest` named); off NVMe: not run"},
       {"module-only-no-weights", "load_module_only=True (load_optimizer_states left True)",
        "the stage-3 module file holds empty placeholders (parameters are released before the save), so no "
        "weight is loaded; the parameters keep the new process's values",
