@@ -17,7 +17,8 @@
 #   bf16-nvme-fresh-optimizer   bf16-nvme resumed with load_optimizer_states=False
 #   bf16-nvme-module-only       bf16-nvme resumed with load_module_only=True
 # env STEPS (20), K (10), SEED_CONFIG (tests/data/seed_ds_config.json), ZEROSIM (build-gpu/tools/zerosim),
-# PROCESS_SECONDS (180: one DeepSpeed process's limit; 10 s before it, every thread's stack is printed)
+# PROCESS_SECONDS (180: one DeepSpeed process's limit; 10 s before it, every thread's stack is printed),
+# CASES_AT_ONCE (every case: how many run side by side)
 set -uo pipefail
 if [ $# -lt 1 ] || [ -z "$1" ]; then
   echo "usage: $0 OUT_DIR [CASE...]" >&2
@@ -107,8 +108,12 @@ print("deepspeed", deepspeed.__version__)
 PY
 cat "$out/ops-build.log" | grep -E "built and loaded|compatible|^deepspeed"
 index=0
+at_once=${CASES_AT_ONCE:-${#cases[@]}}
+[[ "$at_once" =~ ^[1-9][0-9]*$ ]] || { echo "run_on_gpu: CASES_AT_ONCE must be a positive integer, not '$at_once'" >&2; exit 2; }
 for case in "${cases[@]}"; do
   index=$((index + 1))
+  # At most CASES_AT_ONCE cases side by side (the swapped NVMe cases share the machine's disk).
+  while [ "$(jobs -rp | wc -l)" -ge "$at_once" ]; do wait -n; done
   case $case in
     fp16-nvme) run_case $index "$case" fp16 nvme $big & ;;
     fp16-nvme-small) run_case $index "$case" fp16 nvme $small & ;;
