@@ -18,19 +18,26 @@ template <typename Real>
 Real real_exp(Real x) { return static_cast<Real>(portable_exp(static_cast<double>(x))); }
 template <typename Real>
 Real real_log(Real x) { return static_cast<Real>(portable_log(static_cast<double>(x))); }
-// tanh from the portable exp: 1 - 2 / (exp(2x) + 1), exact at the infinities.
-template <typename Real>
-Real real_tanh(Real x) { return Real(1) - Real(2) / (real_exp(Real(2) * x) + Real(1)); }
+// values[i] = real_exp(values[i]) for i < n, through the array forms of the portable exp (the
+// same bits, eight lanes at a time where the CPU has AVX-512).
+inline void real_exp_in_place(float* values, int64_t n) { portable_expf_array(values, values, static_cast<size_t>(n)); }
+inline void real_exp_in_place(double* values, int64_t n) { portable_exp_array(values, values, static_cast<size_t>(n)); }
 
-// GPT-2's gelu_new: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), and its derivative.
+
+// GPT-2's gelu_new, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), and its derivative, over n
+// values; tanh(u) = 1 - 2 / (exp(2u) + 1) from the portable exp, the exponentials of a whole
+// block at once through real_exp_in_place (derivative holds 2u, then exp(2u), then the result).
 template <typename Real>
-void gelu(Real x, Real& value, Real& derivative) {
+void gelu_rows(const Real* x, int64_t n, Real* value, Real* derivative) {
   const Real c = static_cast<Real>(0.7978845608028654);  // sqrt(2 / pi)
   const Real a = static_cast<Real>(0.044715);
-  const Real u = c * (x + a * x * x * x);
-  const Real t = real_tanh(u);
-  value = Real(0.5) * x * (Real(1) + t);
-  derivative = Real(0.5) * (Real(1) + t) + Real(0.5) * x * (Real(1) - t * t) * c * (Real(1) + Real(3) * a * x * x);
+  for (int64_t k = 0; k < n; ++k) derivative[k] = Real(2) * (c * (x[k] + a * x[k] * x[k] * x[k]));
+  real_exp_in_place(derivative, n);
+  for (int64_t k = 0; k < n; ++k) {
+    const Real t = Real(1) - Real(2) / (derivative[k] + Real(1));
+    value[k] = Real(0.5) * x[k] * (Real(1) + t);
+    derivative[k] = Real(0.5) * (Real(1) + t) + Real(0.5) * x[k] * (Real(1) - t * t) * c * (Real(1) + Real(3) * a * x[k] * x[k]);
+  }
 }
 
 // y[k] = y[k] + a * x[k]: the float path is vector_ops' add_scaled (the same bits as this loop).
@@ -463,7 +470,7 @@ void gpt_block_forward(const GptSpec& spec, int64_t block, std::span<const std::
   conv1d(c.ln_2.data(), rows, e, param(8), param(9), 4 * e, c.fc.data());
   c.fc_gelu.resize(c.fc.size());
   c.fc_derivative.resize(c.fc.size());
-  for (size_t k = 0; k < c.fc.size(); ++k) gelu(c.fc[k], c.fc_gelu[k], c.fc_derivative[k]);
+  gelu_rows(c.fc.data(), static_cast<int64_t>(c.fc.size()), c.fc_gelu.data(), c.fc_derivative.data());
   conv1d(c.fc_gelu.data(), rows, 4 * e, param(10), param(11), e, a.x.data());
   for (int64_t k = 0; k < rows * e; ++k) a.x[k] = a.x[k] + c.middle[k];
 }
@@ -503,11 +510,10 @@ Real gpt_loss(const GptSpec& spec, Real gradient_scale, GptActivations<Real>& a)
       const int32_t target = sequence[t + 1];
       const Real target_logit = z[target];
       // Each exponential once, kept in place of its logit for the gradient below.
+      for (int64_t w = 0; w < v; ++w) z[w] = z[w] - maximum;
+      real_exp_in_place(z, v);
       Real sum = Real(0);
-      for (int64_t w = 0; w < v; ++w) {
-        z[w] = real_exp(z[w] - maximum);
-        sum = sum + z[w];
-      }
+      for (int64_t w = 0; w < v; ++w) sum = sum + z[w];
       loss_sum = loss_sum + (real_log(sum) - (target_logit - maximum));
       for (int64_t w = 0; w < v; ++w) {
         const Real probability = z[w] / sum;
