@@ -117,8 +117,8 @@ TEST(PortableMath, TheFloatArrayIsTheScalarFloatBitForBit) {
 // where the result is subnormal (the scaling's one rounding), at both cut-offs, and specials.
 TEST(PortableMath, TheDoubleArrayIsTheScalarBitForBit) {
   std::vector<double> inputs;
-  for (double x = -746.0; x <= 710.0; x += 0.0001373) inputs.push_back(x);
-  for (double x = -745.2; x <= -707.0; x += 0.00000731) inputs.push_back(x);
+  for (double x = -746.0; x <= 710.0; x += 0.000573) inputs.push_back(x);
+  for (double x = -745.2; x <= -707.0; x += 0.0000373) inputs.push_back(x);
   for (double edge : {709.782712893384, -745.1332191019412, -708.3964185322641}) {
     double x = edge;
     for (int step = 0; step < 64; ++step) {
