@@ -15,11 +15,9 @@ namespace {
 constexpr int64_t kLayerNormEpsilonTimes1e5 = 1;  // GPT-2's layer_norm_epsilon, 1e-5
 
 template <typename Real>
-Real real_exp(Real x) { return static_cast<Real>(portable_exp(static_cast<double>(x))); }
-template <typename Real>
 Real real_log(Real x) { return static_cast<Real>(portable_log(static_cast<double>(x))); }
-// values[i] = real_exp(values[i]) for i < n, through the array forms of the portable exp (the
-// same bits, eight lanes at a time where the CPU has AVX-512).
+// values[i] = exp(values[i]) for i < n: the portable exp evaluated in double and rounded once to
+// Real, through its array forms (eight lanes at a time where the CPU has AVX-512).
 inline void real_exp_in_place(float* values, int64_t n) { portable_expf_array(values, values, static_cast<size_t>(n)); }
 inline void real_exp_in_place(double* values, int64_t n) { portable_exp_array(values, values, static_cast<size_t>(n)); }
 
@@ -412,6 +410,7 @@ void gpt_block_forward(const GptSpec& spec, int64_t block, std::span<const std::
   c.probabilities.assign(static_cast<size_t>(a.sequence_count * heads * t_count * t_count), Real(0));
   c.attended.assign(static_cast<size_t>(rows * e), Real(0));
   std::vector<int64_t> allowed;
+  std::vector<Real> shifted;  // one row's scores minus their maximum, then their exponentials
   for (int64_t s = 0; s < a.sequence_count; ++s) {
     const Real* qkv = c.qkv.data() + s * t_count * 3 * e;
     Real* attended = c.attended.data() + s * t_count * e;
@@ -443,10 +442,14 @@ void gpt_block_forward(const GptSpec& spec, int64_t block, std::span<const std::
             p[j] = p[j] * attention_scale;
             if (m == 0 || p[j] > maximum) maximum = p[j];
           }
+          // The exponentials of the row at once (the same bits), then the sum in key order.
+          shifted.resize(allowed.size());
+          for (size_t m = 0; m < allowed.size(); ++m) shifted[m] = p[allowed[m]] - maximum;
+          real_exp_in_place(shifted.data(), static_cast<int64_t>(shifted.size()));
           Real sum = Real(0);
-          for (const int64_t j : allowed) {
-            p[j] = real_exp(p[j] - maximum);
-            sum = sum + p[j];
+          for (size_t m = 0; m < allowed.size(); ++m) {
+            p[allowed[m]] = shifted[m];
+            sum = sum + shifted[m];
           }
           for (const int64_t j : allowed) p[j] = p[j] / sum;
         }
