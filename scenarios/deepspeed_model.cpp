@@ -17,10 +17,6 @@ std::pair<size_t, size_t> unswapped_sub_groups(const TrainingOptions& options, i
   return {static_cast<size_t>(unswapped), layout.sub_groups.size()};
 }
 
-std::string release_text(const DeepSpeedRelease& release) {
-  return std::to_string(release.major) + "." + std::to_string(release.minor) + "." + std::to_string(release.patch);
-}
-
 }  // namespace
 
 const std::vector<DeepSpeedModelEntry>& deepspeed_model_entries() {
@@ -136,7 +132,7 @@ Result<std::vector<DeepSpeedModelEntry>> deepspeed_model_for_release(const Scena
   const ResolvedConfig& config = scenario.resume_config ? *scenario.resume_config : options.config;
   if (!config.deepspeed_release || config.zero.offload_optimizer.device != OffloadDevice::kNvme) return entries;
   const DeepSpeedRelease release = *config.deepspeed_release;
-  const std::string named = "zerosim.deepspeed_release " + release_text(release) + ", the optimizer on NVMe: ";
+  const std::string named = "zerosim.deepspeed_release " + deepspeed_release_text(release) + ", the optimizer on NVMe: ";
   if (release < DeepSpeedRelease{0, 13, 0}) {
     return failed_precondition(named + "that release predates DeepSpeed's NVMe checkpoints (0.13.0, PR #4707): not modelled");
   }

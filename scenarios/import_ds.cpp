@@ -190,9 +190,7 @@ Result<ordered_json> import_deepspeed_config(const ImportOptions& options, Impor
     // The release the config names, or the commit the model was read from.
     const std::optional<DeepSpeedRelease>& release =
         (loaded->resume_config ? *loaded->resume_config : loaded->run.options.config).deepspeed_release;
-    const std::string which = release ? std::to_string(release->major) + "." + std::to_string(release->minor) + "." +
-                                            std::to_string(release->patch)
-                                      : std::string(kDeepSpeedModelCommit);
+    const std::string which = release ? deepspeed_release_text(*release) : std::string(kDeepSpeedModelCommit);
     scenario["name"] = scenario["name"].get<std::string>() + ", as DeepSpeed " + which + " resumes it";
     scenario["description"] = scenario["description"].get<std::string>() + " Run as DeepSpeed " + which +
                               " resumes it (zerosim's model of DeepSpeed, read from its code at " + kDeepSpeedModelCommit +

@@ -64,10 +64,7 @@ nlohmann::json run_json(const TrainingOptions& options, int64_t step_count, cons
   document["gradient_clipping"] = config.gradient_clipping;
   document["numerics"] = numerics_mode_name(config.numerics);
   document["deepspeed_release"] =
-      config.deepspeed_release ? nlohmann::json(std::to_string(config.deepspeed_release->major) + "." +
-                                                std::to_string(config.deepspeed_release->minor) + "." +
-                                                std::to_string(config.deepspeed_release->patch))
-                               : nlohmann::json();
+      config.deepspeed_release ? nlohmann::json(deepspeed_release_text(*config.deepspeed_release)) : nlohmann::json();
   document["optimizer"] = {{"lr", config.optimizer.learning_rate},
                            {"betas", {config.optimizer.beta1, config.optimizer.beta2}},
                            {"eps", config.optimizer.epsilon},

@@ -177,4 +177,8 @@ Result<DeepSpeedRelease> parse_deepspeed_release(const std::string& text) {
   return release;
 }
 
+std::string deepspeed_release_text(const DeepSpeedRelease& release) {
+  return std::to_string(release.major) + "." + std::to_string(release.minor) + "." + std::to_string(release.patch);
+}
+
 }  // namespace zerosim

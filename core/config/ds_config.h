@@ -121,6 +121,8 @@ struct DeepSpeedRelease {
 
 // "0.14.5" -> {0, 14, 5}; kInvalidArgument naming the text for anything else.
 Result<DeepSpeedRelease> parse_deepspeed_release(const std::string& text);
+// {0, 14, 5} -> "0.14.5".
+std::string deepspeed_release_text(const DeepSpeedRelease& release);
 
 struct LossScalerConfig {
   bool dynamic = true;          // fp16.loss_scale == 0
