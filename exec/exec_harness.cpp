@@ -208,6 +208,27 @@ ExecCrashVerdict verdict_of(const ExecOptions& options, const std::vector<StateL
   return crash;
 }
 
+// Job slot `slot`'s copies of the watched directories (under work/slots/), and the binds that
+// show each copy at its watched path to a process of that slot.
+struct Slot {
+  std::vector<std::string> destinations;
+  std::vector<BindMount> binds;
+};
+
+Slot job_slot(const std::string& work, const std::vector<std::string>& roots, int64_t slot) {
+  Slot result{roots, {}};
+  for (size_t i = 0; i < roots.size(); ++i) {
+    result.destinations[i] = work + "/slots/" + std::to_string(slot) + "/" + std::to_string(i);
+    result.binds.push_back({result.destinations[i], roots[i]});
+  }
+  return result;
+}
+
+// A bind needs its target: a tree without one of the watched directories runs in place.
+bool has_every_root(const Tree& tree, const std::vector<std::string>& roots) {
+  return std::all_of(roots.begin(), roots.end(), [&](const std::string& root) { return tree.has_directory(root); });
+}
+
 // One more run of the command that writes its state at `step` to `file` (the program does so
 // when it supports ZEROSIM_CAPTURE_STEP; silence is not an error), from the directories `tree`.
 struct CaptureRun {
@@ -246,28 +267,21 @@ Status run_captures(const ExecOptions& options, const std::string& work, const s
     std::mutex mutex;
     size_t next = 0;
     Status failure;
-    auto worker = [&](int64_t slot) {
-      std::vector<std::string> destinations = roots;
-      std::vector<BindMount> binds;
-      for (size_t i = 0; i < roots.size(); ++i) {
-        destinations[i] = work + "/slots/" + std::to_string(slot) + "/" + std::to_string(i);
-        binds.push_back({destinations[i], roots[i]});
-      }
+    auto worker = [&](int64_t slot_index) {
+      const Slot slot = job_slot(work, roots, slot_index);
       while (true) {
         const CaptureRun* capture = nullptr;
         {
           std::lock_guard lock(mutex);
           if (!failure.ok() || next == captures.size()) return;
           capture = &captures[next++];
-          bool every_root = true;
-          for (const std::string& root : roots) every_root = every_root && capture->tree->has_directory(root);
-          if (!every_root) {
+          if (!has_every_root(*capture->tree, roots)) {
             in_place.push_back(capture);
             continue;
           }
         }
-        Status ran = lay_out(*capture->tree, roots, destinations);
-        if (ran.ok()) ran = run_capture(options, *capture, binds);
+        Status ran = lay_out(*capture->tree, roots, slot.destinations);
+        if (ran.ok()) ran = run_capture(options, *capture, slot.binds);
         if (!ran.ok()) {
           std::lock_guard lock(mutex);
           if (failure.ok()) failure = ran;
@@ -491,15 +505,9 @@ Result<ExecResult> run_exec(const ExecOptions& options) {
     verdicts[planned.index] = std::move(crash);
     if (!verdicts[planned.index]->verdict.passed && diverged_step > 0) diverged.emplace_back(std::move(planned), diverged_step);
   };
-  auto worker = [&](int64_t slot) {
-    std::vector<std::string> destinations = roots;
-    std::vector<BindMount> binds;
-    if (parallel) {
-      for (size_t i = 0; i < roots.size(); ++i) {
-        destinations[i] = work + "/slots/" + std::to_string(slot) + "/" + std::to_string(i);
-        binds.push_back({destinations[i], roots[i]});
-      }
-    }
+  auto worker = [&](int64_t slot_index) {
+    // With one job the watched directories themselves, unbound.
+    const Slot slot = parallel ? job_slot(work, roots, slot_index) : Slot{roots, {}};
     while (true) {
       std::optional<PlannedState> planned;
       {
@@ -512,15 +520,13 @@ Result<ExecResult> run_exec(const ExecOptions& options) {
         }
         if (!next->has_value()) return;
         planned = std::move(**next);
-        bool every_root = true;
-        for (const std::string& root : roots) every_root = every_root && planned->tree.has_directory(root);
-        if (parallel && !every_root) {
+        if (parallel && !has_every_root(planned->tree, roots)) {
           in_place.push_back(std::move(*planned));  // a bind needs the root to exist
           continue;
         }
       }
-      Status laid = lay_out(planned->tree, roots, destinations);
-      Result<ResumeRun> run = laid.ok() ? run_resume(options, work, *planned, binds) : Result<ResumeRun>(laid);
+      Status laid = lay_out(planned->tree, roots, slot.destinations);
+      Result<ResumeRun> run = laid.ok() ? run_resume(options, work, *planned, slot.binds) : Result<ResumeRun>(laid);
       if (!run.ok()) {
         std::lock_guard lock(mutex);
         if (failure.ok()) failure = run.status();
