@@ -62,25 +62,9 @@ std::string ComponentSelection::describe() const {
 
 namespace {
 
-// The first judged component of the uninterrupted run's line that the resume's line lacks or
-// holds otherwise, described with its step; "" when they agree.
-std::string differing_judged_component(const StateLine& want, const StateLine& line, const ComponentSelection& selection) {
-  for (const auto& [name, digest] : want.components) {
-    if (!selection.judged(name)) continue;
-    auto other = line.components.find(name);
-    if (other == line.components.end()) {
-      return "step " + std::to_string(line.step) + ": component " + name + " missing from the resume's line";
-    }
-    if (other->second != digest) {
-      return "step " + std::to_string(line.step) + ": " + name + " differs (expected " + digest + ", found " +
-             other->second + ")";
-    }
-  }
-  return "";
-}
-
 // Every judged component that differs between the two lines (or is missing from the resume's),
-// by name: when the loss is the first thing to differ, these are the state behind it.
+// by name in the uninterrupted run's order: when the loss is the first thing to differ, these
+// are the state behind it.
 std::vector<std::string> differing_judged_components(const StateLine& want, const StateLine& line,
                                                      const ComponentSelection& selection) {
   std::vector<std::string> names;
@@ -90,6 +74,19 @@ std::vector<std::string> differing_judged_components(const StateLine& want, cons
     if (other == line.components.end() || other->second != digest) names.push_back(name);
   }
   return names;
+}
+
+// The first of them, described with its step and digests; "" when they agree.
+std::string differing_judged_component(const StateLine& want, const StateLine& line, const ComponentSelection& selection) {
+  const std::vector<std::string> differing = differing_judged_components(want, line, selection);
+  if (differing.empty()) return "";
+  const std::string& name = differing.front();
+  auto other = line.components.find(name);
+  if (other == line.components.end()) {
+    return "step " + std::to_string(line.step) + ": component " + name + " missing from the resume's line";
+  }
+  return "step " + std::to_string(line.step) + ": " + name + " differs (expected " + want.components.at(name) +
+         ", found " + other->second + ")";
 }
 
 }  // namespace
