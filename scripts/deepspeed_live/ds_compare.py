@@ -11,6 +11,10 @@ the uninterrupted run against zerosim's export of the same run.
   ds_compare.py numbers EXPORT_DIR UNINTERRUPTED_DIR OUT_JSON
       DeepSpeed's steps against zerosim's records (run.json) and its final fp32 master and
       moments against zerosim's (final.safetensors), as ULP histograms.
+  ds_compare.py pair RUN_A RUN_B LABELS OUT_JSON
+      two DeepSpeed runs of the same export that should agree bit for bit (the optimizer on the
+      CPU and on NVMe, say): each step's loss, lr, scale, skipped, grad norm, and the states
+      state-LABEL of both for each label of LABELS (comma-separated: 1,2,final).
 """
 
 import json
@@ -28,6 +32,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "torch_reference"))
 from train_like_deepspeed import ULP_BINS, compare_tensors, json_safe, per_step_comparison, summarize  # noqa: E402
 
 COMPONENTS = ("master", "exp_avg", "exp_avg_sq")
+# DeepSpeed's states also hold the 16-bit parameters the next forward computes with.
+DEEPSPEED_COMPONENTS = COMPONENTS + ("param16",)
 
 
 def load_state(path):
@@ -51,9 +57,9 @@ def load_records(directory):
         return json.load(f)["records"]
 
 
-def compare_components(ours, theirs):
+def compare_components(ours, theirs, components=COMPONENTS):
     result = {}
-    for component in COMPONENTS:
+    for component in components:
         names = sorted(k for k in ours if k.startswith(component + "/"))
         if names != sorted(k for k in theirs if k.startswith(component + "/")):
             sys.exit(f"error: the two states hold different {component} tensors")
@@ -61,6 +67,32 @@ def compare_components(ours, theirs):
         b = np.concatenate([theirs[n].ravel() for n in names]) if names else np.zeros(0, np.float32)
         result[component] = compare_tensors(a, b)
     return result
+
+
+def shared_components(a, b):
+    """The components both states hold (states written before the 16-bit parameters were)."""
+    return tuple(c for c in DEEPSPEED_COMPONENTS
+                 if any(k.startswith(c + "/") for k in a) and any(k.startswith(c + "/") for k in b))
+
+
+def rounded(values, precision):
+    """fp32 values rounded to the nearest fp16 or bf16 (ties to even), back in fp32."""
+    values = np.ascontiguousarray(values, dtype=np.float32)
+    if precision == "fp16":
+        return values.astype(np.float16).astype(np.float32)
+    bits = values.view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return bits.astype(np.uint32).view(np.float32)
+
+
+def masters_equal_rounded(expected, loaded):
+    """How many loaded masters equal the expected ones rounded to fp16, and to bf16: a master
+    rebuilt from 16-bit weights, not read from an fp32 copy, shows as equal to one of them."""
+    names = sorted(k for k in expected if k.startswith("master/"))
+    a = np.concatenate([expected[n].ravel() for n in names]).astype(np.float32)
+    b = np.concatenate([loaded[n].ravel() for n in names]).astype(np.float32)
+    return {precision: int(np.count_nonzero(rounded(a, precision).view(np.uint32) == b.view(np.uint32)))
+            for precision in ("fp16", "bf16")}
 
 
 def print_components(title, comparison):
@@ -102,13 +134,14 @@ def resume(uninterrupted, saved, resumed, k, out_json):
     loaded_tensors, loaded_scalars = load_state(os.path.join(resumed, "state-loaded.safetensors"))
     final_expected, final_expected_scalars = load_state(os.path.join(uninterrupted, "state-final.safetensors"))
     final_found, final_found_scalars = load_state(os.path.join(resumed, "state-final.safetensors"))
-    after_load = compare_components(expected_tensors, loaded_tensors)
-    final = compare_components(final_expected, final_found)
+    after_load = compare_components(expected_tensors, loaded_tensors, shared_components(expected_tensors, loaded_tensors))
+    final = compare_components(final_expected, final_found, shared_components(final_expected, final_found))
     steps = step_differences(load_records(uninterrupted), load_records(resumed))
     first = next((row for row in steps if row["differs"]), None)
     report = {
         "k": k,
-        "after_load": {"tensors": after_load, "scalars": scalar_differences(expected_scalars, loaded_scalars)},
+        "after_load": {"tensors": after_load, "scalars": scalar_differences(expected_scalars, loaded_scalars),
+                       "master_equal_to_expected_rounded": masters_equal_rounded(expected_tensors, loaded_tensors)},
         "steps": steps,
         "first_differing_step": first["step"] if first else None,
         "final": {"tensors": final, "scalars": scalar_differences(final_expected_scalars, final_found_scalars)},
@@ -116,6 +149,9 @@ def resume(uninterrupted, saved, resumed, k, out_json):
     print_components(f"right after the load (resumed vs the saving run after step {k}), ULP distance:", after_load)
     for key, pair in report["after_load"]["scalars"].items():
         print(f"  {key}: uninterrupted {pair['uninterrupted']}, resumed {pair['resumed']}")
+    equal_rounded = report["after_load"]["master_equal_to_expected_rounded"]
+    print(f"  loaded masters equal to the saving run's rounded to fp16: {equal_rounded['fp16']}, to bf16: "
+          f"{equal_rounded['bf16']} (of {after_load['master']['elements']})")
     print(f"{'step':>5} {'loss uninterrupted':>19} {'loss resumed':>14} {'scale':>17} {'lr':>25}  differs")
     for row in steps:
         if "loss" not in row:
@@ -167,6 +203,37 @@ def numbers(export_dir, uninterrupted, out_json):
                      "zerosim_steps": theirs})
 
 
+def pair(run_a, run_b, labels, out_json):
+    steps = step_differences(load_records(run_a), load_records(run_b))
+    first = next((row for row in steps if row["differs"]), None)
+    report = {"a": run_a, "b": run_b, "steps": steps, "first_differing_step": first["step"] if first else None,
+              "states": {}}
+    print(f"A {run_a}\nB {run_b}")
+    print(f"{'step':>5} {'loss A':>14} {'loss B':>14} {'scale':>17} {'grad norm A/B':>27}  differs")
+    for row in steps:
+        if "loss" not in row:
+            print(f"{row['step']:>5}  {row['differs'][0]}")
+            continue
+        print(f"{row['step']:>5} {row['loss'][0]:>14.9g} {row['loss'][1]:>14.9g} "
+              f"{row['loss_scale'][0]:>8g}/{row['loss_scale'][1]:<8g} {row['grad_norm'][0]:>13.6g}/{row['grad_norm'][1]:<13.6g}"
+              f"  {', '.join(row['differs']) or '-'}")
+    for label in labels:
+        a, a_scalars = load_state(os.path.join(run_a, f"state-{label}.safetensors"))
+        b, b_scalars = load_state(os.path.join(run_b, f"state-{label}.safetensors"))
+        comparison = compare_components(a, b, shared_components(a, b))
+        differing = {key: {"a": a_scalars.get(key), "b": b_scalars.get(key)}
+                     for key in sorted(set(a_scalars) | set(b_scalars)) if a_scalars.get(key) != b_scalars.get(key)}
+        on_grid = {name: masters_equal_rounded(x, x) for name, x in (("a", a), ("b", b))}
+        report["states"][label] = {"tensors": comparison, "scalars": differing, "masters_on_16_bit_grid": on_grid}
+        print_components(f"state-{label}, A vs B, ULP distance:", comparison)
+        for key, values in differing.items():
+            print(f"  {key}: A {values['a']}, B {values['b']}")
+        print(f"  masters equal to their own fp16 / bf16 rounding: A {on_grid['a']['fp16']} / {on_grid['a']['bf16']}, "
+              f"B {on_grid['b']['fp16']} / {on_grid['b']['bf16']} (of {comparison['master']['elements']})")
+    print(f"first differing step: {report['first_differing_step']}")
+    write(out_json, report)
+
+
 def write(path, report):
     with open(path, "w", encoding="utf-8") as f:
         json.dump(json_safe(report), f, indent=1, allow_nan=False)
@@ -179,6 +246,8 @@ def main():
         resume(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6])
     elif len(sys.argv) == 5 and sys.argv[1] == "numbers":
         numbers(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif len(sys.argv) == 6 and sys.argv[1] == "pair" and all(sys.argv[4].split(",")):
+        pair(sys.argv[2], sys.argv[3], sys.argv[4].split(","), sys.argv[5])
     else:
         sys.exit(__doc__)
 

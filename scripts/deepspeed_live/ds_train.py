@@ -9,8 +9,11 @@ the Hugging Face Trainer fills them, and the offload device and NVMe path given 
 Three ways to run it, each writing OUT_DIR/records.json (one line per step: loss, lr, loss scale,
 skipped, grad norm) and state files (every fp32 master, exp_avg and exp_avg_sq DeepSpeed hands
 out through safe_get_full_*, with the counters and the loss scaler in their metadata):
-  uninterrupted   steps 1..N; --capture-at K also writes the state after step K (state-K)
-  --save-at K     steps 1..K, engine.save_checkpoint(CKPT, tag=global_stepK), exit
+  uninterrupted   steps 1..N; --capture-at K[,K...] also writes the state after each step K
+                  (state-K)
+  --save-at K     steps 1..K, engine.save_checkpoint(CKPT, tag=global_stepK), exit; --save-also J
+                  (J < K) saves the tag global_stepJ on the way (a checkpoint directory with two
+                  tags, `latest` naming the second)
   --resume CKPT   engine.load_checkpoint(CKPT) in a new process (state-loaded: right after the
                   load), then on from the engine's global_steps to N (state-final)
   --save-every S --ckpt CKPT
@@ -22,7 +25,7 @@ out through safe_get_full_*, with the counters and the loss scaler in their meta
                   and --nvme-path becomes the process id (resumes run side by side).
 
 Usage: ds_train.py EXPORT_DIR CONFIG OUT_DIR --offload nvme|cpu|none [--nvme-path DIR]
-                   [--capture-at K] [--save-at K --ckpt DIR | --save-every S --ckpt DIR]
+                   [--capture-at K[,K...]] [--save-at K [--save-also J] --ckpt DIR | --save-every S --ckpt DIR]
                    [--resume DIR [--tag T]
                    [--load-optimizer-states 0|1] [--load-lr-scheduler-states 0|1]
                    [--load-module-only 0|1]] [--set KEY=JSON ...]
@@ -53,8 +56,9 @@ def parse_args():
     parser.add_argument("out_dir")
     parser.add_argument("--offload", choices=("nvme", "cpu", "none"), required=True)
     parser.add_argument("--nvme-path", default="")
-    parser.add_argument("--capture-at", type=int, default=0)
+    parser.add_argument("--capture-at", default="", help="steps after which the state is written, K[,K...]")
     parser.add_argument("--save-at", type=int, default=0)
+    parser.add_argument("--save-also", type=int, default=0)
     parser.add_argument("--save-every", type=int, default=0)
     parser.add_argument("--ckpt", default="")
     parser.add_argument("--resume", default="")
@@ -70,10 +74,18 @@ def parse_args():
         parser.error("--save-at and --save-every need --ckpt")
     if args.save_every < 0 or (args.save_every and (args.save_at or args.resume)):
         parser.error("--save-every takes a positive step count, without --save-at or --resume")
+    try:
+        args.capture_at = {int(k) for k in args.capture_at.split(",")} if args.capture_at else set()
+    except ValueError:
+        parser.error(f"--capture-at {args.capture_at!r}: steps K[,K...], each a positive integer")
+    if any(k <= 0 for k in args.capture_at):
+        parser.error(f"--capture-at {sorted(args.capture_at)}: each step must be positive")
     args.out_dir = args.out_dir.replace("{pid}", str(os.getpid()))
     args.nvme_path = args.nvme_path.replace("{pid}", str(os.getpid()))
     if args.save_at and args.resume:
         parser.error("--save-at and --resume exclude each other")
+    if args.save_also and not 0 < args.save_also < args.save_at:
+        parser.error(f"--save-also {args.save_also}: a step before --save-at's ({args.save_at})")
     return args
 
 
@@ -205,6 +217,10 @@ def engine_state(engine, model, run):
             sys.exit(f"error: the module's parameter {index} is {name}, the run's {expected}")
         for key, tensor in full_fp32_states(engine, param).items():
             tensors[f"{key}/{name}"] = tensor.contiguous()
+        # The 16-bit parameter the next forward computes with: the rank's partition (one rank:
+        # the whole parameter), widened to fp32 exactly.
+        tensors[f"param16/{name}"] = param.ds_tensor.detach().narrow(0, 0, param.ds_numel).float().cpu().clone().view(
+            param.ds_shape).contiguous()
     optimizer = engine.optimizer
     inner = getattr(optimizer, "optimizer", None)
     steps = sorted({int(s["step"]) for s in inner.state.values() if "step" in s}) if inner is not None else []
@@ -328,7 +344,9 @@ def main():
         norm = engine.get_global_grad_norm()
         records.append({"step": step + 1, "loss": folded_loss(losses), "lr": lr, "loss_scale": scale,
                         "skipped": skipped, "grad_norm": -1.0 if skipped or norm is None else float(norm)})
-        if args.capture_at == step + 1:
+        if args.save_also == step + 1:
+            engine.save_checkpoint(args.ckpt, tag=f"global_step{step + 1}")
+        if step + 1 in args.capture_at:
             write_state(engine, model, run, args.out_dir, f"{step + 1}")
         if state_log is not None:
             saved = (step + 1) % args.save_every == 0

@@ -12,9 +12,11 @@
 #
 #   OFFLOAD nvme (default) or cpu; MODEL 64,256,256,10 (default: a sub-group kept in memory);
 #   PRECISION fp16 (default) or bf16
-# env STEPS (12), SAVE_EVERY (4), POINTS (2), JOBS (8), RESUME_SECONDS (300), ZEROSIM
-# (build-gpu/tools/zerosim), SEED_CONFIG (tests/data/seed_ds_config.json)
+# env STEPS (12), SAVE_EVERY (4), POINTS (2), STATES (2: crash states per point), JOBS (8), RESUME_SECONDS (300), ZEROSIM
+# (build-gpu/tools/zerosim), SEED_CONFIG (tests/data/seed_ds_config.json), OMP_NUM_THREADS (2:
+# each resume's CPU Adam and PyTorch threads, JOBS resumes side by side)
 set -uo pipefail
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 if [ $# -lt 1 ] || [ -z "$1" ]; then
   echo "usage: $0 OUT_DIR [OFFLOAD] [MODEL] [PRECISION]" >&2
   exit 2
@@ -42,8 +44,12 @@ mkdir -p "$scratch/ckpt"
   { echo "exec_on_gpu: zerosim train failed"; tail -5 "$out/zerosim-export.log"; exit 1; }
 # DeepSpeed 0.14.5's checkpoints need torch.load's old default on PyTorch 2.6 and later.
 export TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1
+# torch.distributed's rendezvous store runs on libuv, which sets up an io_uring; exec refuses a
+# command that does (a ring's submissions are not system calls it can see). The store's other
+# backend, which PyTorch's USE_LIBUV=0 selects, writes no file either and uses none.
+export USE_LIBUV=0
 started=$SECONDS
-"$zerosim" exec --watch "$scratch/ckpt" --at-saves --crash-points "${POINTS:-2}" --states-per-point 2 \
+"$zerosim" exec --watch "$scratch/ckpt" --at-saves --crash-points "${POINTS:-2}" --states-per-point "${STATES:-2}" \
   --jobs "${JOBS:-8}" --timeout "${RESUME_SECONDS:-300}" --work-dir "$out/work" -- \
   python3 "$root/scripts/deepspeed_live/ds_train.py" "$scratch/export" "$seed_config" "$scratch/out-{pid}" \
   --offload "$offload" --nvme-path "$scratch/swap-{pid}" --save-every "${SAVE_EVERY:-4}" --ckpt "$scratch/ckpt" \

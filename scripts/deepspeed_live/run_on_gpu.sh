@@ -16,10 +16,24 @@
 #   bf16-cpu          bf16, optimizer on the CPU
 #   bf16-nvme-fresh-optimizer   bf16-nvme resumed with load_optimizer_states=False
 #   bf16-nvme-module-only       bf16-nvme resumed with load_module_only=True
+#   fp16-nvme-copied-swap       fp16-nvme resumed with the saving job's swap files copied into
+#                               the new job's NVMe path (the seed report's workaround)
+#   bf16-nvme-copied-swap       the same, bf16
+#   fp16-nvme-vs-cpu  DeepSpeed against itself: the optimizer on the CPU and on NVMe (twice), the
+#                     large model, PAIR_STEPS (6) steps, the states after steps 1, 2, 5 (run_pair)
+#   bf16-nvme-vs-cpu  the same, bf16
+#   fp16-cpu-module-only        fp16-cpu (small model) resumed with load_module_only=True
+#   fp16-cpu-fresh-optimizer-tag
+#                     fp16-cpu (small model) saved at steps 5 and 10 (`latest` names 10), resumed
+#                     from the tag of step 5 with load_optimizer_states=False; the state right
+#                     after the load is compared with the saving run's at 5 and at 10
 # env STEPS (20), K (10), SEED_CONFIG (tests/data/seed_ds_config.json), ZEROSIM (build-gpu/tools/zerosim),
 # PROCESS_SECONDS (180: one DeepSpeed process's limit; 10 s before it, every thread's stack is printed),
-# CASES_AT_ONCE (every case: how many run side by side)
+# CASES_AT_ONCE (every case: how many run side by side), OMP_NUM_THREADS (4: each DeepSpeed
+# process's CPU Adam and PyTorch threads; 16 each, the machine's cores, starved the NVMe swapper's
+# I/O threads when cases ran side by side)
 set -uo pipefail
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
 if [ $# -lt 1 ] || [ -z "$1" ]; then
   echo "usage: $0 OUT_DIR [CASE...]" >&2
   exit 2
@@ -28,7 +42,8 @@ out=$1
 shift
 cases=("$@")
 [ ${#cases[@]} -gt 0 ] || cases=(fp16-nvme fp16-nvme-small bf16-nvme fp16-cpu bf16-cpu bf16-nvme-fresh-optimizer
-                                bf16-nvme-module-only)
+                                bf16-nvme-module-only fp16-nvme-copied-swap bf16-nvme-copied-swap
+                                fp16-cpu-module-only fp16-cpu-fresh-optimizer-tag fp16-nvme-vs-cpu bf16-nvme-vs-cpu)
 steps=${STEPS:-20}
 k=${K:-10}
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -56,10 +71,15 @@ ds() {
   return $status
 }
 
+# run_case INDEX NAME PRECISION OFFLOAD MODEL [LOAD_FLAG...]; env save_flags (more flags of the
+# saving process), resume_at (the saved step the resume loads: K), compare_at (the saving run's
+# states the loaded one is compared with: K)
 run_case() {
   local index=$1 name=$2 precision=$3 offload=$4 model=$5
   shift 5
   local load_flags=("$@")
+  local extra_save_flags=(${save_flags:-})
+  local compare_steps=(${compare_at:-$k})
   local export=$scratch/$name/export
   local port=$((29600 + 10 * index))
   mkdir -p "$scratch/$name"
@@ -73,7 +93,13 @@ run_case() {
     --nvme-path "$scratch/$name/swap-uninterrupted" &
   local first=$!
   ds $((port + 2)) "$name.save" "$export" "$seed_config" "$scratch/$name/save" --offload "$offload" \
-    --nvme-path "$scratch/$name/swap-save" --save-at "$k" --ckpt "$scratch/$name/ckpt" || { wait $first; return 1; }
+    --nvme-path "$scratch/$name/swap-save" --save-at "$k" --ckpt "$scratch/$name/ckpt" "${extra_save_flags[@]}" ||
+    { wait $first; return 1; }
+  if [ "${resume_swap:-}" = copy ]; then
+    # The seed report's workaround: the swap files of the saving job copied by hand into the
+    # resuming job's NVMe path (here after the saving process ended).
+    cp -a "$scratch/$name/swap-save" "$scratch/$name/swap-resume"
+  fi
   # The resume: a new process, a swap folder of its own (a new job on another node). PyTorch 2.6
   # made torch.load's weights_only default True, and DeepSpeed 0.14.5's checkpoints pickle its
   # own classes (ZeroStageEnum): its load_checkpoint fails with an UnpicklingError on this
@@ -82,13 +108,54 @@ run_case() {
     --nvme-path "$scratch/$name/swap-resume" --resume "$scratch/$name/ckpt" "${load_flags[@]}"
   local resumed=$?
   wait $first || return 1
-  [ $resumed -eq 0 ] || return 1
-  python3 "$here/ds_compare.py" resume "$scratch/$name/uninterrupted" "$scratch/$name/save" "$scratch/$name/resume" "$k" \
-    "$out/$name.resume.json" > "$out/$name.resume.txt" 2>&1 || { tail -5 "$out/$name.resume.txt"; return 1; }
+  # DeepSpeed's uninterrupted run against zerosim's, whatever became of the resume.
   python3 "$here/ds_compare.py" numbers "$export" "$scratch/$name/uninterrupted" "$out/$name.numbers.json" \
     > "$out/$name.numbers.txt" 2>&1 || { tail -5 "$out/$name.numbers.txt"; return 1; }
-  cp "$scratch/$name/resume/ds_config.json" "$out/$name.ds_config.json"
   ls -R "$scratch/$name/ckpt" > "$out/$name.ckpt-files.txt" 2>&1
+  if [ $resumed -ne 0 ]; then
+    { echo "the resume failed (exit status $resumed); its last lines:"; grep -v "INFO" "$out/$name.resume.log" | tail -25; } \
+      > "$out/$name.resume.txt"
+    return 1
+  fi
+  local at report
+  for at in "${compare_steps[@]}"; do
+    report=$name.resume
+    [ "$at" = "$k" ] || report=$name.resume-vs-step-$at
+    python3 "$here/ds_compare.py" resume "$scratch/$name/uninterrupted" "$scratch/$name/save" "$scratch/$name/resume" "$at" \
+      "$out/$report.json" > "$out/$report.txt" 2>&1 || { tail -5 "$out/$report.txt"; return 1; }
+  done
+  cp "$scratch/$name/resume/ds_config.json" "$out/$name.ds_config.json"
+  echo "== $name done"
+}
+
+# run_pair INDEX NAME PRECISION MODEL: the same export trained by DeepSpeed three times,
+# uninterrupted, for PAIR_STEPS steps (6), writing the state after steps 1, 2 and 5 and at the end: the
+# optimizer on the CPU, on NVMe, and on NVMe again. The CPU and NVMe paths run the same CPU Adam on
+# the same gradients, so the runs should agree bit for bit; the second NVMe run tells a
+# difference that repeats from one that does not.
+run_pair() {
+  local index=$1 name=$2 precision=$3 model=$4
+  local export=$scratch/$name/export
+  local port=$((29600 + 10 * index))
+  mkdir -p "$scratch/$name"
+  "$zerosim" train --config "$seed_config" --precision "$precision" --steps "${PAIR_STEPS:-6}" --model "$model" \
+    --set zerosim.numerics=deepspeed --set zerosim.deepspeed_release="$release" \
+    --set zero_optimization.offload_optimizer.device=cpu --run-id "$name" \
+    --export-run "$export" > "$out/$name.zerosim.log" 2>&1 ||
+    { echo "== $name: zerosim train failed"; tail -5 "$out/$name.zerosim.log"; return 1; }
+  ds $((port + 1)) "$name.cpu" "$export" "$seed_config" "$scratch/$name/cpu" --offload cpu --capture-at 1,2,5 &
+  local cpu=$!
+  ds $((port + 2)) "$name.nvme" "$export" "$seed_config" "$scratch/$name/nvme" --offload nvme \
+    --nvme-path "$scratch/$name/swap-nvme" --capture-at 1,2,5 &
+  local nvme=$!
+  ds $((port + 3)) "$name.nvme-again" "$export" "$seed_config" "$scratch/$name/nvme-again" --offload nvme \
+    --nvme-path "$scratch/$name/swap-nvme-again" --capture-at 1,2,5 || { wait $cpu $nvme; return 1; }
+  wait $cpu || { wait $nvme; return 1; }
+  wait $nvme || return 1
+  python3 "$here/ds_compare.py" pair "$scratch/$name/cpu" "$scratch/$name/nvme" 1,2,5,final "$out/$name.json" \
+    > "$out/$name.txt" 2>&1 || { tail -5 "$out/$name.txt"; return 1; }
+  python3 "$here/ds_compare.py" pair "$scratch/$name/nvme" "$scratch/$name/nvme-again" 1,2,5,final \
+    "$out/$name.nvme-again.json" > "$out/$name.nvme-again.txt" 2>&1 || { tail -5 "$out/$name.nvme-again.txt"; return 1; }
   echo "== $name done"
 }
 
@@ -122,6 +189,14 @@ for case in "${cases[@]}"; do
     bf16-cpu) run_case $index "$case" bf16 cpu $big & ;;
     bf16-nvme-fresh-optimizer) run_case $index "$case" bf16 nvme $big --load-optimizer-states 0 & ;;
     bf16-nvme-module-only) run_case $index "$case" bf16 nvme $big --load-module-only 1 & ;;
+    fp16-nvme-copied-swap) resume_swap=copy run_case $index "$case" fp16 nvme $big & ;;
+    bf16-nvme-copied-swap) resume_swap=copy run_case $index "$case" bf16 nvme $big & ;;
+    fp16-nvme-vs-cpu) run_pair $index "$case" fp16 $big & ;;
+    bf16-nvme-vs-cpu) run_pair $index "$case" bf16 $big & ;;
+    fp16-cpu-module-only) run_case $index "$case" fp16 cpu $small --load-module-only 1 & ;;
+    fp16-cpu-fresh-optimizer-tag)
+      save_flags="--save-also 5 --capture-at 5" compare_at="5 $k" \
+        run_case $index "$case" fp16 cpu $small --tag global_step5 --load-optimizer-states 0 & ;;
     *) echo "run_on_gpu: unknown case $case" >&2; exit 2 ;;
   esac
 done
