@@ -30,19 +30,22 @@ const std::vector<DeepSpeedModelEntry>& deepspeed_model_entries() {
        {Defect::kOptimizerStateNotSaved, Defect::kStepCounterNotRestored, Defect::kOptimizerLrNotRestored},
        "engine.py:4332-4358; stage3.py:2420-2426, 2448-2456, 2585-2595, 3565-3570; "
        "swap_tensor/optimizer_utils.py:478-494; ops/adam/cpu_adam.py:141-157; lr_schedules.py:728-730, 754-755",
-       "not in DeepSpeed 0.14.5 (run 2026-12-04, docs/deepspeed-live.md, case fp16-nvme-small): its load_checkpoint "
-       "reads the zero checkpoint with the optimizer on NVMe, and the resume was bit for bit (masters, moments, "
-       "the optimizer's step 10, lr, scheduler). The skip this entry reads was added to load_checkpoint by "
-       "DeepSpeed PR #7613 (2025-10-01); no release after it runs on the GPU machine yet (pydantic 2). The case "
-       "with a swapped sub-group did not finish there: not measured"},
+       "not in DeepSpeed 0.14.5 (run 2026-12-04, docs/deepspeed-live.md): its load_checkpoint reads the zero "
+       "checkpoint with the optimizer on NVMe. With the sub-group in memory (fp16-nvme-small) the resume was bit "
+       "for bit (masters, moments, the optimizer's step 10, lr, scheduler). With a swapped sub-group in a new "
+       "job's swap folder (fp16-nvme, bf16-nvme) the load fails: reading the zero checkpoint swaps the sub-group "
+       "in from the swap folder before the checkpoint's offloaded_tensors are copied there (AssertionError in "
+       "swap_in_tensors, the seed report's failure); with the swap files copied by hand (fp16-nvme-copied-swap) "
+       "masters and moments are the saved ones but the 16-bit parameters are not, and the loss differs from the "
+       "first resumed step. The skip this entry reads was added by DeepSpeed PR #7613 (2025-10-01); no release "
+       "after it runs on the GPU machine yet (pydantic 2)"},
       {"nvme-fp16-loss-scaler", "offload_optimizer.device is nvme and fp16 is enabled",
        "the dynamic loss scaler lives in the optimizer's state dict, which is never read: it restarts at "
        "2^initial_scale_power with its counters at zero",
        {Defect::kLossScalerResetOnLoad}, "engine.py:4332; stage3.py:3276 (only reached through _load_zero_checkpoint)",
-       "not in DeepSpeed 0.14.5 (run 2026-12-04, fp16-nvme-small): the scale (65536) and the scaler's counters "
-       "equal the saving run's after the load; that run had no overflow before the save, so a reduced scale was "
-       "not put to the test on NVMe (fp16-cpu restored a reduced 8192, its last overflow and its hysteresis). "
-       "The entry holds from PR #7613 on, as above: not run"},
+       "not in DeepSpeed 0.14.5 (run 2026-12-04): the scale and the scaler's counters equal the saving run's "
+       "after the load, the reduced scale 16384 of fp16-nvme-copied-swap (3 overflows before the save) "
+       "included. From PR #7613 on: not run"},
       {"nvme-unswapped-sub-groups",
        "offload_optimizer.device is nvme and a sub-group holds fewer than max(1 MiB, aio.block_size) / 4 elements "
        "per rank (sub_group_size, the model's size and the world size decide)",
@@ -69,16 +72,21 @@ const std::vector<DeepSpeedModelEntry>& deepspeed_model_entries() {
        "the weights are consolidated from the tag `latest` names (get_fp32_state_dict_from_zero_checkpoint is "
        "called without the tag), not from the tag asked for",
        {Defect::kRequestedTagIgnored}, "engine.py:4465-4467; utils/zero_to_fp32.py:608-614",
-       "not reached in DeepSpeed 0.14.5 (run 2026-12-04, bf16-nvme-fresh-optimizer): with the optimizer on NVMe "
-       "and a swapped sub-group, load_checkpoint(load_optimizer_states=False) itself fails in "
-       "zero_to_fp32 (RuntimeError: start (0) + length (1048576) exceeds dimension size (0): the checkpoint "
-       "holds no fp32 partition of a swapped sub-group; loading the tag `latest` named); off NVMe: not run"},
+       "confirmed by running DeepSpeed 0.14.5 (2026-12-04, fp16-cpu-fresh-optimizer-tag): saved at steps 5 and "
+       "10, loaded with tag global_step5 and load_optimizer_states=False, the counters and the scheduler came "
+       "from step 5 (global_steps 5, iteration 4) and every master equalled step 10's rounded to fp16 (85,002 "
+       "of 85,002): the weights of the tag `latest` names. With the optimizer on NVMe and a swapped sub-group "
+       "the load fails first, in zero_to_fp32 (bf16-nvme-fresh-optimizer: RuntimeError: start (0) + length "
+       "(1048576) exceeds dimension size (0))"},
       {"module-only-no-weights", "load_module_only=True (load_optimizer_states left True)",
        "the stage-3 module file holds empty placeholders (parameters are released before the save), so no "
        "weight is loaded; the parameters keep the new process's values",
        {Defect::kModuleOnlyLoadsNoWeights}, "engine.py:4334-4343, 4465, 4500-4506, 4522-4526",
-       "not measured: the case (bf16, optimizer on NVMe, swapped) did not finish its save on the GPU machine "
-       "(2026-12-04, DeepSpeed 0.14.5)"},
+       "confirmed by running DeepSpeed 0.14.5 (2026-12-04, fp16-cpu-module-only): after load_module_only=True "
+       "the masters differ from the saved ones at 84,998 of 85,002 elements, the counters are 0, and a run on "
+       "from there equals the uninterrupted run from step 1 bit for bit: no weight was loaded. With the "
+       "optimizer on NVMe and a swapped sub-group the load fails (bf16-nvme-module-only: RuntimeError in "
+       "_restore_from_bit16_weights, a tensor of size 0 against 3159050)"},
       {"no-fsync", "always; it shows when the power goes out after a save",
        "neither the shards (torch.save to their final names; the torch checkpoint engine's commit does nothing) "
        "nor `latest` (open and write, no rename) are fsynced, and rank 0 publishes `latest` without a barrier "
@@ -86,7 +94,10 @@ const std::vector<DeepSpeedModelEntry>& deepspeed_model_entries() {
        "the disk",
        {Defect::kLatestBeforeShardsDurable},
        "engine.py:4836-4844, 5266-5267, 5424; runtime/checkpoint_engine/torch_checkpoint_engine.py:30-43",
-       "not run yet under zerosim exec"},
+       "confirmed by running DeepSpeed 0.14.5 under zerosim exec (2026-12-04, fp16, optimizer on NVMe, saves at "
+       "steps 4, 8, 12): its save writes shards, offloaded_tensors and `latest` in place with no fsync and no "
+       "rename; every crash state that drops the unsynced writes lost every save (a resume from step 0 after "
+       "step 12's save had returned). A state that keeps `latest` and drops its shards was not sampled"},
       {"plain-loop-data-position", "a plain training loop over a DataLoader (not the Hugging Face Trainer)",
        "DeepSpeed saves no data-sampler position and no RNG state outside curriculum learning: the loop starts "
        "again at the first sample, in the first epoch's order",
@@ -144,8 +155,13 @@ Result<std::vector<DeepSpeedModelEntry>> deepspeed_model_for_release(const Scena
   const int resume_world_size = scenario.run.resume_world_size > 0 ? scenario.run.resume_world_size : options.world_size;
   const auto [unswapped, sub_groups] = unswapped_sub_groups(options, resume_world_size, config);
   if (unswapped != sub_groups) {
-    return failed_precondition(named + "a sub-group swapped to NVMe has not been measured on a release before PR #7613 "
-                               "(DeepSpeed 0.14.5's run of that case did not finish: docs/deepspeed-live.md)");
+    // Measured on 0.14.5 (docs/deepspeed-live.md): such a run does not train as zerosim does, and its
+    // resume depends on where the swap files are; neither is modelled.
+    return failed_precondition(named + "a sub-group swapped to NVMe: DeepSpeed 0.14.5 (measured) does not keep that "
+                               "sub-group's fp32 master from one step to the next, so its training parts from zerosim's "
+                               "and its own CPU offload's at the second update, and its resume in a new swap folder "
+                               "fails before the checkpoint's swap files are copied there; zerosim models neither "
+                               "(docs/deepspeed-live.md)");
   }
   // Measured on 0.14.5: load_checkpoint reads the zero checkpoint, and the resume is bit for bit.
   std::erase_if(entries, [](const DeepSpeedModelEntry& entry) {
