@@ -738,6 +738,8 @@ TEST(ExecTracer, RefusesToJudgeWritesThroughIoUring) {
     EXPECT_EQ(run.exit_code, 3) << run.output;
     EXPECT_TRUE(has_line_with(run.output, {"io_uring_setup: the submissions of an io_uring are not system calls"}))
         << run.output;
+    // The refusal names the program that set the ring up, with its arguments.
+    EXPECT_TRUE(has_line_with(run.output, {"--io uring", "): io_uring_setup"})) << run.output;
     EXPECT_FALSE(has_line_with(run.output, {"PASS"})) << run.output;
   }
 }
