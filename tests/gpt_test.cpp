@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include <nlohmann/json.hpp>
+#include <xxhash.h>
 
 #include "core/env/rng.h"
 #include "core/model/gpt.h"
@@ -58,13 +59,13 @@ struct Problem {
   GptSpec spec{2, 8, 2, 11, 6};
   std::vector<int32_t> tokens;
   int64_t sequences = 2, length = 5;
+  int32_t token_range = 11;
   std::vector<std::vector<double>> parameters;
 };
 
 // Initial values moved off their symmetric starts (LayerNorm weights 1, biases 0) so that every
 // term of the backward is exercised.
-Problem make_problem(uint64_t seed) {
-  Problem problem;
+Problem make_problem(uint64_t seed, Problem problem = {}) {
   const std::vector<ParameterInfo> infos = gpt_parameters(problem.spec);
   for (size_t p = 0; p < infos.size(); ++p) {
     std::vector<double> values(static_cast<size_t>(infos[p].element_count));
@@ -76,7 +77,8 @@ Problem make_problem(uint64_t seed) {
     problem.parameters.push_back(std::move(values));
   }
   for (int64_t k = 0; k < problem.sequences * (problem.length + 1); ++k) {
-    problem.tokens.push_back(static_cast<int32_t>(mix_random_bits(seed, 0x99, static_cast<uint64_t>(k)) % 11));
+    problem.tokens.push_back(static_cast<int32_t>(mix_random_bits(seed, 0x99, static_cast<uint64_t>(k)) %
+                                                static_cast<uint64_t>(problem.token_range)));
   }
   return problem;
 }
@@ -160,6 +162,37 @@ TEST(Gpt, TheFloatPathIsDeterministicAndCloseToDouble) {
 // Pinned to Hugging Face's GPT-2: the loss of GPT2LMHeadModel on the same weights and batch,
 // computed by PyTorch on the GPU machine (tests/data/gpt/hf_gpt2_losses.json says how). zerosim's
 // fp32 loss equals PyTorch's CUDA loss to the bit, and is within one ulp of its CPU loss.
+// The float path's bits are the row-by-row scalar loops' (gpt.cpp's generic templates, each
+// product a left fold in order): a model wide enough for the blocked products' paired strips,
+// their narrower last strips and the head's transposed product. The digest of the loss and every
+// gradient was recorded at commit 7c6402f, whose weight gradients were axpy folds row by row and
+// whose head multiplied through wte^T; a faster kernel that changes one bit changes the digest.
+TEST(Gpt, TheFloatPathKeepsTheScalarLoopsBits) {
+  Problem wide;
+  wide.spec = GptSpec{2, 48, 4, 100, 16};
+  wide.sequences = 2;
+  wide.length = 16;
+  wide.token_range = 100;
+  const Problem problem = make_problem(5, wide);
+  std::vector<std::vector<float>> parameters, gradients;
+  for (const std::vector<double>& tensor : problem.parameters) {
+    parameters.emplace_back(tensor.begin(), tensor.end());
+    gradients.emplace_back(tensor.size(), 0.0f);
+  }
+  const Result<float> loss = gpt_forward_backward<float>(problem.spec, parameters, problem.tokens, problem.sequences,
+                                                         problem.length, 0.1f, gradients);
+  ASSERT_TRUE(loss.ok()) << loss.status().to_string();
+  XXH3_state_t* state = XXH3_createState();
+  ASSERT_NE(state, nullptr);
+  XXH3_64bits_reset(state);
+  const uint32_t loss_bits = float_bits(*loss);
+  XXH3_64bits_update(state, &loss_bits, sizeof loss_bits);
+  for (const std::vector<float>& gradient : gradients) XXH3_64bits_update(state, gradient.data(), gradient.size() * 4);
+  const uint64_t digest = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  EXPECT_EQ(digest, 0x0b136167f68bbd05ull) << std::hex << "digest 0x" << digest << ", loss bits 0x" << loss_bits;
+}
+
 TEST(Gpt, TheLossIsHuggingFacesGpt2LossOnTheSameWeightsAndBatch) {
   std::ifstream file(std::string(ZEROSIM_TEST_DATA_DIR) + "/gpt/hf_gpt2_losses.json");
   const nlohmann::json golden = nlohmann::json::parse(file);

@@ -45,12 +45,9 @@ RC_GTEST_PROP(VectorOps, EveryPathIsTheScalarLoopBitForBit, ()) {
   }
 }
 
-// The register-blocked product: every path and shape (row counts past the blocks of 8 and 6,
-// column tails past 16 and 8, an empty fold) is add_scaled's row-by-row fold bit for bit.
-RC_GTEST_PROP(VectorOps, TheBlockedProductIsTheRowByRowFoldBitForBit, ()) {
-  const size_t rows = *rc::gen::inRange<size_t>(0, 20);
-  const size_t inner = *rc::gen::inRange<size_t>(0, 12);
-  const size_t n = *rc::gen::inRange<size_t>(0, 70);
+// Every path of the register-blocked product on one shape is add_scaled's row-by-row fold, bit
+// for bit.
+void check_blocked_product_is_the_row_fold(size_t rows, size_t inner, size_t n) {
   const std::vector<float> a = arbitrary_floats(rows * inner);
   const std::vector<float> b = arbitrary_floats(inner * n);
   const std::vector<float> c = arbitrary_floats(rows * n);
@@ -70,6 +67,24 @@ RC_GTEST_PROP(VectorOps, TheBlockedProductIsTheRowByRowFoldBitForBit, ()) {
       RC_ASSERT(both_nan || std::memcmp(&expected[k], &actual[k], sizeof(float)) == 0);
     }
   }
+}
+
+// Row counts past the blocks of 8 and 6, column tails past 16 and 8, odd and even strip counts
+// (strips are folded two at a time), an empty fold.
+RC_GTEST_PROP(VectorOps, TheBlockedProductIsTheRowByRowFoldBitForBit, ()) {
+  const size_t rows = *rc::gen::inRange<size_t>(0, 20);
+  const size_t inner = *rc::gen::inRange<size_t>(0, 12);
+  const size_t n = *rc::gen::inRange<size_t>(0, 70);
+  check_blocked_product_is_the_row_fold(rows, inner, n);
+}
+
+// A reduction this long leaves room for the fewest 16-column strips per packed panel of B (two):
+// the strips past the second start panels of their own, the last maybe alone and narrower.
+RC_GTEST_PROP(VectorOps, TheBlockedProductOverSeveralPanelsIsTheRowByRowFoldBitForBit, ()) {
+  const size_t rows = *rc::gen::inRange<size_t>(1, 20);
+  const size_t inner = *rc::gen::inRange<size_t>(4097, 4160);
+  const size_t n = *rc::gen::inRange<size_t>(0, 70);
+  check_blocked_product_is_the_row_fold(rows, inner, n);
 }
 
 TEST(VectorOps, TheBlockedProductFoldsInOrderWithoutFusing) {

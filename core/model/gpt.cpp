@@ -67,19 +67,6 @@ void rows_times_matrix<float>(const float* a, int64_t rows, int64_t inner, const
   add_rows_times_matrix(a, static_cast<size_t>(rows), static_cast<size_t>(inner), b, static_cast<size_t>(n), c);
 }
 
-// C[i][j] = C[i][j] + sum over r of A[r][i] * B[r][j], a left fold in r (C [m, n]). Blocks of
-// C's rows stay cached while the rows r stream past.
-template <typename Real>
-void transposed_rows_product(const Real* a, int64_t rows, int64_t m, const Real* b, int64_t n, Real* c) {
-  const int64_t block = std::max<int64_t>(1, (int64_t{64} << 10) / std::max<int64_t>(1, n));
-  for (int64_t i0 = 0; i0 < m; i0 += block) {
-    const int64_t i1 = std::min(m, i0 + block);
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t i = i0; i < i1; ++i) axpy(a[r * m + i], b + r * n, c + i * n, n);
-    }
-  }
-}
-
 // out = in^T as [cols, rows] from [rows, cols], in square tiles so that both the reads and the
 // writes stay within a few cache lines (a copy: no arithmetic, the same values either way).
 template <typename Real>
@@ -98,6 +85,31 @@ void transpose(const Real* in, int64_t rows, int64_t cols, std::vector<Real>& ou
   }
 }
 
+// C[i][j] = C[i][j] + sum over r of A[r][i] * B[r][j], a left fold in r (C [m, n]). Blocks of
+// C's rows stay cached while the rows r stream past.
+template <typename Real>
+void transposed_rows_product(const Real* a, int64_t rows, int64_t m, const Real* b, int64_t n, Real* c,
+                             std::vector<Real>& /*scratch*/) {
+  const int64_t block = std::max<int64_t>(1, (int64_t{64} << 10) / std::max<int64_t>(1, n));
+  for (int64_t i0 = 0; i0 < m; i0 += block) {
+    const int64_t i1 = std::min(m, i0 + block);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t i = i0; i < i1; ++i) axpy(a[r * m + i], b + r * n, c + i * n, n);
+    }
+  }
+}
+
+// The float product: A^T copied into `scratch`, then vector_ops' register-blocked fold over r,
+// which for each C[i][j] adds A^T[i][r] B[r][j] for r = 0, 1, ... in turn from C's value: the
+// loop above's operations in its order, so its bits, with C held in registers instead of loaded
+// and stored once per row r.
+template <>
+void transposed_rows_product<float>(const float* a, int64_t rows, int64_t m, const float* b, int64_t n, float* c,
+                                    std::vector<float>& scratch) {
+  transpose(a, rows, m, scratch);
+  add_rows_times_matrix(scratch.data(), static_cast<size_t>(m), static_cast<size_t>(rows), b, static_cast<size_t>(n), c);
+}
+
 // out[r][j] = bias[j] + sum_i in[r][i] * weight[i][j] (a Conv1D: weight [in, out]), left folds.
 template <typename Real>
 void conv1d(const Real* in, int64_t rows, int64_t in_width, const Real* weight, const Real* bias, int64_t out_width,
@@ -112,7 +124,7 @@ void conv1d(const Real* in, int64_t rows, int64_t in_width, const Real* weight, 
 template <typename Real>
 void conv1d_backward(const Real* in, int64_t rows, int64_t in_width, const Real* weight, int64_t out_width,
                      const Real* d_out, Real* weight_gradient, Real* bias_gradient, Real* d_in, std::vector<Real>& scratch) {
-  transposed_rows_product(in, rows, in_width, d_out, out_width, weight_gradient);
+  transposed_rows_product(in, rows, in_width, d_out, out_width, weight_gradient, scratch);
   for (int64_t r = 0; r < rows; ++r) axpy(Real(1), d_out + r * out_width, bias_gradient, out_width);
   transpose(weight, in_width, out_width, scratch);
   std::fill(d_in, d_in + rows * in_width, Real(0));
@@ -503,10 +515,14 @@ void gpt_head_forward(const GptSpec& spec, std::span<const std::vector<Real>> pa
   check_stage(parameters, counts, 0, 1);
   const int64_t rows = row_count(a), e = spec.embd, v = spec.vocab;
   const Real* wte = parameters[0].data();
-  // The tied head: logits[r][w] = sum_i normalized[r][i] wte[w][i] (folds in i, through wte^T).
-  a.logits.assign(static_cast<size_t>(rows * v), Real(0));
-  transpose(wte, v, e, a.transposed);
-  rows_times_matrix(a.final_normalized.data(), rows, e, a.transposed.data(), v, a.logits.data());
+  // The tied head: logits[r][w] = sum_i normalized[r][i] wte[w][i], a fold in i from zero. It is
+  // computed as its transpose, logits^T = wte normalized^T (the same products, a product of two
+  // floats being the same either way round, folded in the same order), which transposes the
+  // rows x embd activations and the rows x vocab result instead of the vocab x embd weight.
+  transpose(a.final_normalized.data(), rows, e, a.d_scratch);
+  a.transposed.assign(static_cast<size_t>(v * rows), Real(0));
+  rows_times_matrix(wte, v, e, a.d_scratch.data(), rows, a.transposed.data());
+  transpose(a.transposed.data(), v, rows, a.logits);
 }
 
 template <typename Real>
@@ -547,7 +563,7 @@ void gpt_head_backward(const GptSpec& spec, std::span<const std::vector<Real>> p
   Real* d_wte = gradients[0].data();
   // d_wte += d_logits^T normalized (the head's use, first; folds over the rows); d_normalized =
   // d_logits wte (folds over the vocabulary).
-  transposed_rows_product(a.logits.data(), rows, v, a.final_normalized.data(), e, d_wte);
+  transposed_rows_product(a.logits.data(), rows, v, a.final_normalized.data(), e, d_wte, a.transposed);
   a.d_scratch.assign(static_cast<size_t>(rows * e), Real(0));
   rows_times_matrix(a.logits.data(), rows, v, wte, e, a.d_scratch.data());
 }

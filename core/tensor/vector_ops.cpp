@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -44,6 +45,12 @@ namespace {
 // each of a block's rows is a sequential stream in k. Packing moves values; it computes nothing.
 constexpr size_t kBlockRows = 8;
 
+// The lanes of the 16-column strip starting at `column` that lie inside a row of n columns.
+__mmask16 strip_mask(size_t n, size_t column) {
+  const size_t width = n - column < 16 ? n - column : 16;
+  return static_cast<__mmask16>(width == 16 ? 0xffffu : (1u << width) - 1u);
+}
+
 // kRows rows of C by one strip of columns held in registers across the whole fold.
 template <int kRows>
 __attribute__((target("avx512f"))) void rows_block_avx512(const float* a, size_t inner, const float* strip, float* c,
@@ -57,6 +64,32 @@ __attribute__((target("avx512f"))) void rows_block_avx512(const float* a, size_t
     }
   }
   for (int r = 0; r < kRows; ++r) _mm512_mask_storeu_ps(c + r * n, mask, sums[r]);
+}
+
+// The same fold for two strips side by side (the second's width under `second_mask`): twice the
+// sums in registers for each broadcast of A, and twice the independent additions in flight.
+template <int kRows>
+__attribute__((target("avx512f"))) void rows_block_pair_avx512(const float* a, size_t inner, const float* first_strip,
+                                                               const float* second_strip, float* c, size_t n,
+                                                               __mmask16 second_mask) {
+  __m512 first[kRows], second[kRows];
+  for (int r = 0; r < kRows; ++r) {
+    first[r] = _mm512_loadu_ps(c + r * n);
+    second[r] = _mm512_maskz_loadu_ps(second_mask, c + r * n + 16);
+  }
+  for (size_t k = 0; k < inner; ++k) {
+    const __m512 first_row_of_b = _mm512_loadu_ps(first_strip + k * 16);
+    const __m512 second_row_of_b = _mm512_loadu_ps(second_strip + k * 16);
+    for (int r = 0; r < kRows; ++r) {
+      const __m512 a_value = _mm512_set1_ps(a[r * inner + k]);
+      first[r] = _mm512_add_ps(first[r], _mm512_mul_ps(a_value, first_row_of_b));
+      second[r] = _mm512_add_ps(second[r], _mm512_mul_ps(a_value, second_row_of_b));
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    _mm512_storeu_ps(c + r * n, first[r]);
+    _mm512_mask_storeu_ps(c + r * n + 16, second_mask, second[r]);
+  }
 }
 
 template <int kRows>
@@ -87,18 +120,43 @@ void for_each_row_block(size_t rows, Block&& block) {
 
 }  // namespace
 
-// Columns outermost, so that B's packed strip stays cached while every block of rows folds
-// over it.
+// B is packed a panel of strips at a time (as many 16-column strips as fit kPanelBytes, two at
+// least, which the kernel folds side by side); every
+// block of rows then folds over each strip of the panel while the block's rows of A stay cached.
+// A is read once per panel and B once in all, whichever of the two is the large one (the head's
+// vocabulary-wide product has either shape). Each C element's fold is the kernel's, unchanged.
 __attribute__((target("avx512f"))) void add_rows_times_matrix_avx512(const float* a, size_t rows, size_t inner,
                                                                      const float* b, size_t n, float* c) {
   if (rows == 0 || n == 0) return;
-  std::vector<float> strip(inner * 16);
-  for (size_t column = 0; column < n; column += 16) {
-    const size_t width = n - column < 16 ? n - column : 16;
-    const __mmask16 mask = static_cast<__mmask16>(width == 16 ? 0xffffu : (1u << width) - 1u);
-    for (size_t k = 0; k < inner; ++k) _mm512_storeu_ps(&strip[k * 16], _mm512_maskz_loadu_ps(mask, b + k * n + column));
+  constexpr size_t kPanelBytes = size_t{256} << 10;
+  const size_t strip_floats = inner * 16;
+  const size_t strips_total = (n + 15) / 16;
+  const size_t strips_per_panel =
+      std::min(strips_total, std::max<size_t>(2, kPanelBytes / std::max<size_t>(1, strip_floats * sizeof(float))));
+  std::vector<float> panel(strips_per_panel * strip_floats);
+  for (size_t first_strip = 0; first_strip < strips_total; first_strip += strips_per_panel) {
+    const size_t strips = std::min(strips_per_panel, strips_total - first_strip);
+    for (size_t s = 0; s < strips; ++s) {
+      const size_t column = (first_strip + s) * 16;
+      const __mmask16 mask = strip_mask(n, column);
+      float* strip = panel.data() + s * strip_floats;
+      for (size_t k = 0; k < inner; ++k) _mm512_storeu_ps(strip + k * 16, _mm512_maskz_loadu_ps(mask, b + k * n + column));
+    }
     for_each_row_block(rows, [&](size_t r, auto count) {
-      rows_block_avx512<decltype(count)::value>(a + r * inner, inner, strip.data(), c + r * n + column, n, mask);
+      constexpr int kRows = decltype(count)::value;
+      size_t s = 0;
+      // Strips two at a time; only the panel's last strip can be narrower than 16 columns.
+      for (; s + 1 < strips; s += 2) {
+        const size_t column = (first_strip + s) * 16;
+        rows_block_pair_avx512<kRows>(a + r * inner, inner, panel.data() + s * strip_floats,
+                                      panel.data() + (s + 1) * strip_floats, c + r * n + column, n,
+                                      strip_mask(n, column + 16));
+      }
+      if (s < strips) {
+        const size_t column = (first_strip + s) * 16;
+        rows_block_avx512<kRows>(a + r * inner, inner, panel.data() + s * strip_floats, c + r * n + column, n,
+                                 strip_mask(n, column));
+      }
     });
   }
 }
