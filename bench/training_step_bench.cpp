@@ -4,11 +4,13 @@
 // batch and dtype) is bench/fsdp2_step.py; bench/training_step_vs_fsdp2.sh runs both.
 // Flags: --device cpu|cuda|cuda-fast|none --world-size W --model 1024,4096,4096,1024 --micro-batch N
 // --steps K --precision fp32|fp16|bf16 [--sequence-length T] (the transformer's tokens per sample;
-// default its block). The transformer's peer is bench/gpt_step_peer.py (bench/gpt_step_vs_torch.sh).
+// default its block) [--threads-per-rank N] (the CPU transformer's product threads per rank;
+// default the host's cores divided among the W ranks, 1 at least). The transformer's peer is bench/gpt_step_peer.py (bench/gpt_step_vs_torch.sh).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -44,6 +46,7 @@ int main(int argc, char** argv) {
   std::string device = "cuda", model_text = "1024,4096,4096,1024", precision_text = "bf16";
   int world_size = 2;
   int64_t micro_batch = 64, steps = 8, sequence_length = 0;
+  int threads_per_rank = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--device") device = argv[i + 1];
@@ -53,6 +56,7 @@ int main(int argc, char** argv) {
     else if (flag == "--steps") steps = std::atoll(argv[i + 1]);
     else if (flag == "--precision") precision_text = argv[i + 1];
     else if (flag == "--sequence-length") sequence_length = std::atoll(argv[i + 1]);  // transformer: tokens per sample
+    else if (flag == "--threads-per-rank") threads_per_rank = std::atoi(argv[i + 1]);
     else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
@@ -67,6 +71,10 @@ int main(int argc, char** argv) {
   TrainingOptions options;
   options.model = *model;
   options.world_size = world_size;
+  if (threads_per_rank <= 0) {
+    threads_per_rank = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, world_size));
+  }
+  options.product_threads_per_rank = threads_per_rank;
   ResolvedConfig& config = options.config;
   config.precision = config.communication_dtype = precision_text == "fp32"   ? Precision::kFp32
                                                   : precision_text == "fp16" ? Precision::kFp16
@@ -124,6 +132,7 @@ int main(int argc, char** argv) {
   const nlohmann::json output = {{"engine", "zerosim"},
                                  {"device", device},
                                  {"world_size", world_size},
+                                 {"threads_per_rank", threads_per_rank},
                                  {"model", model_text},
                                  {"parameters", parameters},
                                  {"precision", precision_text},

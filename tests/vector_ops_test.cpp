@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "core/tensor/vector_ops.h"
@@ -85,6 +86,31 @@ RC_GTEST_PROP(VectorOps, TheBlockedProductOverSeveralPanelsIsTheRowByRowFoldBitF
   const size_t inner = *rc::gen::inRange<size_t>(4097, 4160);
   const size_t n = *rc::gen::inRange<size_t>(0, 70);
   check_blocked_product_is_the_row_fold(rows, inner, n);
+}
+
+// Rows split among threads: the same bits as one thread, for shapes large enough to be split
+// (2^22 products a thread, 32 rows at least), with a last part of ragged size.
+TEST(VectorOps, TheProductOnSeveralThreadsHasOneThreadsBits) {
+  struct Shape {
+    size_t rows, inner, n;
+    int threads;
+  };
+  for (const Shape shape : {Shape{200, 300, 350, 4}, Shape{97, 256, 345, 3}, Shape{64, 520, 257, 2}, Shape{40, 64, 64, 8}}) {
+    std::mt19937 generator(static_cast<uint32_t>(shape.rows * 1000 + shape.n));
+    std::uniform_real_distribution<float> uniform(-0.5f, 0.5f);
+    auto values = [&](size_t count) {
+      std::vector<float> out(count);
+      for (float& value : out) value = uniform(generator);
+      return out;
+    };
+    const std::vector<float> a = values(shape.rows * shape.inner), b = values(shape.inner * shape.n),
+                             c = values(shape.rows * shape.n);
+    std::vector<float> one = c, several = c;
+    add_rows_times_matrix(a.data(), shape.rows, shape.inner, b.data(), shape.n, one.data());
+    add_rows_times_matrix_threads(a.data(), shape.rows, shape.inner, b.data(), shape.n, several.data(), shape.threads);
+    EXPECT_EQ(std::memcmp(one.data(), several.data(), one.size() * sizeof(float)), 0)
+        << shape.rows << " x " << shape.inner << " x " << shape.n << " on " << shape.threads << " threads";
+  }
 }
 
 TEST(VectorOps, TheBlockedProductFoldsInOrderWithoutFusing) {

@@ -71,7 +71,9 @@ class CpuMlpBackend final : public CpuBackend {
 // The transformer's stages (gpt.h) in model_plan's order.
 class CpuGptBackend final : public CpuBackend {
  public:
-  CpuGptBackend(const GptSpec& spec, SimdPath simd_path) : CpuBackend(simd_path), spec_(spec) {}
+  CpuGptBackend(const GptSpec& spec, SimdPath simd_path, int product_threads) : CpuBackend(simd_path), spec_(spec) {
+    activations_.product_threads = product_threads;
+  }
 
   Status begin_micro_batch(const MicroBatchInput& batch) override {
     return gpt_begin_micro_batch(spec_, batch.tokens, batch.samples, batch.sequence_length, batch.causal_mask,
@@ -116,8 +118,9 @@ class CpuGptBackend final : public CpuBackend {
 
 }  // namespace
 
-std::unique_ptr<ComputeBackend> make_cpu_compute_backend(const ModelSpec& model, SimdPath simd_path) {
-  if (model.gpt) return std::make_unique<CpuGptBackend>(*model.gpt, simd_path);
+std::unique_ptr<ComputeBackend> make_cpu_compute_backend(const ModelSpec& model, SimdPath simd_path,
+                                                         int product_threads) {
+  if (model.gpt) return std::make_unique<CpuGptBackend>(*model.gpt, simd_path, product_threads);
   return std::make_unique<CpuMlpBackend>(model, simd_path);
 }
 

@@ -186,6 +186,10 @@ Status validate_training_options(const TrainingOptions& options) {
                                 " GiB: reduce the model widths, the micro batch or the world size");
     }
   }
+  if (options.product_threads_per_rank < 1) {
+    return invalid_argument("product threads per rank: " + std::to_string(options.product_threads_per_rank) +
+                            " (at least 1: the rank's own thread)");
+  }
   if (options.simd_path && !simd_path_available(*options.simd_path)) {
     return failed_precondition(std::string("SIMD path ") + simd_path_name(*options.simd_path) +
                                " is not available on this CPU");
@@ -224,7 +228,7 @@ Status RankEngine::prepare_storage() {
     if (options_.compute.factory) {
       ZEROSIM_ASSIGN_OR_RETURN(compute_, options_.compute.factory(comm_.rank(), comm_.world_size(), options_.model));
     } else {
-      compute_ = make_cpu_compute_backend(options_.model, simd_path_);
+      compute_ = make_cpu_compute_backend(options_.model, simd_path_, options_.product_threads_per_rank);
     }
   }
   backend_makes_batches_ = false;

@@ -51,7 +51,8 @@ void axpy<float>(float a, const float* x, float* y, int64_t n) {
 // C[r][j] = C[r][j] + sum over k of A[r][k] * B[k][j], the sum a left fold in k (C [rows, n]
 // holds the fold's start: zero, or a bias). Row blocks reuse each row of B while it is cached.
 template <typename Real>
-void rows_times_matrix(const Real* a, int64_t rows, int64_t inner, const Real* b, int64_t n, Real* c) {
+void rows_times_matrix(const Real* a, int64_t rows, int64_t inner, const Real* b, int64_t n, Real* c,
+                       int /*threads*/) {
   constexpr int64_t kRowBlock = 4;
   for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock) {
     const int64_t r1 = std::min(rows, r0 + kRowBlock);
@@ -63,8 +64,10 @@ void rows_times_matrix(const Real* a, int64_t rows, int64_t inner, const Real* b
 
 // The float product: vector_ops' register-blocked fold (the same bits as the loop above).
 template <>
-void rows_times_matrix<float>(const float* a, int64_t rows, int64_t inner, const float* b, int64_t n, float* c) {
-  add_rows_times_matrix(a, static_cast<size_t>(rows), static_cast<size_t>(inner), b, static_cast<size_t>(n), c);
+void rows_times_matrix<float>(const float* a, int64_t rows, int64_t inner, const float* b, int64_t n, float* c,
+                              int threads) {
+  add_rows_times_matrix_threads(a, static_cast<size_t>(rows), static_cast<size_t>(inner), b, static_cast<size_t>(n), c,
+                                threads);
 }
 
 // out = in^T as [cols, rows] from [rows, cols], in square tiles so that both the reads and the
@@ -89,7 +92,7 @@ void transpose(const Real* in, int64_t rows, int64_t cols, std::vector<Real>& ou
 // C's rows stay cached while the rows r stream past.
 template <typename Real>
 void transposed_rows_product(const Real* a, int64_t rows, int64_t m, const Real* b, int64_t n, Real* c,
-                             std::vector<Real>& /*scratch*/) {
+                             std::vector<Real>& /*scratch*/, int /*threads*/) {
   const int64_t block = std::max<int64_t>(1, (int64_t{64} << 10) / std::max<int64_t>(1, n));
   for (int64_t i0 = 0; i0 < m; i0 += block) {
     const int64_t i1 = std::min(m, i0 + block);
@@ -105,17 +108,18 @@ void transposed_rows_product(const Real* a, int64_t rows, int64_t m, const Real*
 // and stored once per row r.
 template <>
 void transposed_rows_product<float>(const float* a, int64_t rows, int64_t m, const float* b, int64_t n, float* c,
-                                    std::vector<float>& scratch) {
+                                    std::vector<float>& scratch, int threads) {
   transpose(a, rows, m, scratch);
-  add_rows_times_matrix(scratch.data(), static_cast<size_t>(m), static_cast<size_t>(rows), b, static_cast<size_t>(n), c);
+  add_rows_times_matrix_threads(scratch.data(), static_cast<size_t>(m), static_cast<size_t>(rows), b,
+                                static_cast<size_t>(n), c, threads);
 }
 
 // out[r][j] = bias[j] + sum_i in[r][i] * weight[i][j] (a Conv1D: weight [in, out]), left folds.
 template <typename Real>
 void conv1d(const Real* in, int64_t rows, int64_t in_width, const Real* weight, const Real* bias, int64_t out_width,
-            Real* out) {
+            Real* out, int threads) {
   for (int64_t r = 0; r < rows; ++r) std::copy(bias, bias + out_width, out + r * out_width);
-  rows_times_matrix(in, rows, in_width, weight, out_width, out);
+  rows_times_matrix(in, rows, in_width, weight, out_width, out, threads);
 }
 
 // The backward of conv1d: weight_gradient += in^T d_out, bias_gradient += column sums of
@@ -123,12 +127,13 @@ void conv1d(const Real* in, int64_t rows, int64_t in_width, const Real* weight, 
 // outputs in order, through weight^T in `scratch`).
 template <typename Real>
 void conv1d_backward(const Real* in, int64_t rows, int64_t in_width, const Real* weight, int64_t out_width,
-                     const Real* d_out, Real* weight_gradient, Real* bias_gradient, Real* d_in, std::vector<Real>& scratch) {
-  transposed_rows_product(in, rows, in_width, d_out, out_width, weight_gradient, scratch);
+                     const Real* d_out, Real* weight_gradient, Real* bias_gradient, Real* d_in, std::vector<Real>& scratch,
+                     int threads) {
+  transposed_rows_product(in, rows, in_width, d_out, out_width, weight_gradient, scratch, threads);
   for (int64_t r = 0; r < rows; ++r) axpy(Real(1), d_out + r * out_width, bias_gradient, out_width);
   transpose(weight, in_width, out_width, scratch);
   std::fill(d_in, d_in + rows * in_width, Real(0));
-  rows_times_matrix(d_out, rows, out_width, scratch.data(), in_width, d_in);
+  rows_times_matrix(d_out, rows, out_width, scratch.data(), in_width, d_in, threads);
 }
 
 template <typename Real>
@@ -427,7 +432,7 @@ void gpt_block_forward(const GptSpec& spec, int64_t block, std::span<const std::
   c.ln_1.resize(static_cast<size_t>(rows * e));
   layer_norm(a.x.data(), rows, e, param(0), param(1), c.ln_1.data(), c.ln_1_cache);
   c.qkv.resize(static_cast<size_t>(rows * 3 * e));
-  conv1d(c.ln_1.data(), rows, e, param(2), param(3), 3 * e, c.qkv.data());
+  conv1d(c.ln_1.data(), rows, e, param(2), param(3), 3 * e, c.qkv.data(), a.product_threads);
   c.probabilities.assign(static_cast<size_t>(a.sequence_count * heads * t_count * t_count), Real(0));
   c.attended.assign(static_cast<size_t>(rows * e), Real(0));
   std::vector<int64_t> allowed;
@@ -486,16 +491,16 @@ void gpt_block_forward(const GptSpec& spec, int64_t block, std::span<const std::
     }
   }
   c.middle.resize(static_cast<size_t>(rows * e));
-  conv1d(c.attended.data(), rows, e, param(4), param(5), e, c.middle.data());
+  conv1d(c.attended.data(), rows, e, param(4), param(5), e, c.middle.data(), a.product_threads);
   for (int64_t k = 0; k < rows * e; ++k) c.middle[k] = c.middle[k] + a.x[k];
   c.ln_2.resize(static_cast<size_t>(rows * e));
   layer_norm(c.middle.data(), rows, e, param(6), param(7), c.ln_2.data(), c.ln_2_cache);
   c.fc.resize(static_cast<size_t>(rows * 4 * e));
-  conv1d(c.ln_2.data(), rows, e, param(8), param(9), 4 * e, c.fc.data());
+  conv1d(c.ln_2.data(), rows, e, param(8), param(9), 4 * e, c.fc.data(), a.product_threads);
   c.fc_gelu.resize(c.fc.size());
   c.fc_derivative.resize(c.fc.size());
   gelu_rows(c.fc.data(), static_cast<int64_t>(c.fc.size()), c.fc_gelu.data(), c.fc_derivative.data());
-  conv1d(c.fc_gelu.data(), rows, 4 * e, param(10), param(11), e, a.x.data());
+  conv1d(c.fc_gelu.data(), rows, 4 * e, param(10), param(11), e, a.x.data(), a.product_threads);
   for (int64_t k = 0; k < rows * e; ++k) a.x[k] = a.x[k] + c.middle[k];
 }
 
@@ -521,7 +526,7 @@ void gpt_head_forward(const GptSpec& spec, std::span<const std::vector<Real>> pa
   // rows x embd activations and the rows x vocab result instead of the vocab x embd weight.
   transpose(a.final_normalized.data(), rows, e, a.d_scratch);
   a.transposed.assign(static_cast<size_t>(v * rows), Real(0));
-  rows_times_matrix(wte, v, e, a.d_scratch.data(), rows, a.transposed.data());
+  rows_times_matrix(wte, v, e, a.d_scratch.data(), rows, a.transposed.data(), a.product_threads);
   transpose(a.transposed.data(), v, rows, a.logits);
 }
 
@@ -563,9 +568,10 @@ void gpt_head_backward(const GptSpec& spec, std::span<const std::vector<Real>> p
   Real* d_wte = gradients[0].data();
   // d_wte += d_logits^T normalized (the head's use, first; folds over the rows); d_normalized =
   // d_logits wte (folds over the vocabulary).
-  transposed_rows_product(a.logits.data(), rows, v, a.final_normalized.data(), e, d_wte, a.transposed);
+  transposed_rows_product(a.logits.data(), rows, v, a.final_normalized.data(), e, d_wte, a.transposed,
+                          a.product_threads);
   a.d_scratch.assign(static_cast<size_t>(rows * e), Real(0));
-  rows_times_matrix(a.logits.data(), rows, v, wte, e, a.d_scratch.data());
+  rows_times_matrix(a.logits.data(), rows, v, wte, e, a.d_scratch.data(), a.product_threads);
 }
 
 template <typename Real>
@@ -597,16 +603,16 @@ void gpt_block_backward(const GptSpec& spec, int64_t block, std::span<const std:
   a.d_wide.assign(static_cast<size_t>(rows * 4 * e), Real(0));
   a.d_scratch.resize(static_cast<size_t>(rows * e));
   conv1d_backward(c.fc_gelu.data(), rows, 4 * e, param(10), e, a.d_x.data(), grad(10), grad(11), a.d_wide.data(),
-                  a.transposed);
+                  a.transposed, a.product_threads);
   for (size_t k = 0; k < a.d_wide.size(); ++k) a.d_wide[k] = a.d_wide[k] * c.fc_derivative[k];
   conv1d_backward(c.ln_2.data(), rows, e, param(8), 4 * e, a.d_wide.data(), grad(8), grad(9), a.d_scratch.data(),
-                  a.transposed);
+                  a.transposed, a.product_threads);
   layer_norm_backward(c.ln_2_cache, rows, e, param(6), a.d_scratch.data(), grad(6), grad(7),
                       a.d_x.data());  // d_x is now d_middle
   // middle = input + proj(attention(ln_1(input))).
   a.d_attended.assign(static_cast<size_t>(rows * e), Real(0));
   conv1d_backward(c.attended.data(), rows, e, param(4), e, a.d_x.data(), grad(4), grad(5), a.d_attended.data(),
-                  a.transposed);
+                  a.transposed, a.product_threads);
   a.d_qkv.assign(static_cast<size_t>(rows * 3 * e), Real(0));
   std::vector<int64_t> allowed;
   for (int64_t s = 0; s < a.sequence_count; ++s) {
@@ -651,7 +657,7 @@ void gpt_block_backward(const GptSpec& spec, int64_t block, std::span<const std:
     }
   }
   conv1d_backward(c.ln_1.data(), rows, e, param(2), 3 * e, a.d_qkv.data(), grad(2), grad(3), a.d_scratch.data(),
-                  a.transposed);
+                  a.transposed, a.product_threads);
   layer_norm_backward(c.ln_1_cache, rows, e, param(0), a.d_scratch.data(), grad(0), grad(1),
                       a.d_x.data());  // d_x is now d_input
 }

@@ -93,6 +93,9 @@ struct GptActivations {
   std::vector<Real> d_x;            // the residual stream's gradient in the backward
   std::vector<Real> d_scratch, d_wide, d_qkv, d_attended, d_p;
   std::vector<Real> transposed;  // a weight or the keys and values of a head, transposed
+  // Threads the dense products of a float micro-batch may use (the caller's among them): each
+  // thread folds its own rows of the result, so the bits do not depend on it.
+  int product_threads = 1;
 };
 
 // The causal mask as the model derives it: mask[i][j] = 1 for j <= i.

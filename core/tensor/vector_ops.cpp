@@ -3,6 +3,8 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <system_error>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -191,6 +193,36 @@ void add_rows_times_matrix(const float* a, size_t rows, size_t inner, const floa
   if (__builtin_cpu_supports("avx512f")) return add_rows_times_matrix_avx512(a, rows, inner, b, n, c);
   if (__builtin_cpu_supports("avx2")) return add_rows_times_matrix_avx2(a, rows, inner, b, n, c);
   add_rows_times_matrix_scalar(a, rows, inner, b, n, c);
+}
+
+void add_rows_times_matrix_threads(const float* a, size_t rows, size_t inner, const float* b, size_t n, float* c,
+                                   int threads) {
+  // A thread is worth starting for about 2^22 multiply-adds (a millisecond's share or so), and
+  // each keeps 32 rows at least, so that packing B (each thread packs it) stays a small share.
+  constexpr size_t kMinProductsPerThread = size_t{1} << 22;
+  constexpr size_t kMinRowsPerThread = 32;
+  const size_t products = rows * inner * n;
+  const size_t wanted = threads <= 1 ? 1 : static_cast<size_t>(threads);
+  const size_t parts = std::max<size_t>(
+      1, std::min({wanted, products / kMinProductsPerThread, rows / kMinRowsPerThread}));
+  if (parts == 1) return add_rows_times_matrix(a, rows, inner, b, n, c);
+  // Row counts in multiples of the register block, the last part takes the rest.
+  const size_t part_rows = (rows / parts + kBlockRows - 1) / kBlockRows * kBlockRows;
+  std::vector<std::thread> helpers;
+  helpers.reserve(parts - 1);
+  auto run_part = [&](size_t first) {
+    const size_t count = std::min(part_rows, rows - first);
+    add_rows_times_matrix(a + first * inner, count, inner, b, n, c + first * n);
+  };
+  for (size_t first = part_rows; first < rows; first += part_rows) {
+    try {
+      helpers.emplace_back(run_part, first);
+    } catch (const std::system_error&) {
+      run_part(first);  // no thread to be had: the caller folds these rows itself
+    }
+  }
+  run_part(0);
+  for (std::thread& helper : helpers) helper.join();
 }
 
 void add_scaled(float a, const float* x, float* y, size_t n) {

@@ -22,6 +22,11 @@ void add_scaled(float a, const float* x, float* y, size_t n);
 // over k (so the same bits), with a block of C held in registers across the whole fold instead
 // of loaded and stored at every k. A [rows, inner], B [inner, n], C [rows, n], row-major.
 void add_rows_times_matrix(const float* a, size_t rows, size_t inner, const float* b, size_t n, float* c);
+// The same product with C's rows split among up to `threads` threads (the caller's among them),
+// in blocks of whole register blocks, each thread folding its own rows exactly as above: the
+// same bits for any thread count. A product too small to be worth a thread runs on the caller.
+void add_rows_times_matrix_threads(const float* a, size_t rows, size_t inner, const float* b, size_t n, float* c,
+                                   int threads);
 // Each path alone (tests): the scalar loop, which the others must equal; AVX2 and AVX-512 only
 // on a CPU that has them.
 void add_scaled_scalar(float a, const float* x, float* y, size_t n);
