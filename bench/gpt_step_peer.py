@@ -6,9 +6,13 @@
 #   written here in plain torch.nn (for a machine without transformers: Debian's PyTorch), with
 #   PyTorch's own scaled_dot_product_attention where it has one (2.0 and later).
 #   --device cpu: plain PyTorch on the CPU in fp32 (all the host's threads);
-#   --device cuda: FSDP2 (fully_shard per block and at the root) on one GPU, bf16 parameters in
-#   compute, fp32 gradient reduction and master weights, fused AdamW. Run under torchrun.
-import argparse, json, os, statistics, time
+#   --device cuda --peer fsdp2 (default): FSDP2 (fully_shard per block and at the root) on one GPU,
+#   bf16 parameters in compute, fp32 gradient reduction and master weights, fused AdamW. Run under
+#   torchrun.
+#   --device cuda --peer eager-bf16: plain PyTorch, bf16 parameters, fused AdamW; autocast: fp32
+#   parameters under bf16 autocast, fused AdamW; autocast-compile: the same with torch.compile.
+#   (Attention is the model's own: SDPA in Hugging Face's GPT-2 of transformers 4.4x and later.)
+import argparse, contextlib, json, os, statistics, time
 
 import torch
 
@@ -19,6 +23,8 @@ parser.add_argument("--sequence-length", type=int, required=True)
 parser.add_argument("--steps", type=int, default=6)
 parser.add_argument("--device", choices=["cpu", "cuda"], required=True)
 parser.add_argument("--model-code", choices=["hf", "plain"], default="hf")
+parser.add_argument("--peer", choices=["fsdp2", "eager-bf16", "autocast", "autocast-compile"], default="fsdp2",
+                    help="on the GPU: FSDP2, or plain PyTorch on one GPU in one of three ways")
 args = parser.parse_args()
 if not args.model.startswith("gpt:"):
     raise SystemExit("--model: expected gpt:layers=L,embd=E,heads=H,vocab=V,block=B, found " + args.model)
@@ -80,7 +86,10 @@ class PlainGPT(torch.nn.Module):
 
 
 torch.manual_seed(1234)
-fsdp = args.device == "cuda"
+fsdp = args.device == "cuda" and args.peer == "fsdp2"
+plain_gpu = args.device == "cuda" and not fsdp
+if args.device == "cpu" and args.peer != "fsdp2":
+    raise SystemExit(f"--peer {args.peer}: the plain-PyTorch GPU peers need --device cuda")
 if fsdp:
     import torch.distributed as dist
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -98,36 +107,43 @@ if args.model_code == "hf":
 else:
     model = PlainGPT(shape["vocab"], shape["block"], shape["embd"], shape["layers"], shape["heads"]).to(args.device)
     blocks = model.h
+if args.peer == "eager-bf16" and plain_gpu:
+    model = model.to(torch.bfloat16)
+forward = torch.compile(model) if args.peer == "autocast-compile" else model
 if fsdp:
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     for block in blocks:
         fully_shard(block, mp_policy=policy)
     fully_shard(model, mp_policy=policy)
 # fused AdamW on the GPU; the CPU's default (PyTorch before 2.0 has no fused argument).
-optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, **({"fused": True} if fsdp else {}))
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01,
+                              **({"fused": True} if args.device == "cuda" else {}))
+autocast = args.peer.startswith("autocast")
 generator = torch.Generator(device=args.device).manual_seed(1234)
 tokens = torch.randint(0, shape["vocab"], (args.batch, args.sequence_length + 1), device=args.device, generator=generator)
 inputs, targets = tokens[:, :-1], tokens[:, 1:]
 times = []
 for step in range(args.steps):
-    if fsdp:
+    if args.device == "cuda":
         torch.cuda.synchronize()
     start = time.perf_counter()
-    logits = model(input_ids=inputs).logits if args.model_code == "hf" else model(inputs)
+    with torch.autocast("cuda", dtype=torch.bfloat16) if autocast else contextlib.nullcontext():
+        logits = forward(input_ids=inputs).logits if args.model_code == "hf" else forward(inputs)
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, shape["vocab"]).float(), targets.reshape(-1))
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    if fsdp:
+    if args.device == "cuda":
         torch.cuda.synchronize()
     times.append((time.perf_counter() - start) * 1e3)
 median = statistics.median(times[2:])
-print(json.dumps({"engine": "torch-fsdp2" if fsdp else "torch-cpu", "torch": torch.__version__, "model": args.model,
+engine = "torch-fsdp2" if fsdp else f"torch-{args.peer}" if plain_gpu else "torch-cpu"
+print(json.dumps({"engine": engine, "torch": torch.__version__, "model": args.model,
                   "model_code": args.model_code,
                   "parameters": sum(p.numel() for p in model.parameters()), "device": args.device,
                   "threads": torch.get_num_threads(), "global_batch": args.batch,
-                  "sequence_length": args.sequence_length, "precision": "bf16" if fsdp else "fp32",
+                  "sequence_length": args.sequence_length, "precision": "bf16" if args.device == "cuda" else "fp32",
                   "step_ms_median": round(median, 3), "tokens_per_s": round(args.batch * args.sequence_length / (median / 1e3), 1)}))
 if fsdp:
     dist.destroy_process_group()

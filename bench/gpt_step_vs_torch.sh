@@ -2,8 +2,11 @@
 # On the GPU machine: a training step of a GPT-2-shaped transformer in zerosim's CPU engine (W
 # ranks on the host's cores, one sequence each) beside the same model, batch and sequence length
 # in PyTorch on the CPU (fp32, all threads); and zerosim on one GPU (W = 1, bf16 parameters,
-# deterministic kernels and cuda-fast) beside PyTorch FSDP2 on that GPU (bf16, fused AdamW), in
-# one run; prints the JSON lines and the ratios peer time / zerosim time (>= 1.0: zerosim faster).
+# deterministic kernels and cuda-fast) beside PyTorch on that GPU four ways (FSDP2 in bf16; plain
+# PyTorch eager with bf16 parameters; fp32 parameters under bf16 autocast; the same compiled; each
+# with fused AdamW), in one run; prints the JSON lines, each zerosim step's split (data, forward,
+# backward with exchange, optimizer) and the ratios peer time / zerosim time (>= 1.0: zerosim
+# faster). THREADS_PER_RANK (default: the cores divided among the CPU run's ranks) is passed on.
 #   bench/gpt_step_vs_torch.sh BUILD_DIR [MODEL] [BATCH] [SEQUENCE_LENGTH]
 set -euo pipefail
 build=${1:?usage: gpt_step_vs_torch.sh BUILD_DIR [MODEL] [BATCH] [SEQUENCE_LENGTH]}
@@ -12,7 +15,7 @@ batch=${3:-8}
 length=${4:-128}
 here=$(dirname "$0")
 ours=$("$build/bench/training_step_bench" --device cpu --world-size "$batch" --model "$model" --micro-batch 1 \
-       --sequence-length "$length" --steps 3 --precision fp32)
+       --sequence-length "$length" --steps 3 --precision fp32 ${THREADS_PER_RANK:+--threads-per-rank "$THREADS_PER_RANK"})
 echo "$ours"
 ours_cuda=$("$build/bench/training_step_bench" --device cuda --world-size 1 --model "$model" --micro-batch "$batch" \
             --sequence-length "$length" --steps 3 --precision bf16)
@@ -25,9 +28,17 @@ echo "$cpu"
 gpu=$(NCCL_NVLS_ENABLE=0 torchrun --standalone --nproc_per_node 1 "$here/gpt_step_peer.py" --device cuda \
       --model "$model" --batch "$batch" --sequence-length "$length" 2>/dev/null | grep '^{')
 echo "$gpu"
-python3 - "$ours" "$cpu" "$gpu" "$ours_cuda" "$ours_fast" <<'PY'
+plain=()
+for peer in eager-bf16 autocast autocast-compile; do
+  line=$(python3 "$here/gpt_step_peer.py" --device cuda --peer "$peer" --model "$model" --batch "$batch" \
+         --sequence-length "$length" --steps 8 2>/dev/null | grep '^{')
+  echo "$line"
+  plain+=("$line")
+done
+python3 - "$ours" "$cpu" "$gpu" "$ours_cuda" "$ours_fast" "${plain[@]}" <<'PY'
 import json, sys
 ours, cpu, gpu, cuda, fast = (json.loads(a) for a in sys.argv[1:6])
+peers = [json.loads(a) for a in sys.argv[6:9]]
 z = ours['step_ms_median']
 g = gpu['step_ms_median']
 print(f"{ours['model']} ({ours['parameters']} parameters), {ours['global_batch']} x {ours['sequence_length']} tokens: "
@@ -36,4 +47,12 @@ print(f"{ours['model']} ({ours['parameters']} parameters), {ours['global_batch']
 print(f"one GPU: FSDP2 (bf16) {g:.1f} ms/step; zerosim cuda {cuda['step_ms_median']:.0f} ms/step, ratio "
       f"{g / cuda['step_ms_median']:.4f}; zerosim cuda-fast {fast['step_ms_median']:.0f} ms/step, ratio "
       f"{g / fast['step_ms_median']:.4f}")
+for peer in peers:
+    p = peer['step_ms_median']
+    print(f"one GPU: {peer['engine']} {p:.1f} ms/step; ratio to zerosim cuda {p / cuda['step_ms_median']:.3f}, "
+          f"to cuda-fast {p / fast['step_ms_median']:.3f}")
+for run in (ours, cuda, fast):
+    print(f"zerosim {run['device']} step split (ms): data {run['data_ms_median']:.1f}, forward "
+          f"{run['forward_ms_median']:.1f}, backward and exchange {run['backward_and_exchange_ms_median']:.1f}, "
+          f"optimizer {run['optimizer_ms_median']:.1f}, other {run['host_other_ms_median']:.1f}")
 PY
