@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <linux/audit.h>
 #include <linux/filter.h>
+#include <linux/io_uring.h>
 #include <linux/seccomp.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -21,6 +22,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -72,7 +74,71 @@ constexpr long kTracedCalls[] = {
     SYS_syncfs,        SYS_sync,            SYS_rename,      SYS_renameat,     SYS_renameat2,    SYS_link,
     SYS_linkat,        SYS_symlink,         SYS_symlinkat,   SYS_unlink,       SYS_unlinkat,     SYS_mkdir,
     SYS_mkdirat,       SYS_rmdir,           SYS_close,       SYS_io_submit,    SYS_io_uring_setup,
+    SYS_io_uring_enter,
 };
+
+// io_uring setup flags and an enter flag newer than some kernel headers (values from the kernel's
+// uapi): a ring in the program's own memory, a ring without the index array, a ring entered
+// through a registered index instead of its descriptor.
+constexpr uint32_t kRingSetupNoMmap = 1u << 14;
+constexpr uint32_t kRingSetupNoSqArray = 1u << 16;
+constexpr uint32_t kRingEnterRegisteredRing = 1u << 4;
+
+// The submissions that change no file: libuv's epoll batching (PyTorch's rendezvous store) and
+// other event-loop rings submit only these. Any other operation is refused by name.
+const char* file_neutral_ring_operation(uint8_t opcode) {
+  switch (opcode) {
+    case IORING_OP_NOP: return "NOP";
+    case IORING_OP_POLL_ADD: return "POLL_ADD";
+    case IORING_OP_POLL_REMOVE: return "POLL_REMOVE";
+    case IORING_OP_TIMEOUT: return "TIMEOUT";
+    case IORING_OP_TIMEOUT_REMOVE: return "TIMEOUT_REMOVE";
+    case IORING_OP_ASYNC_CANCEL: return "ASYNC_CANCEL";
+    case IORING_OP_LINK_TIMEOUT: return "LINK_TIMEOUT";
+    case IORING_OP_EPOLL_CTL: return "EPOLL_CTL";
+    default: return nullptr;
+  }
+}
+
+// " (WRITE)" and the like for the operations that touch files, for the refusal; empty for others.
+std::string ring_operation_label(uint8_t opcode) {
+  switch (opcode) {
+    case IORING_OP_READV: return " (READV)";
+    case IORING_OP_WRITEV: return " (WRITEV)";
+    case IORING_OP_FSYNC: return " (FSYNC)";
+    case IORING_OP_READ_FIXED: return " (READ_FIXED)";
+    case IORING_OP_WRITE_FIXED: return " (WRITE_FIXED)";
+    case IORING_OP_SYNC_FILE_RANGE: return " (SYNC_FILE_RANGE)";
+    case IORING_OP_FALLOCATE: return " (FALLOCATE)";
+    case IORING_OP_OPENAT: return " (OPENAT)";
+    case IORING_OP_CLOSE: return " (CLOSE)";
+    case IORING_OP_OPENAT2: return " (OPENAT2)";
+    case IORING_OP_READ: return " (READ)";
+    case IORING_OP_WRITE: return " (WRITE)";
+    case IORING_OP_RENAMEAT: return " (RENAMEAT)";
+    case IORING_OP_UNLINKAT: return " (UNLINKAT)";
+    case IORING_OP_MKDIRAT: return " (MKDIRAT)";
+    case IORING_OP_SYMLINKAT: return " (SYMLINKAT)";
+    case IORING_OP_LINKAT: return " (LINKAT)";
+    default: return "";
+  }
+}
+
+// The thread group (process) of a thread, from /proc; -1 when it is gone.
+pid_t thread_group_of(pid_t tid) {
+  std::FILE* file = std::fopen(("/proc/" + std::to_string(tid) + "/status").c_str(), "re");
+  if (file == nullptr) return -1;
+  char line[256];
+  pid_t group = -1;
+  while (std::fgets(line, sizeof line, file) != nullptr) {
+    if (std::strncmp(line, "Tgid:", 5) == 0) {
+      group = static_cast<pid_t>(std::strtol(line + 5, nullptr, 10));
+      break;
+    }
+  }
+  std::fclose(file);
+  return group;
+}
 
 std::vector<sock_filter> make_filter() {
   std::vector<sock_filter> program;
@@ -250,6 +316,18 @@ struct InFlight {
   bool directory = false;        // fsync: of a directory
   uint64_t open_flags = 0;
   uint64_t size_before = 0;      // fallocate
+  long ring_fd = -1;             // io_uring_setup's result; an mmap or io_uring_enter of this ring
+  uint64_t submissions_read = 0; // io_uring_enter: the submissions inspected at entry
+};
+
+// An io_uring the program set up, as far as the tracer needs it to read its submissions: the
+// kernel's offsets into the submission ring, and where the program mapped the ring and its
+// entries.
+struct Ring {
+  uint32_t setup_flags = 0;
+  io_sqring_offsets offsets{};
+  uint64_t ring_address = 0;     // the mapping at IORING_OFF_SQ_RING
+  uint64_t entries_address = 0;  // the mapping at IORING_OFF_SQES
 };
 
 class Tracer {
@@ -324,6 +402,7 @@ class Tracer {
     }
     if (event == PTRACE_EVENT_EXEC) {
       in_flight_.erase(tid);
+      if (!rings_.empty()) rings_.erase(thread_group_of(tid));  // the mappings are gone with the old program
       resume(tid, PTRACE_CONT, 0);
       return Status();
     }
@@ -508,6 +587,7 @@ class Tracer {
       case SYS_unlinkat:
       case SYS_mkdirat: want_exit = watched(call.path = task.resolve(static_cast<long>(r.rdi), r.rsi)); break;
       case SYS_close: {
+        forget_ring(tid, static_cast<long>(r.rdi));
         // Recorded at entry: after the call the descriptor names nothing.
         const std::string path = watched_fd_path(task, static_cast<long>(r.rdi));
         if (!path.empty()) {
@@ -519,9 +599,17 @@ class Tracer {
         }
         break;
       }
-      case SYS_io_submit:
-      case SYS_io_uring_setup: want_exit = true; break;
-      case SYS_mmap: watch_fd(static_cast<long>(r.r8)); break;
+      case SYS_io_submit: want_exit = true; break;
+      case SYS_io_uring_setup: want_exit = inspect_ring_setup(task, r); break;
+      case SYS_io_uring_enter: want_exit = inspect_ring_submissions(task, r, call); break;
+      case SYS_mmap:
+        if (find_ring(tid, static_cast<long>(r.r8)) != nullptr) {
+          call.ring_fd = static_cast<long>(r.r8);
+          want_exit = true;
+        } else {
+          watch_fd(static_cast<long>(r.r8));
+        }
+        break;
       default: break;
     }
     if (want_exit) {
@@ -673,14 +761,132 @@ class Tracer {
       case SYS_mkdir:
       case SYS_mkdirat: record.kind = FsRecordKind::kMakeDirectory; return emit(std::move(record), task.tid());
       case SYS_io_submit: return record_io_submit(task, call, result);
-      case SYS_io_uring_setup:
-        unmodelled(task, "io_uring_setup: the submissions of an io_uring are not system calls, so its writes cannot be seen");
+      case SYS_io_uring_setup: {
+        // The kernel filled in the offsets; the ring is known by its descriptor from now on.
+        const std::string params = task.read(e.rsi, sizeof(io_uring_params));
+        if (params.size() != sizeof(io_uring_params)) {
+          unmodelled(task, "io_uring_setup: the ring's parameters could not be read back");
+          return Status();
+        }
+        io_uring_params parameters;
+        std::memcpy(&parameters, params.data(), sizeof parameters);
+        Ring ring;
+        ring.setup_flags = parameters.flags;
+        ring.offsets = parameters.sq_off;
+        rings_[thread_group_of(task.tid())][result] = ring;
+        return Status();
+      }
+      case SYS_io_uring_enter:
+        if (static_cast<uint64_t>(result) > call.submissions_read) {
+          unmodelled(task, "io_uring_enter took " + std::to_string(result) + " submissions where " +
+                               std::to_string(call.submissions_read) + " were read before it (another thread added "
+                               "to the ring meanwhile): the rest cannot be seen");
+        }
         return Status();
       case SYS_mmap:
+        if (call.ring_fd >= 0) {
+          if (Ring* ring = find_ring(task.tid(), call.ring_fd)) {
+            if (e.r9 == IORING_OFF_SQ_RING) ring->ring_address = static_cast<uint64_t>(result);
+            if (e.r9 == IORING_OFF_SQES) ring->entries_address = static_cast<uint64_t>(result);
+          }
+          return Status();
+        }
         unmodelled(task, "a writable shared mapping of " + call.path + " (stores to it are not system calls)");
         return Status();
       default: return Status();
     }
+  }
+
+  // (Most programs set up no ring: then no lookup reads /proc.)
+  Ring* find_ring(pid_t tid, long fd) {
+    if (rings_.empty()) return nullptr;
+    auto group = rings_.find(thread_group_of(tid));
+    if (group == rings_.end()) return nullptr;
+    auto found = group->second.find(fd);
+    return found == group->second.end() ? nullptr : &found->second;
+  }
+
+  void forget_ring(pid_t tid, long fd) {
+    if (rings_.empty()) return;
+    auto group = rings_.find(thread_group_of(tid));
+    if (group != rings_.end()) group->second.erase(fd);
+  }
+
+  // io_uring_setup at entry: a ring whose submissions a kernel thread takes without a system call
+  // (SQPOLL), or that lives in the program's own memory, is refused; any other is followed to
+  // the call's exit, where its descriptor and offsets are kept.
+  bool inspect_ring_setup(const Task& task, const user_regs_struct& r) {
+    const std::string params = task.read(r.rsi, sizeof(io_uring_params));
+    if (params.size() != sizeof(io_uring_params)) return true;  // the call fails on it too
+    io_uring_params parameters;
+    std::memcpy(&parameters, params.data(), sizeof parameters);
+    if ((parameters.flags & IORING_SETUP_SQPOLL) != 0) {
+      unmodelled(task, "io_uring_setup with SQPOLL: a kernel thread takes the ring's submissions without a system "
+                       "call, so its writes cannot be seen");
+      return false;
+    }
+    if ((parameters.flags & kRingSetupNoMmap) != 0) {
+      unmodelled(task, "io_uring_setup with NO_MMAP: the ring lives in the program's memory where the tracer does not "
+                       "follow it, so its submissions cannot be read");
+      return false;
+    }
+    return true;
+  }
+
+  // io_uring_enter at entry: the submissions it is about to hand the kernel are read from the
+  // ring (the calling thread is stopped; the entries are in the program's memory) and each must
+  // be one that changes no file; the exit checks that the kernel took no more than were read.
+  bool inspect_ring_submissions(const Task& task, const user_regs_struct& r, InFlight& call) {
+    const uint32_t to_submit = static_cast<uint32_t>(r.rsi);
+    if (to_submit == 0) return false;  // only waits for completions
+    if ((r.r10 & kRingEnterRegisteredRing) != 0) {
+      unmodelled(task, "io_uring_enter through a registered ring index: the tracer cannot tell which ring");
+      return false;
+    }
+    const long fd = static_cast<long>(r.rdi);
+    const Ring* ring = find_ring(task.tid(), fd);
+    if (ring == nullptr || ring->ring_address == 0 || ring->entries_address == 0) {
+      unmodelled(task, "io_uring_enter on a ring whose setup and mappings the tracer did not see (descriptor " +
+                           std::to_string(fd) + "), so its submissions cannot be read");
+      return false;
+    }
+    auto read_u32 = [&](uint64_t address, uint32_t* value) {
+      const std::string bytes = task.read(address, sizeof(uint32_t));
+      if (bytes.size() != sizeof(uint32_t)) return false;
+      std::memcpy(value, bytes.data(), sizeof(uint32_t));
+      return true;
+    };
+    uint32_t head = 0, tail = 0, mask = 0;
+    if (!read_u32(ring->ring_address + ring->offsets.head, &head) || !read_u32(ring->ring_address + ring->offsets.tail, &tail) ||
+        !read_u32(ring->ring_address + ring->offsets.ring_mask, &mask)) {
+      unmodelled(task, "io_uring_enter: the ring's head and tail could not be read");
+      return false;
+    }
+    const uint64_t entry_bytes = (ring->setup_flags & IORING_SETUP_SQE128) != 0 ? 128 : 64;
+    const uint32_t pending = std::min(to_submit, tail - head);
+    for (uint32_t k = 0; k < pending; ++k) {
+      const uint32_t slot = (head + k) & mask;
+      uint32_t index = slot;
+      if ((ring->setup_flags & kRingSetupNoSqArray) == 0 &&
+          !read_u32(ring->ring_address + ring->offsets.array + uint64_t{4} * slot, &index)) {
+        unmodelled(task, "io_uring_enter: the ring's index array could not be read");
+        return false;
+      }
+      const std::string opcode = task.read(ring->entries_address + entry_bytes * (index & mask), 1);
+      if (opcode.size() != 1) {
+        unmodelled(task, "io_uring_enter: a submission could not be read");
+        return false;
+      }
+      if (file_neutral_ring_operation(static_cast<uint8_t>(opcode[0])) == nullptr) {
+        unmodelled(task, "io_uring_enter submits operation " + std::to_string(static_cast<uint8_t>(opcode[0])) +
+                             ring_operation_label(static_cast<uint8_t>(opcode[0])) + " (not one of NOP, POLL_ADD, POLL_REMOVE, TIMEOUT, TIMEOUT_REMOVE, ASYNC_CANCEL, "
+                             "LINK_TIMEOUT, EPOLL_CTL): what a ring's submissions write is not a system call, so it "
+                             "cannot be seen");
+        return false;
+      }
+    }
+    call.submissions_read = pending;
+    return true;
   }
 
   Status record_fallocate(const Task& task, const InFlight& call) {
@@ -817,6 +1023,8 @@ class Tracer {
   std::set<dev_t> watched_devices_;
   std::set<pid_t> started_, awaiting_start_;
   std::unordered_map<pid_t, InFlight> in_flight_;
+  // The io_uring rings each process (thread group) set up, by descriptor.
+  std::map<pid_t, std::map<long, Ring>> rings_;
   TraceResult result_;
 };
 

@@ -27,8 +27,17 @@
 // across fork need no tracking; appends by the state log (ZEROSIM_STATE_LOG) are recorded as
 // the program's claims, in order with its file operations.
 //
+// io_uring: a ring's submissions are not system calls, so each io_uring_enter is inspected: the
+// submissions it hands the kernel are read from the ring in the program's memory (its offsets
+// kept from io_uring_setup, its addresses from the program's mmaps of the ring), and any that can
+// change a file (anything but NOP, POLL_ADD/REMOVE, TIMEOUT(_REMOVE), ASYNC_CANCEL, LINK_TIMEOUT,
+// EPOLL_CTL) is refused by name, as is a call that takes more submissions than were read. An
+// event loop's ring (libuv's epoll batching, under PyTorch's rendezvous store) is thus let be.
+//
 // What it cannot model, it names (TraceResult::unmodelled), and exec refuses to judge:
-// io_uring (a ring's submissions are not system calls), a writable shared mapping of a watched
+// an io_uring write or other file operation, a SQPOLL ring (a kernel thread takes its
+// submissions without any system call), a ring in the program's own memory (NO_MMAP), a ring
+// entered through a registered index or not seen set up, a writable shared mapping of a watched
 // file (its stores are not system calls), hard links and symbolic links in a watched directory
 // (the file-system model has neither), RENAME_WHITEOUT, fallocate's COLLAPSE_RANGE and
 // INSERT_RANGE, io_submit's FSYNC and FDSYNC (they complete later than they are submitted),

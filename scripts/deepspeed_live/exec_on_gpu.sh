@@ -44,10 +44,11 @@ mkdir -p "$scratch/ckpt"
   { echo "exec_on_gpu: zerosim train failed"; tail -5 "$out/zerosim-export.log"; exit 1; }
 # DeepSpeed 0.14.5's checkpoints need torch.load's old default on PyTorch 2.6 and later.
 export TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1
-# torch.distributed's rendezvous store runs on libuv, which sets up an io_uring; exec refuses a
-# command that does (a ring's submissions are not system calls it can see). The store's other
-# backend, which PyTorch's USE_LIBUV=0 selects, writes no file either and uses none.
-export USE_LIBUV=0
+# torch.distributed's rendezvous store runs on libuv, which sets up io_urings. exec reads an
+# event loop's ring and lets it be, but refuses the SQPOLL ring of libuv before 1.49 (its
+# submissions are no system calls at all); the store's other backend, which PyTorch's
+# USE_LIBUV=0 selects, writes no file either and uses no ring (docs/exec.md).
+export USE_LIBUV=${USE_LIBUV:-0}
 started=$SECONDS
 "$zerosim" exec --watch "$scratch/ckpt" --at-saves --crash-points "${POINTS:-2}" --states-per-point "${STATES:-2}" \
   --jobs "${JOBS:-8}" --timeout "${RESUME_SECONDS:-300}" --work-dir "$out/work" -- \

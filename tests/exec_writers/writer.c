@@ -4,6 +4,8 @@
  * It advances one 64-bit state value per step and checkpoints it to DIR/state, through one
  * of several save protocols (correct, no_dir_fsync, in_place) and one of several system-call
  * paths (glibc wrappers, raw syscall(2), a shared mapping, io_uring), in the process itself,
+ * (uring-idle: an io_uring that submits only a NOP beside glibc writes, as an event loop's ring
+ * does; uring-sqpoll: the same with a SQPOLL ring)
  * in a forked child or in a fork+exec'd child. The tests use it to prove that the tracer sees
  * every one of those paths.
  *
@@ -11,7 +13,7 @@
  *   writer --save-only --dir D --protocol P --io IO --step S --value HEX16
  *
  * Exit status: 0 done; 1 corrupt checkpoint; 2 a failed system call or bad usage;
- * 77 io_uring unavailable (--io uring only).
+ * 77 io_uring unavailable (--io uring, uring-idle, uring-sqpoll only).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -37,7 +39,7 @@
 #define PATH_CAP 4096
 
 enum protocol { PROTO_CORRECT, PROTO_NO_DIR_FSYNC, PROTO_IN_PLACE };
-enum io_path { IO_LIBC, IO_RAW, IO_MMAP, IO_URING };
+enum io_path { IO_LIBC, IO_RAW, IO_MMAP, IO_URING, IO_URING_IDLE, IO_URING_SQPOLL };
 enum save_in { SAVE_SELF, SAVE_FORK, SAVE_EXEC };
 
 static enum protocol g_protocol;
@@ -311,11 +313,12 @@ static int load_state(const char *dir, uint64_t *step, uint64_t *value) {
   return 1;
 }
 
-/* ---- io_uring: one IORING_OP_WRITE through raw syscalls and the ring mappings. --------- */
+/* ---- io_uring: one submission (a WRITE, or a NOP) through raw syscalls and the ring mappings. */
 
-static void uring_write(int fd, const void *buf, size_t len, const char *path) {
+static void uring_submit(uint8_t opcode, uint32_t setup_flags, int fd, const void *buf, size_t len, const char *path) {
   struct io_uring_params params;
   memset(&params, 0, sizeof params);
+  params.flags = setup_flags;
   int ring = (int)syscall(__NR_io_uring_setup, 4u, &params);
   if (ring < 0) {
     fail_msg(77, "io_uring unavailable: %s", strerror(errno));
@@ -354,17 +357,19 @@ static void uring_write(int fd, const void *buf, size_t len, const char *path) {
   uint32_t index = tail & sq_mask;
   struct io_uring_sqe *sqe = &sqes[index];
   memset(sqe, 0, sizeof *sqe);
-  sqe->opcode = IORING_OP_WRITE;
-  sqe->fd = fd;
-  sqe->addr = (uint64_t)(uintptr_t)buf;
-  sqe->len = (uint32_t)len;
+  sqe->opcode = opcode;
+  sqe->fd = opcode == IORING_OP_NOP ? -1 : fd;
+  sqe->addr = opcode == IORING_OP_NOP ? 0 : (uint64_t)(uintptr_t)buf;
+  sqe->len = opcode == IORING_OP_NOP ? 0 : (uint32_t)len;
   sqe->off = 0;
   sqe->user_data = 0x5a5a;
   sq_array[index] = index;
   atomic_store_explicit(sq_tail, tail + 1, memory_order_release);
 
   for (;;) {
-    long submitted = syscall(__NR_io_uring_enter, ring, 1u, 1u, IORING_ENTER_GETEVENTS, NULL, (size_t)0);
+    /* A SQPOLL ring's kernel thread may sleep: the enter wakes it. */
+    unsigned enter_flags = IORING_ENTER_GETEVENTS | ((setup_flags & IORING_SETUP_SQPOLL) ? IORING_ENTER_SQ_WAKEUP : 0u);
+    long submitted = syscall(__NR_io_uring_enter, ring, 1u, 1u, enter_flags, NULL, (size_t)0);
     if (submitted < 0) {
       if (errno == EINTR) continue;
       fail_errno("io_uring_enter", path, errno);
@@ -383,8 +388,9 @@ static void uring_write(int fd, const void *buf, size_t len, const char *path) {
   int32_t res = cqe->res;
   atomic_store_explicit(cq_head, head + 1, memory_order_release);
 
-  if (res < 0) fail_errno("io_uring write", path, -res);
-  if ((size_t)res != len) fail_msg(2, "io_uring write %s: short write (%d of %zu bytes)", path, res, len);
+  if (res < 0) fail_errno("io_uring submission", path, -res);
+  if (opcode == IORING_OP_WRITE && (size_t)res != len)
+    fail_msg(2, "io_uring write %s: short write (%d of %zu bytes)", path, res, len);
 
   if (munmap(sqes, sqes_size) != 0) fail_errno("munmap io_uring sqes for", path, errno);
   if (!single && munmap(cq_ptr, cq_size) != 0) fail_errno("munmap io_uring cq ring for", path, errno);
@@ -410,7 +416,10 @@ static void write_file(const char *path, const unsigned char *image, int durable
   }
   int fd = op_open_checked(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (g_io == IO_URING) {
-    uring_write(fd, image, STATE_SIZE, path);
+    uring_submit(IORING_OP_WRITE, 0, fd, image, STATE_SIZE, path);
+  } else if (g_io == IO_URING_IDLE || g_io == IO_URING_SQPOLL) {
+    uring_submit(IORING_OP_NOP, g_io == IO_URING_SQPOLL ? IORING_SETUP_SQPOLL : 0, fd, image, STATE_SIZE, path);
+    op_write_all(fd, image, STATE_SIZE, path);
   } else {
     op_write_all(fd, image, STATE_SIZE, path);
   }
@@ -457,6 +466,8 @@ static const char *io_name(enum io_path io) {
     case IO_RAW: return "raw";
     case IO_MMAP: return "mmap";
     case IO_URING: return "uring";
+    case IO_URING_IDLE: return "uring-idle";
+    case IO_URING_SQPOLL: return "uring-sqpoll";
   }
   return "?";
 }
@@ -465,7 +476,7 @@ static void usage(const char *problem) {
   fprintf(stderr,
           "writer: %s\n"
           "usage: writer --dir D --steps N --save-every K --protocol correct|no_dir_fsync|in_place\n"
-          "              --io libc|raw|mmap|uring [--save-in self|fork|exec]\n"
+          "              --io libc|raw|mmap|uring|uring-idle|uring-sqpoll [--save-in self|fork|exec]\n"
           "       writer --save-only --dir D --protocol P --io IO --step S --value HEX16\n",
           problem);
   exit(2);
@@ -550,7 +561,9 @@ static void parse_args(int argc, char **argv, struct options *o) {
       else if (strcmp(value, "raw") == 0) g_io = IO_RAW;
       else if (strcmp(value, "mmap") == 0) g_io = IO_MMAP;
       else if (strcmp(value, "uring") == 0) g_io = IO_URING;
-      else usage("--io must be libc, raw, mmap or uring");
+      else if (strcmp(value, "uring-idle") == 0) g_io = IO_URING_IDLE;
+      else if (strcmp(value, "uring-sqpoll") == 0) g_io = IO_URING_SQPOLL;
+      else usage("--io must be libc, raw, mmap, uring, uring-idle or uring-sqpoll");
       o->has_io = 1;
     } else if (strcmp(name, "--save-in") == 0) {
       if (strcmp(value, "self") == 0) o->save_in = SAVE_SELF;
