@@ -743,7 +743,9 @@ TEST(ExecTracer, RefusesToJudgeWritesThroughIoUring) {
     EXPECT_TRUE(has_line_with(run.output, {"--io uring", "): io_uring_enter"})) << run.output;
     EXPECT_FALSE(has_line_with(run.output, {"PASS"})) << run.output;
   }
-  const ShellResult sqpoll = exec_writer(directory, "uring-sqpoll", ZEROSIM_EXEC_WRITER, "--protocol correct --io uring-sqpoll");
+  // (A bounded run: a ring whose kernel thread never took the submission would otherwise wait.)
+  const ShellResult sqpoll = exec_writer(directory, "uring-sqpoll", ZEROSIM_EXEC_WRITER, "--protocol correct --io uring-sqpoll",
+                                         "--jobs 1 --timeout 60");
   if (sqpoll.output.find("exit status 77") != std::string::npos) GTEST_SKIP() << "SQPOLL rings are refused on this kernel";
   EXPECT_EQ(sqpoll.exit_code, 3) << sqpoll.output;
   EXPECT_TRUE(has_line_with(sqpoll.output, {"io_uring_setup with SQPOLL"})) << sqpoll.output;
