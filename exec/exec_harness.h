@@ -3,7 +3,8 @@
 // 1. Record. The command runs once, uninterrupted, under the system-call tracer
 //    (exec/syscall_tracer.h), which records every operation it and its children make under the
 //    watched directories, with the bytes written, and the lines it appends to its state log.
-//    What the recording cannot stand for (io_uring, a writable shared mapping, hard links ...)
+//    What the recording cannot stand for (a file operation through an io_uring, a writable
+//    shared mapping, hard links ...)
 //    ends exec here: it refuses to judge rather than guess.
 // 2. Self-check. The recording replayed with every write kept must give exactly the
 //    directories the program left (exec/crash_state_model.h); otherwise exec refuses.
