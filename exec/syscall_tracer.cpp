@@ -86,17 +86,17 @@ constexpr uint32_t kRingEnterRegisteredRing = 1u << 4;
 
 // The submissions that change no file: libuv's epoll batching (PyTorch's rendezvous store) and
 // other event-loop rings submit only these. Any other operation is refused by name.
-const char* file_neutral_ring_operation(uint8_t opcode) {
+bool is_file_neutral_ring_operation(uint8_t opcode) {
   switch (opcode) {
-    case IORING_OP_NOP: return "NOP";
-    case IORING_OP_POLL_ADD: return "POLL_ADD";
-    case IORING_OP_POLL_REMOVE: return "POLL_REMOVE";
-    case IORING_OP_TIMEOUT: return "TIMEOUT";
-    case IORING_OP_TIMEOUT_REMOVE: return "TIMEOUT_REMOVE";
-    case IORING_OP_ASYNC_CANCEL: return "ASYNC_CANCEL";
-    case IORING_OP_LINK_TIMEOUT: return "LINK_TIMEOUT";
-    case IORING_OP_EPOLL_CTL: return "EPOLL_CTL";
-    default: return nullptr;
+    case IORING_OP_NOP:
+    case IORING_OP_POLL_ADD:
+    case IORING_OP_POLL_REMOVE:
+    case IORING_OP_TIMEOUT:
+    case IORING_OP_TIMEOUT_REMOVE:
+    case IORING_OP_ASYNC_CANCEL:
+    case IORING_OP_LINK_TIMEOUT:
+    case IORING_OP_EPOLL_CTL: return true;
+    default: return false;
   }
 }
 
@@ -241,6 +241,16 @@ class Task {
     // process_vm_readv refused (or read short): the rest from the mem file.
     if (done < length) out += pread_range(proc("mem"), address + done, length - done);
     return out;
+  }
+
+  // One value of the task's memory (a struct of the kernel's ABI, an integer); false, with
+  // `value` left as it was, when the whole of it cannot be read.
+  template <typename T>
+  bool read_value(uint64_t address, T* value) const {
+    const std::string bytes = read(address, sizeof(T));
+    if (bytes.size() != sizeof(T)) return false;
+    std::memcpy(value, bytes.data(), sizeof(T));
+    return true;
   }
 
   std::string read_string(uint64_t address) const {
@@ -508,10 +518,7 @@ class Tracer {
       case SYS_openat:
       case SYS_openat2: {
         uint64_t flags = call.call == SYS_open ? r.rsi : call.call == SYS_openat ? r.rdx : O_CREAT | O_WRONLY | O_TRUNC;
-        if (call.call == SYS_openat2) {
-          const std::string how = task.read(r.rdx, 8);
-          if (how.size() == 8) std::memcpy(&flags, how.data(), 8);
-        }
+        if (call.call == SYS_openat2) task.read_value(r.rdx, &flags);  // open_how's first field
         if ((flags & (O_CREAT | O_TRUNC)) == 0 || (flags & __O_TMPFILE) == __O_TMPFILE) break;
         const bool at = call.call == SYS_openat || call.call == SYS_openat2;
         const std::string path = task.resolve(at ? static_cast<long>(r.rdi) : AT_FDCWD, at ? r.rsi : r.rdi);
@@ -704,9 +711,7 @@ class Tracer {
         const uint64_t offset_pointer = call.call == SYS_sendfile ? 0 : e.r10;
         uint64_t end = 0, flags = 0;
         if (offset_pointer != 0) {
-          const std::string value = task.read(offset_pointer, 8);
-          if (value.size() != 8) return Status();
-          std::memcpy(&end, value.data(), 8);  // the kernel advanced it past the bytes written
+          if (!task.read_value(offset_pointer, &end)) return Status();  // the kernel advanced it past the bytes written
         } else if (!task.fd_info(fd, &end, &flags)) {
           return Status();
         }
@@ -763,13 +768,11 @@ class Tracer {
       case SYS_io_submit: return record_io_submit(task, call, result);
       case SYS_io_uring_setup: {
         // The kernel filled in the offsets; the ring is known by its descriptor from now on.
-        const std::string params = task.read(e.rsi, sizeof(io_uring_params));
-        if (params.size() != sizeof(io_uring_params)) {
+        io_uring_params parameters;
+        if (!task.read_value(e.rsi, &parameters)) {
           unmodelled(task, "io_uring_setup: the ring's parameters could not be read back");
           return Status();
         }
-        io_uring_params parameters;
-        std::memcpy(&parameters, params.data(), sizeof parameters);
         Ring ring;
         ring.setup_flags = parameters.flags;
         ring.offsets = parameters.sq_off;
@@ -816,10 +819,8 @@ class Tracer {
   // (SQPOLL), or that lives in the program's own memory, is refused; any other is followed to
   // the call's exit, where its descriptor and offsets are kept.
   bool inspect_ring_setup(const Task& task, const user_regs_struct& r) {
-    const std::string params = task.read(r.rsi, sizeof(io_uring_params));
-    if (params.size() != sizeof(io_uring_params)) return true;  // the call fails on it too
     io_uring_params parameters;
-    std::memcpy(&parameters, params.data(), sizeof parameters);
+    if (!task.read_value(r.rsi, &parameters)) return true;  // the call fails on it too
     if ((parameters.flags & IORING_SETUP_SQPOLL) != 0) {
       unmodelled(task, "io_uring_setup with SQPOLL: a kernel thread takes the ring's submissions without a system "
                        "call, so its writes cannot be seen");
@@ -850,15 +851,10 @@ class Tracer {
                            std::to_string(fd) + "), so its submissions cannot be read");
       return false;
     }
-    auto read_u32 = [&](uint64_t address, uint32_t* value) {
-      const std::string bytes = task.read(address, sizeof(uint32_t));
-      if (bytes.size() != sizeof(uint32_t)) return false;
-      std::memcpy(value, bytes.data(), sizeof(uint32_t));
-      return true;
-    };
     uint32_t head = 0, tail = 0, mask = 0;
-    if (!read_u32(ring->ring_address + ring->offsets.head, &head) || !read_u32(ring->ring_address + ring->offsets.tail, &tail) ||
-        !read_u32(ring->ring_address + ring->offsets.ring_mask, &mask)) {
+    if (!task.read_value(ring->ring_address + ring->offsets.head, &head) ||
+        !task.read_value(ring->ring_address + ring->offsets.tail, &tail) ||
+        !task.read_value(ring->ring_address + ring->offsets.ring_mask, &mask)) {
       unmodelled(task, "io_uring_enter: the ring's head and tail could not be read");
       return false;
     }
@@ -868,18 +864,18 @@ class Tracer {
       const uint32_t slot = (head + k) & mask;
       uint32_t index = slot;
       if ((ring->setup_flags & kRingSetupNoSqArray) == 0 &&
-          !read_u32(ring->ring_address + ring->offsets.array + uint64_t{4} * slot, &index)) {
+          !task.read_value(ring->ring_address + ring->offsets.array + uint64_t{4} * slot, &index)) {
         unmodelled(task, "io_uring_enter: the ring's index array could not be read");
         return false;
       }
-      const std::string opcode = task.read(ring->entries_address + entry_bytes * (index & mask), 1);
-      if (opcode.size() != 1) {
+      uint8_t opcode = 0;  // io_uring_sqe's first field
+      if (!task.read_value(ring->entries_address + entry_bytes * (index & mask), &opcode)) {
         unmodelled(task, "io_uring_enter: a submission could not be read");
         return false;
       }
-      if (file_neutral_ring_operation(static_cast<uint8_t>(opcode[0])) == nullptr) {
-        unmodelled(task, "io_uring_enter submits operation " + std::to_string(static_cast<uint8_t>(opcode[0])) +
-                             ring_operation_label(static_cast<uint8_t>(opcode[0])) + " (not one of NOP, POLL_ADD, POLL_REMOVE, TIMEOUT, TIMEOUT_REMOVE, ASYNC_CANCEL, "
+      if (!is_file_neutral_ring_operation(opcode)) {
+        unmodelled(task, "io_uring_enter submits operation " + std::to_string(opcode) + ring_operation_label(opcode) +
+                             " (not one of NOP, POLL_ADD, POLL_REMOVE, TIMEOUT, TIMEOUT_REMOVE, ASYNC_CANCEL, "
                              "LINK_TIMEOUT, EPOLL_CTL): what a ring's submissions write is not a system call, so it "
                              "cannot be seen");
         return false;
