@@ -128,6 +128,22 @@ def step_differences(expected, found):
     return rows
 
 
+def first_differing_step(steps):
+    return next((row["step"] for row in steps if row["differs"]), None)
+
+
+def print_steps(steps, names, third):
+    """Each step of step_differences: both runs' losses and scales, and `third` (lr or grad_norm)."""
+    print(f"{'step':>5} {'loss ' + names[0]:>19} {'loss ' + names[1]:>14} {'scale':>17} {third:>27}  differs")
+    for row in steps:
+        if "loss" not in row:
+            print(f"{row['step']:>5}  {row['differs'][0]}")
+            continue
+        print(f"{row['step']:>5} {row['loss'][0]:>19.9g} {row['loss'][1]:>14.9g} "
+              f"{row['loss_scale'][0]:>8g}/{row['loss_scale'][1]:<8g} {row[third][0]:>13.6g}/{row[third][1]:<13.6g}  "
+              f"{', '.join(row['differs']) or '-'}")
+
+
 def resume(uninterrupted, saved, resumed, k, out_json):
     expected_tensors, expected_scalars = load_state(
         os.path.join(uninterrupted if saved == "-" else saved, f"state-{k}.safetensors"))
@@ -137,13 +153,12 @@ def resume(uninterrupted, saved, resumed, k, out_json):
     after_load = compare_components(expected_tensors, loaded_tensors, shared_components(expected_tensors, loaded_tensors))
     final = compare_components(final_expected, final_found, shared_components(final_expected, final_found))
     steps = step_differences(load_records(uninterrupted), load_records(resumed))
-    first = next((row for row in steps if row["differs"]), None)
     report = {
         "k": k,
         "after_load": {"tensors": after_load, "scalars": scalar_differences(expected_scalars, loaded_scalars),
                        "master_equal_to_expected_rounded": masters_equal_rounded(expected_tensors, loaded_tensors)},
         "steps": steps,
-        "first_differing_step": first["step"] if first else None,
+        "first_differing_step": first_differing_step(steps),
         "final": {"tensors": final, "scalars": scalar_differences(final_expected_scalars, final_found_scalars)},
     }
     print_components(f"right after the load (resumed vs the saving run after step {k}), ULP distance:", after_load)
@@ -152,14 +167,7 @@ def resume(uninterrupted, saved, resumed, k, out_json):
     equal_rounded = report["after_load"]["master_equal_to_expected_rounded"]
     print(f"  loaded masters equal to the saving run's rounded to fp16: {equal_rounded['fp16']}, to bf16: "
           f"{equal_rounded['bf16']} (of {after_load['master']['elements']})")
-    print(f"{'step':>5} {'loss uninterrupted':>19} {'loss resumed':>14} {'scale':>17} {'lr':>25}  differs")
-    for row in steps:
-        if "loss" not in row:
-            print(f"{row['step']:>5}  {row['differs'][0]}")
-            continue
-        print(f"{row['step']:>5} {row['loss'][0]:>19.9g} {row['loss'][1]:>14.9g} "
-              f"{row['loss_scale'][0]:>8g}/{row['loss_scale'][1]:<8g} {row['lr'][0]:>12.6g}/{row['lr'][1]:<12.6g}  "
-              f"{', '.join(row['differs']) or '-'}")
+    print_steps(steps, ("uninterrupted", "resumed"), "lr")
     print_components("final state (resumed vs uninterrupted), ULP distance:", final)
     for key, pair in report["final"]["scalars"].items():
         print(f"  {key}: uninterrupted {pair['uninterrupted']}, resumed {pair['resumed']}")
@@ -205,18 +213,10 @@ def numbers(export_dir, uninterrupted, out_json):
 
 def pair(run_a, run_b, labels, out_json):
     steps = step_differences(load_records(run_a), load_records(run_b))
-    first = next((row for row in steps if row["differs"]), None)
-    report = {"a": run_a, "b": run_b, "steps": steps, "first_differing_step": first["step"] if first else None,
+    report = {"a": run_a, "b": run_b, "steps": steps, "first_differing_step": first_differing_step(steps),
               "states": {}}
     print(f"A {run_a}\nB {run_b}")
-    print(f"{'step':>5} {'loss A':>14} {'loss B':>14} {'scale':>17} {'grad norm A/B':>27}  differs")
-    for row in steps:
-        if "loss" not in row:
-            print(f"{row['step']:>5}  {row['differs'][0]}")
-            continue
-        print(f"{row['step']:>5} {row['loss'][0]:>14.9g} {row['loss'][1]:>14.9g} "
-              f"{row['loss_scale'][0]:>8g}/{row['loss_scale'][1]:<8g} {row['grad_norm'][0]:>13.6g}/{row['grad_norm'][1]:<13.6g}"
-              f"  {', '.join(row['differs']) or '-'}")
+    print_steps(steps, ("A", "B"), "grad_norm")
     for label in labels:
         a, a_scalars = load_state(os.path.join(run_a, f"state-{label}.safetensors"))
         b, b_scalars = load_state(os.path.join(run_b, f"state-{label}.safetensors"))

@@ -71,6 +71,19 @@ ds() {
   return $status
 }
 
+# export_run NAME PRECISION OFFLOAD MODEL STEPS: zerosim trains the case's run with the seed's
+# config and DeepSpeed's numerics of the carried release, and exports it to SCRATCH/NAME/export.
+export_run() {
+  local name=$1 precision=$2 offload=$3 model=$4 run_steps=$5
+  mkdir -p "$scratch/$name"
+  "$zerosim" train --config "$seed_config" --precision "$precision" --steps "$run_steps" --model "$model" \
+    --set zerosim.numerics=deepspeed --set zerosim.deepspeed_release="$release" \
+    --set zero_optimization.offload_optimizer.device="$offload" \
+    --set zero_optimization.offload_optimizer.nvme_path="$scratch/$name/zerosim-swap" --run-id "$name" \
+    --export-run "$scratch/$name/export" > "$out/$name.zerosim.log" 2>&1 ||
+    { echo "== $name: zerosim train failed"; tail -5 "$out/$name.zerosim.log"; return 1; }
+}
+
 # run_case INDEX NAME PRECISION OFFLOAD MODEL [LOAD_FLAG...]; env save_flags (more flags of the
 # saving process), resume_at (the saved step the resume loads: K), compare_at (the saving run's
 # states the loaded one is compared with: K)
@@ -82,13 +95,7 @@ run_case() {
   local compare_steps=(${compare_at:-$k})
   local export=$scratch/$name/export
   local port=$((29600 + 10 * index))
-  mkdir -p "$scratch/$name"
-  "$zerosim" train --config "$seed_config" --precision "$precision" --steps "$steps" --model "$model" \
-    --set zerosim.numerics=deepspeed --set zerosim.deepspeed_release="$release" \
-    --set zero_optimization.offload_optimizer.device="$offload" \
-    --set zero_optimization.offload_optimizer.nvme_path="$scratch/$name/zerosim-swap" --run-id "$name" \
-    --export-run "$export" > "$out/$name.zerosim.log" 2>&1 ||
-    { echo "== $name: zerosim train failed"; tail -5 "$out/$name.zerosim.log"; return 1; }
+  export_run "$name" "$precision" "$offload" "$model" "$steps" || return 1
   ds $((port + 1)) "$name.uninterrupted" "$export" "$seed_config" "$scratch/$name/uninterrupted" --offload "$offload" \
     --nvme-path "$scratch/$name/swap-uninterrupted" &
   local first=$!
@@ -137,12 +144,7 @@ run_pair() {
   local index=$1 name=$2 precision=$3 model=$4
   local export=$scratch/$name/export
   local port=$((29600 + 10 * index))
-  mkdir -p "$scratch/$name"
-  "$zerosim" train --config "$seed_config" --precision "$precision" --steps "${PAIR_STEPS:-6}" --model "$model" \
-    --set zerosim.numerics=deepspeed --set zerosim.deepspeed_release="$release" \
-    --set zero_optimization.offload_optimizer.device=cpu --run-id "$name" \
-    --export-run "$export" > "$out/$name.zerosim.log" 2>&1 ||
-    { echo "== $name: zerosim train failed"; tail -5 "$out/$name.zerosim.log"; return 1; }
+  export_run "$name" "$precision" cpu "$model" "${PAIR_STEPS:-6}" || return 1
   ds $((port + 1)) "$name.cpu" "$export" "$seed_config" "$scratch/$name/cpu" --offload cpu --capture-at 1,2,5 &
   local cpu=$!
   ds $((port + 2)) "$name.nvme" "$export" "$seed_config" "$scratch/$name/nvme" --offload nvme \
