@@ -600,7 +600,8 @@ void gpt_block_backward(const GptSpec& spec, int64_t block, std::span<const std:
   const Real attention_scale = Real(1) / std::sqrt(static_cast<Real>(d));
   GptBlockCache<Real>& c = a.blocks[static_cast<size_t>(block)];
   // x_out = middle + mlp(ln_2(middle)): d_middle = d_x + ln_2 backward of the MLP's input gradient.
-  a.d_wide.assign(static_cast<size_t>(rows * 4 * e), Real(0));
+  // Sized only: conv1d_backward overwrites each d_in with its product from zero.
+  a.d_wide.resize(static_cast<size_t>(rows * 4 * e));
   a.d_scratch.resize(static_cast<size_t>(rows * e));
   conv1d_backward(c.fc_gelu.data(), rows, 4 * e, param(10), e, a.d_x.data(), grad(10), grad(11), a.d_wide.data(),
                   a.transposed, a.product_threads);
@@ -610,7 +611,7 @@ void gpt_block_backward(const GptSpec& spec, int64_t block, std::span<const std:
   layer_norm_backward(c.ln_2_cache, rows, e, param(6), a.d_scratch.data(), grad(6), grad(7),
                       a.d_x.data());  // d_x is now d_middle
   // middle = input + proj(attention(ln_1(input))).
-  a.d_attended.assign(static_cast<size_t>(rows * e), Real(0));
+  a.d_attended.resize(static_cast<size_t>(rows * e));
   conv1d_backward(c.attended.data(), rows, e, param(4), e, a.d_x.data(), grad(4), grad(5), a.d_attended.data(),
                   a.transposed, a.product_threads);
   a.d_qkv.assign(static_cast<size_t>(rows * 3 * e), Real(0));
