@@ -123,8 +123,8 @@ void for_each_row_block(size_t rows, Block&& block) {
 }  // namespace
 
 // B is packed a panel of strips at a time (as many 16-column strips as fit kPanelBytes, two at
-// least, which the kernel folds side by side); every
-// block of rows then folds over each strip of the panel while the block's rows of A stay cached.
+// least, which the kernel folds side by side); every block of rows then folds over each strip of
+// the panel while the block's rows of A stay cached.
 // A is read once per panel and B once in all, whichever of the two is the large one (the head's
 // vocabulary-wide product has either shape). Each C element's fold is the kernel's, unchanged.
 __attribute__((target("avx512f"))) void add_rows_times_matrix_avx512(const float* a, size_t rows, size_t inner,
@@ -147,7 +147,7 @@ __attribute__((target("avx512f"))) void add_rows_times_matrix_avx512(const float
     for_each_row_block(rows, [&](size_t r, auto count) {
       constexpr int kRows = decltype(count)::value;
       size_t s = 0;
-      // Strips two at a time; only the panel's last strip can be narrower than 16 columns.
+      // Strips two at a time; only the last strip of all can be narrower than 16 columns.
       for (; s + 1 < strips; s += 2) {
         const size_t column = (first_strip + s) * 16;
         rows_block_pair_avx512<kRows>(a + r * inner, inner, panel.data() + s * strip_floats,
