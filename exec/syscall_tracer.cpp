@@ -42,26 +42,6 @@ Result<TraceResult> trace_command(const TraceOptions&) {
 
 namespace {
 
-// The program a stopped tracee runs, as /proc shows its arguments (cut at 160 characters): a
-// refusal names the program, not only its process id, which is gone by the time anyone reads it.
-// Empty when /proc cannot tell (the process is gone).
-std::string process_command_line(pid_t tid) {
-  const std::string path = "/proc/" + std::to_string(tid) + "/cmdline";
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return "";
-  char bytes[161];
-  const ssize_t got = ::read(fd, bytes, sizeof bytes - 1);
-  ::close(fd);
-  if (got <= 0) return "";
-  std::string command(bytes, static_cast<size_t>(got));
-  while (!command.empty() && command.back() == '\0') command.pop_back();
-  for (char& c : command) {
-    if (c == '\0') c = ' ';
-  }
-  if (got == static_cast<ssize_t>(sizeof bytes - 1)) command += "...";
-  return command;
-}
-
 // Values the filter returns with SECCOMP_RET_TRACE (PTRACE_GETEVENTMSG reads them back).
 constexpr uint16_t kTraced = 1;
 constexpr uint16_t kForeignArchitecture = 2;
@@ -219,6 +199,22 @@ std::string pread_range(const std::string& path, uint64_t offset, uint64_t lengt
   ::close(fd);
   out.resize(done);
   return out;
+}
+
+// The program a stopped tracee runs, as /proc shows its arguments (cut at 160 characters): a
+// refusal names the program, not only its process id, which is gone by the time anyone reads it.
+// Empty when /proc cannot tell (the process is gone).
+std::string process_command_line(pid_t tid) {
+  constexpr uint64_t kShownBytes = 160;
+  std::string command = pread_range("/proc/" + std::to_string(tid) + "/cmdline", 0, kShownBytes + 1);
+  const bool cut = command.size() > kShownBytes;
+  command.resize(std::min<uint64_t>(command.size(), kShownBytes));
+  while (!command.empty() && command.back() == '\0') command.pop_back();
+  for (char& c : command) {
+    if (c == '\0') c = ' ';
+  }
+  if (cut) command += "...";
+  return command;
 }
 
 // The tracer's view of one stopped task.
