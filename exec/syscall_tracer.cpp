@@ -201,11 +201,12 @@ std::string pread_range(const std::string& path, uint64_t offset, uint64_t lengt
   return out;
 }
 
-// The program a stopped tracee runs, as /proc shows its arguments (cut at 160 characters): a
-// refusal names the program, not only its process id, which is gone by the time anyone reads it.
+// The program a stopped tracee runs, as /proc shows its arguments (cut at 400 characters, room
+// for a launcher's line such as torchrun's): a refusal names the program, not only its process
+// id, which is gone by the time anyone reads it.
 // Empty when /proc cannot tell (the process is gone).
 std::string process_command_line(pid_t tid) {
-  constexpr uint64_t kShownBytes = 160;
+  constexpr uint64_t kShownBytes = 400;
   std::string command = pread_range("/proc/" + std::to_string(tid) + "/cmdline", 0, kShownBytes + 1);
   const bool cut = command.size() > kShownBytes;
   command.resize(std::min<uint64_t>(command.size(), kShownBytes));
