@@ -5,7 +5,11 @@
 #   --model-code hf (default): Hugging Face's GPT2LMHeadModel; plain: the same architecture
 #   written here in plain torch.nn (for a machine without transformers: Debian's PyTorch), with
 #   PyTorch's own scaled_dot_product_attention where it has one (2.0 and later).
-#   --device cpu: plain PyTorch on the CPU in fp32 (all the host's threads);
+#   --device cpu: plain PyTorch on the CPU in fp32, on --threads threads (default: the cores this
+#   process may run on; PyTorch's own default can be fewer, one on some VMs). Its GEMMs are
+#   whatever BLAS PyTorch was built with: Debian's build calls the system libblas.so.3, which is
+#   netlib's reference BLAS unless an optimized one (apt-get install libopenblas0-pthread) is
+#   installed; the JSON line says which.
 #   --device cuda --peer fsdp2 (default): FSDP2 (fully_shard per block and at the root) on one GPU,
 #   bf16 parameters in compute, fp32 gradient reduction and master weights, fused AdamW. Run under
 #   torchrun.
@@ -25,7 +29,12 @@ parser.add_argument("--device", choices=["cpu", "cuda"], required=True)
 parser.add_argument("--model-code", choices=["hf", "plain"], default="hf")
 parser.add_argument("--peer", choices=["fsdp2", "eager-bf16", "autocast", "autocast-compile"], default="fsdp2",
                     help="on the GPU: FSDP2, or plain PyTorch on one GPU in one of three ways")
+parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
+                    help="PyTorch's CPU threads (default: the cores this process may run on)")
 args = parser.parse_args()
+if args.threads < 1:
+    raise SystemExit(f"--threads {args.threads}: must be at least 1")
+torch.set_num_threads(args.threads)
 if not args.model.startswith("gpt:"):
     raise SystemExit("--model: expected gpt:layers=L,embd=E,heads=H,vocab=V,block=B, found " + args.model)
 shape = dict(item.split("=") for item in args.model[4:].split(","))
@@ -138,11 +147,24 @@ for step in range(args.steps):
         torch.cuda.synchronize()
     times.append((time.perf_counter() - start) * 1e3)
 median = statistics.median(times[2:])
+
+
+def blas_library():
+    """The BLAS the process has mapped (PyTorch's build info names only the kind, "generic" for
+    Debian's, which resolves at load time through the system's libblas.so.3)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "blas" in line.lower() or "mkl" in line.lower()}
+    except OSError:
+        return "unknown"
+    return ",".join(sorted(os.path.realpath(p) for p in paths if p.startswith("/"))) or "built in"
+
+
 engine = "torch-fsdp2" if fsdp else f"torch-{args.peer}" if plain_gpu else "torch-cpu"
 print(json.dumps({"engine": engine, "torch": torch.__version__, "model": args.model,
                   "model_code": args.model_code,
                   "parameters": sum(p.numel() for p in model.parameters()), "device": args.device,
-                  "threads": torch.get_num_threads(), "global_batch": args.batch,
+                  "threads": torch.get_num_threads(), "blas": blas_library(), "global_batch": args.batch,
                   "sequence_length": args.sequence_length, "precision": "bf16" if args.device == "cuda" else "fp32",
                   "step_ms_median": round(median, 3), "tokens_per_s": round(args.batch * args.sequence_length / (median / 1e3), 1)}))
 if fsdp:

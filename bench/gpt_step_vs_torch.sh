@@ -6,7 +6,10 @@
 # PyTorch eager with bf16 parameters; fp32 parameters under bf16 autocast; the same compiled; each
 # with fused AdamW), in one run; prints the JSON lines, each zerosim step's split (data, forward,
 # backward with exchange, optimizer) and the ratios peer time / zerosim time (>= 1.0: zerosim
-# faster). THREADS_PER_RANK (default: the cores divided among the CPU run's ranks) is passed on.
+# faster). THREADS_PER_RANK (default: the cores divided among the CPU run's ranks) is passed on;
+# PyTorch's CPU run gets the same cores (ranks x threads per rank). CPU_ONLY=1 runs the CPU pair
+# alone (a machine without a GPU). The peer's model is Hugging Face's GPT-2 where transformers
+# imports, else the same architecture in plain torch.nn (--model-code plain); the JSON says which.
 #   bench/gpt_step_vs_torch.sh BUILD_DIR [MODEL] [BATCH] [SEQUENCE_LENGTH]
 set -euo pipefail
 build=${1:?usage: gpt_step_vs_torch.sh BUILD_DIR [MODEL] [BATCH] [SEQUENCE_LENGTH]}
@@ -17,20 +20,39 @@ here=$(dirname "$0")
 ours=$("$build/bench/training_step_bench" --device cpu --world-size "$batch" --model "$model" --micro-batch 1 \
        --sequence-length "$length" --steps 3 --precision fp32 ${THREADS_PER_RANK:+--threads-per-rank "$THREADS_PER_RANK"})
 echo "$ours"
+model_code=hf
+python3 -c "import transformers" 2>/dev/null || model_code=plain
+threads=$(python3 -c "import json, sys; r = json.loads(sys.argv[1]); print(r['world_size'] * r['threads_per_rank'])" "$ours")
+cpu=$(python3 "$here/gpt_step_peer.py" --device cpu --model-code "$model_code" --threads "$threads" --model "$model" \
+      --batch "$batch" --sequence-length "$length")
+echo "$cpu"
+if [ "${CPU_ONLY:-0}" = 1 ]; then
+  python3 - "$ours" "$cpu" <<'PY'
+import json, sys
+ours, cpu = (json.loads(a) for a in sys.argv[1:3])
+z = ours['step_ms_median']
+print(f"{ours['model']} ({ours['parameters']} parameters), {ours['global_batch']} x {ours['sequence_length']} tokens: "
+      f"zerosim CPU (W={ours['world_size']}, {ours['threads_per_rank']} threads per rank) {z:.0f} ms/step; "
+      f"PyTorch {cpu['torch']} CPU ({cpu['threads']} threads, {cpu['model_code']} model) {cpu['step_ms_median']:.0f} ms/step, "
+      f"ratio {cpu['step_ms_median'] / z:.3f}")
+print(f"zerosim cpu step split (ms): data {ours['data_ms_median']:.1f}, forward {ours['forward_ms_median']:.1f}, "
+      f"backward and exchange {ours['backward_and_exchange_ms_median']:.1f}, optimizer {ours['optimizer_ms_median']:.1f}, "
+      f"other {ours['host_other_ms_median']:.1f}")
+PY
+  exit 0
+fi
 ours_cuda=$("$build/bench/training_step_bench" --device cuda --world-size 1 --model "$model" --micro-batch "$batch" \
             --sequence-length "$length" --steps 3 --precision bf16)
 echo "$ours_cuda"
 ours_fast=$("$build/bench/training_step_bench" --device cuda-fast --world-size 1 --model "$model" --micro-batch "$batch" \
             --sequence-length "$length" --steps 3 --precision bf16)
 echo "$ours_fast"
-cpu=$(python3 "$here/gpt_step_peer.py" --device cpu --model "$model" --batch "$batch" --sequence-length "$length")
-echo "$cpu"
 gpu=$(NCCL_NVLS_ENABLE=0 torchrun --standalone --nproc_per_node 1 "$here/gpt_step_peer.py" --device cuda \
-      --model "$model" --batch "$batch" --sequence-length "$length" 2>/dev/null | grep '^{')
+      --model-code "$model_code" --model "$model" --batch "$batch" --sequence-length "$length" 2>/dev/null | grep '^{')
 echo "$gpu"
 plain=()
 for peer in eager-bf16 autocast autocast-compile; do
-  line=$(python3 "$here/gpt_step_peer.py" --device cuda --peer "$peer" --model "$model" --batch "$batch" \
+  line=$(python3 "$here/gpt_step_peer.py" --device cuda --peer "$peer" --model-code "$model_code" --model "$model" --batch "$batch" \
          --sequence-length "$length" --steps 8 2>/dev/null | grep '^{')
   echo "$line"
   plain+=("$line")
@@ -42,7 +64,7 @@ peers = [json.loads(a) for a in sys.argv[6:9]]
 z = ours['step_ms_median']
 g = gpu['step_ms_median']
 print(f"{ours['model']} ({ours['parameters']} parameters), {ours['global_batch']} x {ours['sequence_length']} tokens: "
-      f"zerosim CPU (W={ours['world_size']}) {z:.0f} ms/step; PyTorch CPU ({cpu['threads']} threads) "
+      f"zerosim CPU (W={ours['world_size']}, {ours['threads_per_rank']} threads per rank) {z:.0f} ms/step; PyTorch CPU ({cpu['threads']} threads) "
       f"{cpu['step_ms_median']:.0f} ms/step, ratio {cpu['step_ms_median'] / z:.3f}")
 print(f"one GPU: FSDP2 (bf16) {g:.1f} ms/step; zerosim cuda {cuda['step_ms_median']:.0f} ms/step, ratio "
       f"{g / cuda['step_ms_median']:.4f}; zerosim cuda-fast {fast['step_ms_median']:.0f} ms/step, ratio "

@@ -7,6 +7,7 @@
 // default its block) [--threads-per-rank N] (the CPU transformer's product threads per rank;
 // default the host's cores divided among the W ranks, 1 at least). The transformer's peer is bench/gpt_step_peer.py (bench/gpt_step_vs_torch.sh).
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -39,6 +40,19 @@ class NoComputeBackend final : public zerosim::ComputeBackend {
   }
 };
 
+// A whole-number flag value, or exits naming the flag: atoi's silent 0 for "abc" or "" would
+// turn bad input into a default.
+int64_t whole_number(const std::string& flag, const char* text) {
+  char* end = nullptr;
+  errno = 0;
+  const long long value = std::strtoll(text, &end, 10);
+  if (*text == '\0' || *end != '\0' || errno != 0) {
+    std::fprintf(stderr, "%s %s: expected a whole number\n", flag.c_str(), text);
+    std::exit(2);
+  }
+  return value;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -47,16 +61,26 @@ int main(int argc, char** argv) {
   int world_size = 2;
   int64_t micro_batch = 64, steps = 8, sequence_length = 0;
   int threads_per_rank = 0;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i];
+    if (i + 1 == argc) {
+      std::fprintf(stderr, "%s: expected a value after it\n", flag.c_str());
+      return 2;
+    }
     if (flag == "--device") device = argv[i + 1];
-    else if (flag == "--world-size") world_size = std::atoi(argv[i + 1]);
+    else if (flag == "--world-size") world_size = static_cast<int>(whole_number(flag, argv[i + 1]));
     else if (flag == "--model") model_text = argv[i + 1];
-    else if (flag == "--micro-batch") micro_batch = std::atoll(argv[i + 1]);
-    else if (flag == "--steps") steps = std::atoll(argv[i + 1]);
+    else if (flag == "--micro-batch") micro_batch = whole_number(flag, argv[i + 1]);
+    else if (flag == "--steps") steps = whole_number(flag, argv[i + 1]);
     else if (flag == "--precision") precision_text = argv[i + 1];
-    else if (flag == "--sequence-length") sequence_length = std::atoll(argv[i + 1]);  // transformer: tokens per sample
-    else if (flag == "--threads-per-rank") threads_per_rank = std::atoi(argv[i + 1]);
+    else if (flag == "--sequence-length") sequence_length = whole_number(flag, argv[i + 1]);  // transformer: tokens per sample
+    else if (flag == "--threads-per-rank") {
+      threads_per_rank = static_cast<int>(whole_number(flag, argv[i + 1]));
+      if (threads_per_rank < 1 || threads_per_rank > 1024) {
+        std::fprintf(stderr, "--threads-per-rank %s: must be in 1..1024\n", argv[i + 1]);
+        return 2;
+      }
+    }
     else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
@@ -71,7 +95,7 @@ int main(int argc, char** argv) {
   TrainingOptions options;
   options.model = *model;
   options.world_size = world_size;
-  if (threads_per_rank <= 0) {
+  if (threads_per_rank == 0) {  // not given
     threads_per_rank = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, world_size));
   }
   options.product_threads_per_rank = threads_per_rank;
