@@ -62,5 +62,73 @@ RC_GTEST_PROP(ExactSquareSumProperty, AnySplitAndOrderGivesTheSameBits, (std::ve
   RC_ASSERT(std::memcmp(&expected, &actual, sizeof expected) == 0);
 }
 
+std::vector<std::byte> serialized(const ExactSquareSum& sum) {
+  std::vector<std::byte> bytes(ExactSquareSum::kSerializedBytes);
+  sum.serialize(std::span<std::byte, ExactSquareSum::kSerializedBytes>(bytes.data(), bytes.size()));
+  return bytes;
+}
+
+// The wire format of the sum, computed the plain way: each square added to a 128-bit bin for
+// its exponent field, then every bin (low, high), the infinities and the NaNs, little-endian.
+std::vector<std::byte> reference_serialized(const std::vector<float>& values) {
+  std::vector<unsigned __int128> bins(ExactSquareSum::kBinCount, 0);
+  uint64_t infinities = 0, nans = 0;
+  for (const float value : values) {
+    uint32_t bits;
+    std::memcpy(&bits, &value, sizeof bits);
+    const uint32_t field = (bits >> 23) & 0xffu;
+    const uint64_t mantissa = bits & 0x7fffffu;
+    if (field == 0xffu) {
+      (mantissa == 0 ? infinities : nans) += 1;
+      continue;
+    }
+    const uint64_t significand = field == 0 ? mantissa : (mantissa | 0x800000u);
+    bins[field] += static_cast<unsigned __int128>(significand) * significand;
+  }
+  std::vector<std::byte> bytes;
+  auto put = [&](uint64_t word) {
+    for (int byte = 0; byte < 8; ++byte) bytes.push_back(static_cast<std::byte>(word >> (8 * byte)));
+  };
+  for (const unsigned __int128 bin : bins) {
+    put(static_cast<uint64_t>(bin));
+    put(static_cast<uint64_t>(bin >> 64));
+  }
+  put(infinities);
+  put(nans);
+  return bytes;
+}
+
+// Many values of the largest significand in one exponent: a bin's sum passes 2^64 (each square is
+// just below 2^48), which the bins must carry whatever the batching.
+TEST(ExactSquareSum, ABinPastTwoToTheSixtyFourIsCarried) {
+  const float largest_below_two = std::nextafter(2.0f, 0.0f);  // significand 2^24 - 1
+  const std::vector<float> values(300'000, largest_below_two);
+  ExactSquareSum sum;
+  sum.add_squares(values);
+  EXPECT_EQ(serialized(sum), reference_serialized(values));
+  ExactSquareSum ones;
+  ones.add_squares(std::vector<float>(300'000, 1.0f));
+  EXPECT_EQ(ones.to_double(), 300'000.0);
+}
+
+// A long array's bins are those of adding each square to its bin the plain way: the batched
+// 64-bit sums lose and double-count nothing, across batch boundaries and with infinities and NaNs
+// among the values. Values cluster in a range of exponents, as gradients do.
+RC_GTEST_PROP(ExactSquareSumProperty, AnArrayGivesTheBinsOfEachSquareAddedInTurn, (uint32_t seed)) {
+  std::mt19937 generator(seed);
+  const size_t count = std::uniform_int_distribution<size_t>(0, 200'000)(generator);
+  std::vector<float> values(count);
+  std::uniform_int_distribution<uint32_t> exponent_field(std::uniform_int_distribution<uint32_t>(0, 250)(generator), 254);
+  std::uniform_int_distribution<uint32_t> mantissa(0, 0x7fffff);
+  for (float& value : values) {
+    uint32_t bits = (generator() & 0x80000000u) | (exponent_field(generator) << 23) | mantissa(generator);
+    if (generator() % 50'000 == 0) bits |= 0x7f800000u;  // now and then an infinity or a NaN
+    std::memcpy(&value, &bits, sizeof value);
+  }
+  ExactSquareSum sum;
+  sum.add_squares(values);
+  RC_ASSERT(serialized(sum) == reference_serialized(values));
+}
+
 }  // namespace
 }  // namespace zerosim
