@@ -132,6 +132,12 @@ Result<std::unique_ptr<Comm>> create_nccl_process_comm(const NcclRendezvous& ren
                             std::to_string(world_size) + " (1 to " + std::to_string(kMaxNcclRanks) + " ranks)");
   }
   if (path.empty()) return invalid_argument("NCCL rendezvous: no rendezvous file path given");
+  // Every argument is checked before the file is looked at: a bad one is named as itself, not
+  // as a file left by another run.
+  if (rendezvous.device < 0) {
+    return invalid_argument("NCCL rendezvous: rank " + std::to_string(rank) + ": LOCAL_RANK " +
+                            std::to_string(rendezvous.device) + " is not a GPU index");
+  }
   if (rank == 0) {
     ZEROSIM_ASSIGN_OR_RETURN(const bool taken, disk.exists(path));
     if (taken) {
