@@ -99,7 +99,7 @@ std::vector<std::byte> reference_serialized(const std::vector<float>& values) {
 }
 
 // Many values of the largest significand in one exponent: a bin's sum passes 2^64 (each square is
-// just below 2^48), which the bins must carry whatever the batching.
+// just below 2^48), which the 128-bit bins carry.
 TEST(ExactSquareSum, ABinPastTwoToTheSixtyFourIsCarried) {
   const float largest_below_two = std::nextafter(2.0f, 0.0f);  // significand 2^24 - 1
   const std::vector<float> values(300'000, largest_below_two);
@@ -111,12 +111,12 @@ TEST(ExactSquareSum, ABinPastTwoToTheSixtyFourIsCarried) {
   EXPECT_EQ(ones.to_double(), 300'000.0);
 }
 
-// A long array's bins are those of adding each square to its bin the plain way: the batched
-// 64-bit sums lose and double-count nothing, across batch boundaries and with infinities and NaNs
-// among the values. Values cluster in a range of exponents, as gradients do.
+// A long array's bins are those of adding each square to its bin the plain way, on one thread
+// and split among three, with infinities and NaNs among the values. Values cluster in a range
+// of exponents, as gradients do.
 RC_GTEST_PROP(ExactSquareSumProperty, AnArrayGivesTheBinsOfEachSquareAddedInTurn, (uint32_t seed)) {
   std::mt19937 generator(seed);
-  const size_t count = std::uniform_int_distribution<size_t>(0, 200'000)(generator);
+  const size_t count = std::uniform_int_distribution<size_t>(0, 2'500'000)(generator);
   std::vector<float> values(count);
   std::uniform_int_distribution<uint32_t> exponent_field(std::uniform_int_distribution<uint32_t>(0, 250)(generator), 254);
   std::uniform_int_distribution<uint32_t> mantissa(0, 0x7fffff);
@@ -127,7 +127,12 @@ RC_GTEST_PROP(ExactSquareSumProperty, AnArrayGivesTheBinsOfEachSquareAddedInTurn
   }
   ExactSquareSum sum;
   sum.add_squares(values);
-  RC_ASSERT(serialized(sum) == reference_serialized(values));
+  const std::vector<std::byte> expected = reference_serialized(values);
+  RC_ASSERT(serialized(sum) == expected);
+  // Split among threads (ranges of 2^20 values or more): the same bins.
+  ExactSquareSum threaded;
+  threaded.add_squares(values, 3);
+  RC_ASSERT(serialized(threaded) == expected);
 }
 
 }  // namespace

@@ -1,42 +1,40 @@
 #include "core/zero/exact_square_sum.h"
 
-#include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
+
+#include "core/tensor/thread_split.h"
 
 namespace zerosim {
 
 void ExactSquareSum::add_squares(std::span<const float> values) {
-  // A square is below 2^48, so 2^16 of them fit a 64-bit sum: each chunk of values is summed into
-  // 64-bit bins, and those into the 128-bit ones once per chunk (integer sums, so the same bins
-  // as adding each square to its 128-bit bin directly). Four copies of the 64-bit bins, one per
-  // lane of four neighbours: neighbours mostly share an exponent, and with one copy each add
-  // would wait for the previous one's store to the same bin.
-  constexpr size_t kChunkValues = size_t{1} << 16;
-  constexpr size_t kCopies = 4;
-  std::array<std::array<uint64_t, kBinCount>, kCopies> chunk_bins;
-  for (size_t chunk_start = 0; chunk_start < values.size(); chunk_start += kChunkValues) {
-    const size_t chunk_end = std::min(values.size(), chunk_start + kChunkValues);
-    for (auto& copy : chunk_bins) copy.fill(0);
-    for (size_t i = chunk_start; i < chunk_end; ++i) {
-      uint32_t bits;
-      std::memcpy(&bits, &values[i], sizeof bits);
-      const uint32_t exponent_field = (bits >> 23) & 0xffu;
-      const uint64_t mantissa = bits & 0x7fffffu;
-      if (exponent_field == 0xffu) [[unlikely]] {
-        if (mantissa == 0) ++infinity_count_;
-        else ++nan_count_;
-        continue;
-      }
-      const uint64_t significand = exponent_field == 0 ? mantissa : (mantissa | 0x800000u);
-      chunk_bins[i % kCopies][exponent_field] += significand * significand;
+  for (float value : values) {
+    uint32_t bits;
+    std::memcpy(&bits, &value, sizeof bits);
+    const uint32_t exponent_field = (bits >> 23) & 0xffu;
+    const uint64_t mantissa = bits & 0x7fffffu;
+    if (exponent_field == 0xffu) {
+      if (mantissa == 0) ++infinity_count_;
+      else ++nan_count_;
+      continue;
     }
-    for (const auto& copy : chunk_bins) {
-      for (size_t field = 0; field < kBinCount; ++field) bins_[field] += copy[field];
-    }
+    const uint64_t significand = exponent_field == 0 ? mantissa : (mantissa | 0x800000u);
+    bins_[exponent_field] += static_cast<unsigned __int128>(significand * significand);
   }
+}
+
+void ExactSquareSum::add_squares(std::span<const float> values, int threads) {
+  constexpr size_t kMinValuesPerThread = size_t{1} << 20;  // about a millisecond's work
+  const size_t parts = part_count(values.size(), threads, kMinValuesPerThread);
+  if (parts == 1) return add_squares(values);
+  std::vector<ExactSquareSum> part_sums(parts);
+  run_in_parts(parts, [&](size_t part) {
+    const size_t first = part * values.size() / parts;
+    part_sums[part].add_squares(values.subspan(first, (part + 1) * values.size() / parts - first));
+  });
+  for (const ExactSquareSum& part_sum : part_sums) merge(part_sum);
 }
 
 void ExactSquareSum::merge(const ExactSquareSum& other) {

@@ -6,7 +6,7 @@
 // contributes m^2 to an integer bin for its exponent field; integer addition is associative,
 // so the bins (and the double computed from them in one fixed order) are a pure function of
 // the multiset of values, whatever the rank split or summation order.
-// Cost: about one 64-bit multiply and one 64-bit add per element (128-bit adds once per 2^16), and 4 KiB of bins per
+// Cost: about one 64-bit multiply and one 128-bit add per element, and 4 KiB of bins per
 // rank exchanged with one all-gather per optimizer step.
 #pragma once
 
@@ -22,6 +22,9 @@ class ExactSquareSum {
   static constexpr size_t kBinCount = 255;  // fp32 exponent fields 0..254 (255 is inf/NaN)
 
   void add_squares(std::span<const float> values);
+  // The same on up to `threads` threads (the caller's among them), each summing a range into
+  // bins of its own, merged afterwards: integer sums, so the same bins as one thread's.
+  void add_squares(std::span<const float> values, int threads);
   void merge(const ExactSquareSum& other);
   // The sum as a double (rounded in one fixed order, smallest exponent first); +inf when a
   // value was infinite, NaN when one was NaN.
