@@ -7,9 +7,10 @@
 # with fused AdamW), in one run; prints the JSON lines, each zerosim step's split (data, forward,
 # backward with exchange, optimizer) and the ratios peer time / zerosim time (>= 1.0: zerosim
 # faster). THREADS_PER_RANK (default: the cores divided among the CPU run's ranks) is passed on;
-# PyTorch's CPU run gets the same cores (ranks x threads per rank). CPU_ONLY=1 runs the CPU pair
-# alone (a machine without a GPU). The peer's model is Hugging Face's GPT-2 where transformers
-# imports, else the same architecture in plain torch.nn (--model-code plain); the JSON says which.
+# PyTorch's CPU run gets the same cores (ranks x threads per rank). PYTHON names the peer's
+# interpreter (default python3). CPU_ONLY=1 runs the CPU pair alone (a machine without a GPU).
+# The peer's model is Hugging Face's GPT-2 where transformers imports, else the same architecture
+# in plain torch.nn (--model-code plain); the JSON says which.
 #   bench/gpt_step_vs_torch.sh BUILD_DIR [MODEL] [BATCH] [SEQUENCE_LENGTH]
 set -euo pipefail
 build=${1:?usage: gpt_step_vs_torch.sh BUILD_DIR [MODEL] [BATCH] [SEQUENCE_LENGTH]}
@@ -17,13 +18,14 @@ model=${2:-gpt:layers=12,embd=768,heads=12,vocab=50257,block=1024}
 batch=${3:-8}
 length=${4:-128}
 here=$(dirname "$0")
+python=${PYTHON:-python3}  # the Python whose torch is the peer
 ours=$("$build/bench/training_step_bench" --device cpu --world-size "$batch" --model "$model" --micro-batch 1 \
-       --sequence-length "$length" --steps 3 --precision fp32 ${THREADS_PER_RANK:+--threads-per-rank "$THREADS_PER_RANK"})
+       --sequence-length "$length" --steps 6 --precision fp32 ${THREADS_PER_RANK:+--threads-per-rank "$THREADS_PER_RANK"})
 echo "$ours"
 model_code=hf
-python3 -c "import transformers" 2>/dev/null || model_code=plain
+"$python" -c "import transformers" 2>/dev/null || model_code=plain
 threads=$(python3 -c "import json, sys; r = json.loads(sys.argv[1]); print(r['world_size'] * r['threads_per_rank'])" "$ours")
-cpu=$(python3 "$here/gpt_step_peer.py" --device cpu --model-code "$model_code" --threads "$threads" --model "$model" \
+cpu=$("$python" "$here/gpt_step_peer.py" --device cpu --model-code "$model_code" --threads "$threads" --model "$model" \
       --batch "$batch" --sequence-length "$length")
 echo "$cpu"
 if [ "${CPU_ONLY:-0}" = 1 ]; then
@@ -52,7 +54,7 @@ gpu=$(NCCL_NVLS_ENABLE=0 torchrun --standalone --nproc_per_node 1 "$here/gpt_ste
 echo "$gpu"
 plain=()
 for peer in eager-bf16 autocast autocast-compile; do
-  line=$(python3 "$here/gpt_step_peer.py" --device cuda --peer "$peer" --model-code "$model_code" --model "$model" --batch "$batch" \
+  line=$("$python" "$here/gpt_step_peer.py" --device cuda --peer "$peer" --model-code "$model_code" --model "$model" --batch "$batch" \
          --sequence-length "$length" --steps 8 2>/dev/null | grep '^{')
   echo "$line"
   plain+=("$line")

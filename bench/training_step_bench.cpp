@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
   if (threads_per_rank == 0) {  // not given
     threads_per_rank = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, world_size));
   }
-  options.product_threads_per_rank = threads_per_rank;
+  options.threads_per_rank = threads_per_rank;
   ResolvedConfig& config = options.config;
   config.precision = config.communication_dtype = precision_text == "fp32"   ? Precision::kFp32
                                                   : precision_text == "fp16" ? Precision::kFp16

@@ -263,13 +263,14 @@ TEST(Cli, FixedTrainBatchSizeGivesTheSameStateAtAnyWorldSize) {
   }
 }
 
-// The transformer's products split among threads keep every bit: the state after two steps is
-// the same on 1, 2 and 3 threads per rank (the head's products, 256 rows by a vocabulary of
-// 4000, are large enough to be split), and a count below 1 is refused by name.
+// A rank's compute split among threads keeps every bit: the state after two steps is the same on
+// 1, 2 and 3 threads per rank (the head's products, 256 rows by a vocabulary of 9000, and AdamW
+// over the 650,000 parameters are large enough to be split), and a count below 1 is refused by
+// name.
 TEST(Cli, ThreadsPerRankChangeNoBitOfTheState) {
   std::string reference;
   for (int threads : {1, 2, 3}) {
-    const CommandResult result = run_cli("train --steps 2 --json --model gpt:layers=1,embd=64,heads=2,vocab=4000,block=64 "
+    const CommandResult result = run_cli("train --steps 2 --json --model gpt:layers=1,embd=64,heads=2,vocab=9000,block=64 "
                                          "--world-size 1 --run-id cli-threads --threads-per-rank " +
                                          std::to_string(threads) + " --set zero_optimization.offload_optimizer.device=none");
     ASSERT_EQ(result.exit_code, 0) << result.output;

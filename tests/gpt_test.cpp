@@ -193,6 +193,40 @@ TEST(Gpt, TheFloatPathKeepsTheScalarLoopsBits) {
   EXPECT_EQ(digest, 0x0b136167f68bbd05ull) << std::hex << "digest 0x" << digest << ", loss bits 0x" << loss_bits;
 }
 
+// A micro-batch large enough that every stage splits among threads (each product's rows, the
+// attention's (sequence, head) pairs, GELU's values, the loss's rows) gives one thread's loss
+// and gradients, bit for bit, at 2 and 3 threads.
+TEST(Gpt, SeveralThreadsGiveOneThreadsBits) {
+  Problem large;
+  large.spec = GptSpec{1, 128, 2, 4096, 128};  // a head of 64 dimensions over 128 tokens: 2^20 products
+  large.sequences = 2;
+  large.length = 128;
+  large.token_range = 4096;
+  const Problem problem = make_problem(11, large);
+  std::vector<std::vector<float>> parameters;
+  for (const std::vector<double>& tensor : problem.parameters) parameters.emplace_back(tensor.begin(), tensor.end());
+  auto run = [&](int threads, std::vector<std::vector<float>>& gradients) {
+    for (const std::vector<float>& tensor : parameters) gradients.emplace_back(tensor.size(), 0.0f);
+    const Result<float> loss = gpt_forward_backward<float>(problem.spec, parameters, problem.tokens, problem.sequences,
+                                                           problem.length, 0.01f, gradients, threads);
+    EXPECT_TRUE(loss.ok()) << loss.status().to_string();
+    return loss.ok() ? *loss : 0.0f;
+  };
+  std::vector<std::vector<float>> one_thread;
+  const float one_thread_loss = run(1, one_thread);
+  for (const int threads : {2, 3}) {
+    SCOPED_TRACE(std::to_string(threads) + " threads");
+    std::vector<std::vector<float>> gradients;
+    const float loss = run(threads, gradients);
+    EXPECT_EQ(float_bits(loss), float_bits(one_thread_loss));
+    for (size_t p = 0; p < gradients.size(); ++p) {
+      size_t differing = 0;
+      for (size_t k = 0; k < gradients[p].size(); ++k) differing += float_bits(gradients[p][k]) != float_bits(one_thread[p][k]);
+      EXPECT_EQ(differing, 0u) << "parameter " << p << ": " << differing << " of " << gradients[p].size() << " differ";
+    }
+  }
+}
+
 TEST(Gpt, TheLossIsHuggingFacesGpt2LossOnTheSameWeightsAndBatch) {
   std::ifstream file(std::string(ZEROSIM_TEST_DATA_DIR) + "/gpt/hf_gpt2_losses.json");
   const nlohmann::json golden = nlohmann::json::parse(file);

@@ -463,7 +463,7 @@ std::optional<int> training_options_from(const TrainFlags& flags, TrainingOption
   options.seed = flags.seed;
   options.frozen_parameters = flags.frozen_parameters;
   options.world_size = static_cast<int>(flags.config.settings.world_size);
-  options.product_threads_per_rank = flags.threads_per_rank;
+  options.threads_per_rank = flags.threads_per_rank;
   options.data = dataset_for_model(*model, flags.dataset_size, flags.seed);
   if (!flags.token_file.empty()) {
     if (const std::optional<int> refused = use_token_file(flags, *model, options)) return refused;
@@ -741,8 +741,8 @@ void add_train_commands(CLI::App& app, TrainCommands& commands) {
   train->add_flag("--json", train_flags.json, "Print one JSON object: steps, state_digest, component_digests");
   add_device_flag(*train, train_flags.device);
   train->add_option("--threads-per-rank", train_flags.threads_per_rank,
-                    "On the CPU, threads each rank's transformer products may use, its own among them (default 1; "
-                    "the results are the same bits for any count)")
+                    "On the CPU, threads each rank's compute may use (products, attention, loss, AdamW, the "
+                    "gradient norm), its own among them (default 1; the results are the same bits for any count)")
       ->check(CLI::Range(1, 1024));
   train->add_option("--rendezvous", train_flags.rendezvous_path,
                     "Run as one rank of several processes (one GPU each; rank, world size and GPU from the "

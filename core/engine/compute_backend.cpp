@@ -1,32 +1,48 @@
 #include "core/engine/compute_backend.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "core/model/gpt.h"
 #include "core/model/mlp.h"
+#include "core/tensor/thread_split.h"
 
 namespace zerosim {
 
 namespace {
 
-// What both CPU backends share: the name and AdamW on the host's SIMD path.
+// What both CPU backends share: the name and AdamW on the host's SIMD path, on the rank's
+// threads. AdamW is elementwise (every SIMD path equals the scalar reference, tails included),
+// so the split cannot change a bit.
 class CpuBackend : public ComputeBackend {
  public:
-  explicit CpuBackend(SimdPath simd_path) : simd_path_(simd_path) {}
+  CpuBackend(SimdPath simd_path, int threads) : simd_path_(simd_path), threads_(threads) {}
   std::string name() const override { return "cpu"; }
   Status adam_update(const AdamStepScalars& scalars, float grad_multiplier, float* master, const float* gradient,
                      float* exp_avg, float* exp_avg_sq, size_t count) override {
-    zerosim::adam_update(simd_path_, scalars, grad_multiplier, master, gradient, exp_avg, exp_avg_sq, count);
+    // A part of 2^18 elements or more (7 MiB of state traffic, a fraction of a millisecond),
+    // its length a multiple of 64 elements so that each part starts on a cache line as the
+    // whole does.
+    constexpr size_t kMinElementsPerThread = size_t{1} << 18;
+    const size_t parts = part_count(count, threads_, kMinElementsPerThread);
+    const size_t part_elements = (count / parts + 63) / 64 * 64;
+    run_in_parts((count + part_elements - 1) / part_elements, [&](size_t part) {
+      const size_t first = part * part_elements;
+      zerosim::adam_update(simd_path_, scalars, grad_multiplier, master + first, gradient + first, exp_avg + first,
+                           exp_avg_sq + first, std::min(part_elements, count - first));
+    });
     return Status();
   }
 
  private:
   SimdPath simd_path_;
+  int threads_;
 };
 
 class CpuMlpBackend final : public CpuBackend {
  public:
-  CpuMlpBackend(const ModelSpec& model, SimdPath simd_path) : CpuBackend(simd_path), model_(model) {}
+  CpuMlpBackend(const ModelSpec& model, SimdPath simd_path, int threads)
+      : CpuBackend(simd_path, threads), model_(model) {}
 
   Status begin_micro_batch(const MicroBatchInput& batch) override {
     const size_t layer_count = static_cast<size_t>(mlp_layer_count(model_));
@@ -71,8 +87,8 @@ class CpuMlpBackend final : public CpuBackend {
 // The transformer's stages (gpt.h) in model_plan's order.
 class CpuGptBackend final : public CpuBackend {
  public:
-  CpuGptBackend(const GptSpec& spec, SimdPath simd_path, int product_threads) : CpuBackend(simd_path), spec_(spec) {
-    activations_.product_threads = product_threads;
+  CpuGptBackend(const GptSpec& spec, SimdPath simd_path, int threads) : CpuBackend(simd_path, threads), spec_(spec) {
+    activations_.threads = threads;
   }
 
   Status begin_micro_batch(const MicroBatchInput& batch) override {
@@ -119,9 +135,9 @@ class CpuGptBackend final : public CpuBackend {
 }  // namespace
 
 std::unique_ptr<ComputeBackend> make_cpu_compute_backend(const ModelSpec& model, SimdPath simd_path,
-                                                         int product_threads) {
-  if (model.gpt) return std::make_unique<CpuGptBackend>(*model.gpt, simd_path, product_threads);
-  return std::make_unique<CpuMlpBackend>(model, simd_path);
+                                                         int threads) {
+  if (model.gpt) return std::make_unique<CpuGptBackend>(*model.gpt, simd_path, threads);
+  return std::make_unique<CpuMlpBackend>(model, simd_path, threads);
 }
 
 }  // namespace zerosim

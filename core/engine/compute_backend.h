@@ -151,9 +151,11 @@ class ComputeBackend {
 
 // The CPU backend: the kernels of core/model/mlp.h or core/model/gpt.h, and core/optim/adamw.h
 // on `simd_path`.
-// The transformer's dense products use up to `product_threads` threads (the same bits for any).
+// Each rank's compute uses up to `threads` threads (the same bits for any count): AdamW split
+// into ranges, the transformer's dense products by rows of their result, its attention by
+// (sequence, head) and its loss by rows.
 std::unique_ptr<ComputeBackend> make_cpu_compute_backend(const ModelSpec& model, SimdPath simd_path,
-                                                         int product_threads = 1);
+                                                         int threads = 1);
 
 // Makes rank `rank`'s backend for a world of `world_size` ranks. Set in TrainingOptions to run
 // a rank's compute elsewhere than on the CPU (the tools layer builds it from --device).

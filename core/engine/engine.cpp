@@ -186,8 +186,8 @@ Status validate_training_options(const TrainingOptions& options) {
                                 " GiB: reduce the model widths, the micro batch or the world size");
     }
   }
-  if (options.product_threads_per_rank < 1) {
-    return invalid_argument("product threads per rank: " + std::to_string(options.product_threads_per_rank) +
+  if (options.threads_per_rank < 1) {
+    return invalid_argument("product threads per rank: " + std::to_string(options.threads_per_rank) +
                             " (at least 1: the rank's own thread)");
   }
   if (options.simd_path && !simd_path_available(*options.simd_path)) {
@@ -228,7 +228,7 @@ Status RankEngine::prepare_storage() {
     if (options_.compute.factory) {
       ZEROSIM_ASSIGN_OR_RETURN(compute_, options_.compute.factory(comm_.rank(), comm_.world_size(), options_.model));
     } else {
-      compute_ = make_cpu_compute_backend(options_.model, simd_path_, options_.product_threads_per_rank);
+      compute_ = make_cpu_compute_backend(options_.model, simd_path_, options_.threads_per_rank);
     }
   }
   backend_makes_batches_ = false;
@@ -644,7 +644,7 @@ Status RankEngine::reduce_scatter_layer(int64_t layer_index, int64_t micro_step_
   for (int64_t p = layer.first_parameter; p < layer.end_parameter; ++p) {
     ZEROSIM_RETURN_IF_ERROR(gradient_swapper_->write(static_cast<int>(p), version, partition_bytes(p)));
   }
-  if (micro_step_index + 1 == accumulation) step_gradient_squares_.add_squares(accumulator);
+  if (micro_step_index + 1 == accumulation) step_gradient_squares_.add_squares(accumulator, options_.threads_per_rank);
   return Status();
 }
 
@@ -866,7 +866,7 @@ Status RankEngine::optimizer_step(StepRecord& record) {
   if (resident_squares) {
     local_sum.merge(*resident_squares);
   } else if (!gradient_swapper_) {
-    local_sum.add_squares(gradient_partition_);
+    local_sum.add_squares(gradient_partition_, options_.threads_per_rank);
   }
   constexpr size_t kBinBytes = ExactSquareSum::kSerializedBytes;
   std::vector<std::byte> local_bytes(kBinBytes);

@@ -36,10 +36,11 @@ struct TrainingOptions {
   std::optional<SimdPath> simd_path;
   // Where each rank's forward, backward and AdamW run (compute_backend.h); default the CPU.
   ComputeDevice compute;
-  // On the CPU, how many threads each rank's dense products may use (the rank's own thread
-  // among them): at least 1. Each thread folds its own rows of a product, so every bit is the
-  // same for any count; only the time changes.
-  int product_threads_per_rank = 1;
+  // On the CPU, how many threads each rank's compute may use (the rank's own thread among them):
+  // at least 1. Each thread computes outputs of its own (rows of a product, a range of AdamW's
+  // elements, a transformer head's attention, rows of the loss) and shared sums fold in a fixed
+  // order, so every bit is the same for any count; only the time changes.
+  int threads_per_rank = 1;
   // Host memory the W ranks together may use; 0 = no limit. The command line sets it from the
   // machine's physical memory so that an impossible model, batch or world size is refused up
   // front with the estimate, instead of being killed by the OOM killer mid-run.

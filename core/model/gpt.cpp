@@ -6,6 +6,7 @@
 
 #include "core/env/rng.h"
 #include "core/tensor/portable_math.h"
+#include "core/tensor/thread_split.h"
 #include "core/tensor/vector_ops.h"
 
 namespace zerosim {
@@ -401,6 +402,135 @@ void head_transposed(const Real* qkv, int64_t t_count, int64_t e, int64_t offset
   }
 }
 
+// What one thread's share of the attention needs for itself: a head's keys or values
+// transposed, the keys a query may attend to, one row's shifted scores, one row's score
+// gradients.
+template <typename Real>
+struct AttentionScratch {
+  std::vector<Real> transposed, shifted, d_p;
+  std::vector<int64_t> allowed;
+};
+
+// head(s, h, scratch) for every (sequence, head) pair, in contiguous ranges of pairs on up to
+// a.threads threads, each with scratch of its own. A pair is worth a thread's share from about
+// 2^20 multiply-adds (its scores and weighted sums, t^2 d each).
+template <typename Real, typename Head>
+void for_each_attention_head(const GptActivations<Real>& a, int64_t t_count, int64_t heads, int64_t d, Head&& head) {
+  const size_t pairs = static_cast<size_t>(a.sequence_count * heads);
+  const size_t pair_work = static_cast<size_t>(std::max<int64_t>(1, t_count * t_count * d));
+  const size_t parts = part_count(pairs, a.threads, std::max<size_t>(1, (size_t{1} << 20) / pair_work));
+  std::vector<AttentionScratch<Real>> scratch(parts);
+  run_in_parts(parts, [&](size_t part) {
+    for (size_t pair = part * pairs / parts; pair < (part + 1) * pairs / parts; ++pair) {
+      head(static_cast<int64_t>(pair) / heads, static_cast<int64_t>(pair) % heads, scratch[part]);
+    }
+  });
+}
+
+// One head's attention over one sequence: its rows of the probabilities and its columns of the
+// attended values (outputs no other (sequence, head) pair writes).
+template <typename Real>
+void attention_forward_head(const GptSpec& spec, const GptActivations<Real>& a, GptBlockCache<Real>& c, int64_t s,
+                            int64_t h, Real attention_scale, AttentionScratch<Real>& scratch) {
+  const int64_t e = spec.embd, t_count = a.sequence_length, heads = spec.heads, d = e / heads;
+  const Real* qkv = c.qkv.data() + s * t_count * 3 * e;
+  Real* attended = c.attended.data() + s * t_count * e;
+  head_transposed(qkv, t_count, e, h * d + e, d, scratch.transposed);  // K^T [d, T]
+  for (int64_t i = 0; i < t_count; ++i) {
+    allowed_keys(a.causal_mask, spec.block, i, t_count, scratch.allowed);
+    Real* p = &c.probabilities[static_cast<size_t>(((s * heads + h) * t_count + i) * t_count)];
+    const Real* q = qkv + i * 3 * e + h * d;
+    if (scratch.allowed.empty()) {
+      // Every score is the same lowest float: softmax is uniform over the sequence.
+      for (int64_t j = 0; j < t_count; ++j) p[j] = Real(1) / static_cast<Real>(t_count);
+    } else {
+      const int64_t n = static_cast<int64_t>(scratch.allowed.size());
+      if (is_prefix(scratch.allowed)) {
+        // Scores of keys 0..n-1 together: each a fold over the head's dimensions.
+        std::fill(p, p + n, Real(0));
+        for (int64_t k = 0; k < d; ++k) axpy(q[k], scratch.transposed.data() + k * t_count, p, n);
+      } else {
+        for (const int64_t j : scratch.allowed) {
+          Real score = Real(0);
+          for (int64_t k = 0; k < d; ++k) score = score + q[k] * qkv[j * 3 * e + e + h * d + k];
+          p[j] = score;
+        }
+      }
+      Real maximum = Real(0);
+      for (size_t m = 0; m < scratch.allowed.size(); ++m) {
+        const int64_t j = scratch.allowed[m];
+        p[j] = p[j] * attention_scale;
+        if (m == 0 || p[j] > maximum) maximum = p[j];
+      }
+      // The exponentials of the row at once (the same bits), then the sum in key order.
+      scratch.shifted.resize(scratch.allowed.size());
+      for (size_t m = 0; m < scratch.allowed.size(); ++m) scratch.shifted[m] = p[scratch.allowed[m]] - maximum;
+      real_exp_in_place(scratch.shifted.data(), static_cast<int64_t>(scratch.shifted.size()));
+      Real sum = Real(0);
+      for (size_t m = 0; m < scratch.allowed.size(); ++m) {
+        p[scratch.allowed[m]] = scratch.shifted[m];
+        sum = sum + scratch.shifted[m];
+      }
+      for (const int64_t j : scratch.allowed) p[j] = p[j] / sum;
+    }
+    // attended[i] = sum_j p[j] v[j], a fold over j per dimension.
+    Real* value = attended + i * e + h * d;
+    std::fill(value, value + d, Real(0));
+    if (scratch.allowed.empty()) {
+      for (int64_t j = 0; j < t_count; ++j) axpy(p[j], qkv + j * 3 * e + 2 * e + h * d, value, d);
+    } else {
+      for (const int64_t j : scratch.allowed) axpy(p[j], qkv + j * 3 * e + 2 * e + h * d, value, d);
+    }
+  }
+}
+
+// The backward of one head's attention over one sequence: its columns of d_qkv (queries', keys'
+// and values' gradients), which no other (sequence, head) pair writes; a key's and a value's
+// gradients fold over the queries in ascending order, as before the split.
+template <typename Real>
+void attention_backward_head(const GptSpec& spec, GptActivations<Real>& a, const GptBlockCache<Real>& c, int64_t s,
+                             int64_t h, Real attention_scale, AttentionScratch<Real>& scratch) {
+  const int64_t e = spec.embd, t_count = a.sequence_length, heads = spec.heads, d = e / heads;
+  const Real* qkv = c.qkv.data() + s * t_count * 3 * e;
+  const Real* d_attended = a.d_attended.data() + s * t_count * e;
+  Real* d_qkv = a.d_qkv.data() + s * t_count * 3 * e;
+  head_transposed(qkv, t_count, e, h * d + 2 * e, d, scratch.transposed);  // V^T [d, T]
+  for (int64_t i = 0; i < t_count; ++i) {
+    allowed_keys(a.causal_mask, spec.block, i, t_count, scratch.allowed);
+    const bool uniform = scratch.allowed.empty();
+    if (uniform) {
+      for (int64_t j = 0; j < t_count; ++j) scratch.allowed.push_back(j);
+    }
+    const Real* p = &c.probabilities[static_cast<size_t>(((s * heads + h) * t_count + i) * t_count)];
+    const Real* d_att = d_attended + i * e + h * d;
+    // d_p[j] = d_attended[i] . v[j] (a fold over the head's dimensions); weighted = sum_j d_p[j] p[j].
+    scratch.d_p.assign(static_cast<size_t>(t_count), Real(0));
+    if (is_prefix(scratch.allowed)) {
+      for (int64_t k = 0; k < d; ++k) {
+        axpy(d_att[k], scratch.transposed.data() + k * t_count, scratch.d_p.data(),
+             static_cast<int64_t>(scratch.allowed.size()));
+      }
+    } else {
+      for (const int64_t j : scratch.allowed) {
+        Real dot = Real(0);
+        for (int64_t k = 0; k < d; ++k) dot = dot + d_att[k] * qkv[j * 3 * e + 2 * e + h * d + k];
+        scratch.d_p[static_cast<size_t>(j)] = dot;
+      }
+    }
+    Real weighted = Real(0);
+    for (const int64_t j : scratch.allowed) weighted = weighted + scratch.d_p[static_cast<size_t>(j)] * p[j];
+    Real* d_q = d_qkv + i * 3 * e + h * d;
+    const Real* q = qkv + i * 3 * e + h * d;
+    for (const int64_t j : scratch.allowed) {
+      axpy(p[j], d_att, d_qkv + j * 3 * e + 2 * e + h * d, d);  // d_v[j] += p[j] d_attended[i]
+      if (uniform) continue;  // a constant (masked) score has no gradient
+      const Real d_score = p[j] * (scratch.d_p[static_cast<size_t>(j)] - weighted) * attention_scale;
+      axpy(d_score, qkv + j * 3 * e + e + h * d, d_q, d);      // d_q[i] += d_score k[j]
+      axpy(d_score, q, d_qkv + j * 3 * e + e + h * d, d);      // d_k[j] += d_score q[i]
+    }
+  }
+}
+
 }  // namespace
 
 template <typename Real>
@@ -432,75 +562,30 @@ void gpt_block_forward(const GptSpec& spec, int64_t block, std::span<const std::
   c.ln_1.resize(static_cast<size_t>(rows * e));
   layer_norm(a.x.data(), rows, e, param(0), param(1), c.ln_1.data(), c.ln_1_cache);
   c.qkv.resize(static_cast<size_t>(rows * 3 * e));
-  conv1d(c.ln_1.data(), rows, e, param(2), param(3), 3 * e, c.qkv.data(), a.product_threads);
+  conv1d(c.ln_1.data(), rows, e, param(2), param(3), 3 * e, c.qkv.data(), a.threads);
   c.probabilities.assign(static_cast<size_t>(a.sequence_count * heads * t_count * t_count), Real(0));
   c.attended.assign(static_cast<size_t>(rows * e), Real(0));
-  std::vector<int64_t> allowed;
-  std::vector<Real> shifted;  // one row's scores minus their maximum, then their exponentials
-  for (int64_t s = 0; s < a.sequence_count; ++s) {
-    const Real* qkv = c.qkv.data() + s * t_count * 3 * e;
-    Real* attended = c.attended.data() + s * t_count * e;
-    for (int64_t h = 0; h < heads; ++h) {
-      head_transposed(qkv, t_count, e, h * d + e, d, a.transposed);  // K^T [d, T]
-      for (int64_t i = 0; i < t_count; ++i) {
-        allowed_keys(a.causal_mask, spec.block, i, t_count, allowed);
-        Real* p = &c.probabilities[static_cast<size_t>(((s * heads + h) * t_count + i) * t_count)];
-        const Real* q = qkv + i * 3 * e + h * d;
-        if (allowed.empty()) {
-          // Every score is the same lowest float: softmax is uniform over the sequence.
-          for (int64_t j = 0; j < t_count; ++j) p[j] = Real(1) / static_cast<Real>(t_count);
-        } else {
-          const int64_t n = static_cast<int64_t>(allowed.size());
-          if (is_prefix(allowed)) {
-            // Scores of keys 0..n-1 together: each a fold over the head's dimensions.
-            std::fill(p, p + n, Real(0));
-            for (int64_t k = 0; k < d; ++k) axpy(q[k], a.transposed.data() + k * t_count, p, n);
-          } else {
-            for (const int64_t j : allowed) {
-              Real score = Real(0);
-              for (int64_t k = 0; k < d; ++k) score = score + q[k] * qkv[j * 3 * e + e + h * d + k];
-              p[j] = score;
-            }
-          }
-          Real maximum = Real(0);
-          for (size_t m = 0; m < allowed.size(); ++m) {
-            const int64_t j = allowed[m];
-            p[j] = p[j] * attention_scale;
-            if (m == 0 || p[j] > maximum) maximum = p[j];
-          }
-          // The exponentials of the row at once (the same bits), then the sum in key order.
-          shifted.resize(allowed.size());
-          for (size_t m = 0; m < allowed.size(); ++m) shifted[m] = p[allowed[m]] - maximum;
-          real_exp_in_place(shifted.data(), static_cast<int64_t>(shifted.size()));
-          Real sum = Real(0);
-          for (size_t m = 0; m < allowed.size(); ++m) {
-            p[allowed[m]] = shifted[m];
-            sum = sum + shifted[m];
-          }
-          for (const int64_t j : allowed) p[j] = p[j] / sum;
-        }
-        // attended[i] = sum_j p[j] v[j], a fold over j per dimension.
-        Real* value = attended + i * e + h * d;
-        std::fill(value, value + d, Real(0));
-        if (allowed.empty()) {
-          for (int64_t j = 0; j < t_count; ++j) axpy(p[j], qkv + j * 3 * e + 2 * e + h * d, value, d);
-        } else {
-          for (const int64_t j : allowed) axpy(p[j], qkv + j * 3 * e + 2 * e + h * d, value, d);
-        }
-      }
-    }
-  }
+  for_each_attention_head(a, t_count, heads, d, [&](int64_t s, int64_t h, AttentionScratch<Real>& scratch) {
+    attention_forward_head(spec, a, c, s, h, attention_scale, scratch);
+  });
   c.middle.resize(static_cast<size_t>(rows * e));
-  conv1d(c.attended.data(), rows, e, param(4), param(5), e, c.middle.data(), a.product_threads);
+  conv1d(c.attended.data(), rows, e, param(4), param(5), e, c.middle.data(), a.threads);
   for (int64_t k = 0; k < rows * e; ++k) c.middle[k] = c.middle[k] + a.x[k];
   c.ln_2.resize(static_cast<size_t>(rows * e));
   layer_norm(c.middle.data(), rows, e, param(6), param(7), c.ln_2.data(), c.ln_2_cache);
   c.fc.resize(static_cast<size_t>(rows * 4 * e));
-  conv1d(c.ln_2.data(), rows, e, param(8), param(9), 4 * e, c.fc.data(), a.product_threads);
+  conv1d(c.ln_2.data(), rows, e, param(8), param(9), 4 * e, c.fc.data(), a.threads);
   c.fc_gelu.resize(c.fc.size());
   c.fc_derivative.resize(c.fc.size());
-  gelu_rows(c.fc.data(), static_cast<int64_t>(c.fc.size()), c.fc_gelu.data(), c.fc_derivative.data());
-  conv1d(c.fc_gelu.data(), rows, 4 * e, param(10), param(11), e, a.x.data(), a.product_threads);
+  // Elementwise, so split among the threads from 2^16 values a share (the same bits).
+  const int64_t wide_count = static_cast<int64_t>(c.fc.size());
+  const size_t gelu_parts = part_count(static_cast<size_t>(wide_count), a.threads, size_t{1} << 16);
+  run_in_parts(gelu_parts, [&](size_t part) {
+    const int64_t first = static_cast<int64_t>(part) * wide_count / static_cast<int64_t>(gelu_parts);
+    const int64_t end = static_cast<int64_t>(part + 1) * wide_count / static_cast<int64_t>(gelu_parts);
+    gelu_rows(c.fc.data() + first, end - first, c.fc_gelu.data() + first, c.fc_derivative.data() + first);
+  });
+  conv1d(c.fc_gelu.data(), rows, 4 * e, param(10), param(11), e, a.x.data(), a.threads);
   for (int64_t k = 0; k < rows * e; ++k) a.x[k] = a.x[k] + c.middle[k];
 }
 
@@ -526,35 +611,46 @@ void gpt_head_forward(const GptSpec& spec, std::span<const std::vector<Real>> pa
   // rows x embd activations and the rows x vocab result instead of the vocab x embd weight.
   transpose(a.final_normalized.data(), rows, e, a.d_scratch);
   a.transposed.assign(static_cast<size_t>(v * rows), Real(0));
-  rows_times_matrix(wte, v, e, a.d_scratch.data(), rows, a.transposed.data(), a.product_threads);
+  rows_times_matrix(wte, v, e, a.d_scratch.data(), rows, a.transposed.data(), a.threads);
   transpose(a.transposed.data(), v, rows, a.logits);
 }
 
 template <typename Real>
 Real gpt_loss(const GptSpec& spec, Real gradient_scale, GptActivations<Real>& a) {
-  const int64_t t_count = a.sequence_length, v = spec.vocab;
-  Real loss_sum = Real(0);
-  for (int64_t s = 0; s < a.sequence_count; ++s) {
-    const int32_t* sequence = a.tokens.data() + s * (t_count + 1);
-    for (int64_t t = 0; t < t_count; ++t) {
-      Real* z = &a.logits[(s * t_count + t) * v];
-      Real maximum = z[0];
-      for (int64_t w = 1; w < v; ++w) maximum = z[w] > maximum ? z[w] : maximum;
-      const int32_t target = sequence[t + 1];
-      const Real target_logit = z[target];
-      // Each exponential once, kept in place of its logit for the gradient below.
-      for (int64_t w = 0; w < v; ++w) z[w] = z[w] - maximum;
-      real_exp_in_place(z, v);
-      Real sum = Real(0);
-      for (int64_t w = 0; w < v; ++w) sum = sum + z[w];
-      loss_sum = loss_sum + (real_log(sum) - (target_logit - maximum));
-      for (int64_t w = 0; w < v; ++w) {
-        const Real probability = z[w] / sum;
-        z[w] = gradient_scale * (probability - (w == target ? Real(1) : Real(0)));
-      }
+  const int64_t t_count = a.sequence_length, v = spec.vocab, rows = row_count(a);
+  // Each row's term (and its logits' gradients in place) on its own, the rows split among the
+  // threads; then the terms folded in row order, the order of a single loop over the rows.
+  std::vector<Real> row_terms(static_cast<size_t>(rows));
+  auto one_row = [&](int64_t r) {
+    const int32_t* sequence = a.tokens.data() + (r / t_count) * (t_count + 1);
+    const int64_t t = r % t_count;
+    Real* z = &a.logits[r * v];
+    Real maximum = z[0];
+    for (int64_t w = 1; w < v; ++w) maximum = z[w] > maximum ? z[w] : maximum;
+    const int32_t target = sequence[t + 1];
+    const Real target_logit = z[target];
+    // Each exponential once, kept in place of its logit for the gradient below.
+    for (int64_t w = 0; w < v; ++w) z[w] = z[w] - maximum;
+    real_exp_in_place(z, v);
+    Real sum = Real(0);
+    for (int64_t w = 0; w < v; ++w) sum = sum + z[w];
+    row_terms[static_cast<size_t>(r)] = real_log(sum) - (target_logit - maximum);
+    for (int64_t w = 0; w < v; ++w) {
+      const Real probability = z[w] / sum;
+      z[w] = gradient_scale * (probability - (w == target ? Real(1) : Real(0)));
     }
-  }
-  return loss_sum / static_cast<Real>(row_count(a));
+  };
+  // A thread's share: 2^18 logits or more (a row is the vocabulary's exponentials and three passes).
+  const size_t parts =
+      std::min(part_count(static_cast<size_t>(rows * v), a.threads, size_t{1} << 18), std::max<size_t>(1, rows));
+  run_in_parts(parts, [&](size_t part) {
+    const int64_t first = static_cast<int64_t>(part) * rows / static_cast<int64_t>(parts);
+    const int64_t end = static_cast<int64_t>(part + 1) * rows / static_cast<int64_t>(parts);
+    for (int64_t r = first; r < end; ++r) one_row(r);
+  });
+  Real loss_sum = Real(0);
+  for (const Real term : row_terms) loss_sum = loss_sum + term;
+  return loss_sum / static_cast<Real>(rows);
 }
 
 template <typename Real>
@@ -569,9 +665,9 @@ void gpt_head_backward(const GptSpec& spec, std::span<const std::vector<Real>> p
   // d_wte += d_logits^T normalized (the head's use, first; folds over the rows); d_normalized =
   // d_logits wte (folds over the vocabulary).
   transposed_rows_product(a.logits.data(), rows, v, a.final_normalized.data(), e, d_wte, a.transposed,
-                          a.product_threads);
+                          a.threads);
   a.d_scratch.assign(static_cast<size_t>(rows * e), Real(0));
-  rows_times_matrix(a.logits.data(), rows, v, wte, e, a.d_scratch.data(), a.product_threads);
+  rows_times_matrix(a.logits.data(), rows, v, wte, e, a.d_scratch.data(), a.threads);
 }
 
 template <typename Real>
@@ -604,61 +700,22 @@ void gpt_block_backward(const GptSpec& spec, int64_t block, std::span<const std:
   a.d_wide.resize(static_cast<size_t>(rows * 4 * e));
   a.d_scratch.resize(static_cast<size_t>(rows * e));
   conv1d_backward(c.fc_gelu.data(), rows, 4 * e, param(10), e, a.d_x.data(), grad(10), grad(11), a.d_wide.data(),
-                  a.transposed, a.product_threads);
+                  a.transposed, a.threads);
   for (size_t k = 0; k < a.d_wide.size(); ++k) a.d_wide[k] = a.d_wide[k] * c.fc_derivative[k];
   conv1d_backward(c.ln_2.data(), rows, e, param(8), 4 * e, a.d_wide.data(), grad(8), grad(9), a.d_scratch.data(),
-                  a.transposed, a.product_threads);
+                  a.transposed, a.threads);
   layer_norm_backward(c.ln_2_cache, rows, e, param(6), a.d_scratch.data(), grad(6), grad(7),
                       a.d_x.data());  // d_x is now d_middle
   // middle = input + proj(attention(ln_1(input))).
   a.d_attended.resize(static_cast<size_t>(rows * e));
   conv1d_backward(c.attended.data(), rows, e, param(4), e, a.d_x.data(), grad(4), grad(5), a.d_attended.data(),
-                  a.transposed, a.product_threads);
+                  a.transposed, a.threads);
   a.d_qkv.assign(static_cast<size_t>(rows * 3 * e), Real(0));
-  std::vector<int64_t> allowed;
-  for (int64_t s = 0; s < a.sequence_count; ++s) {
-    const Real* qkv = c.qkv.data() + s * t_count * 3 * e;
-    const Real* d_attended = a.d_attended.data() + s * t_count * e;
-    Real* d_qkv = a.d_qkv.data() + s * t_count * 3 * e;
-    for (int64_t h = 0; h < heads; ++h) {
-      head_transposed(qkv, t_count, e, h * d + 2 * e, d, a.transposed);  // V^T [d, T]
-      for (int64_t i = 0; i < t_count; ++i) {
-        allowed_keys(a.causal_mask, spec.block, i, t_count, allowed);
-        const bool uniform = allowed.empty();
-        if (uniform) {
-          for (int64_t j = 0; j < t_count; ++j) allowed.push_back(j);
-        }
-        const Real* p = &c.probabilities[static_cast<size_t>(((s * heads + h) * t_count + i) * t_count)];
-        const Real* d_att = d_attended + i * e + h * d;
-        // d_p[j] = d_attended[i] . v[j] (a fold over the head's dimensions); weighted = sum_j d_p[j] p[j].
-        a.d_p.assign(static_cast<size_t>(t_count), Real(0));
-        if (is_prefix(allowed)) {
-          for (int64_t k = 0; k < d; ++k) {
-            axpy(d_att[k], a.transposed.data() + k * t_count, a.d_p.data(), static_cast<int64_t>(allowed.size()));
-          }
-        } else {
-          for (const int64_t j : allowed) {
-            Real dot = Real(0);
-            for (int64_t k = 0; k < d; ++k) dot = dot + d_att[k] * qkv[j * 3 * e + 2 * e + h * d + k];
-            a.d_p[static_cast<size_t>(j)] = dot;
-          }
-        }
-        Real weighted = Real(0);
-        for (const int64_t j : allowed) weighted = weighted + a.d_p[static_cast<size_t>(j)] * p[j];
-        Real* d_q = d_qkv + i * 3 * e + h * d;
-        const Real* q = qkv + i * 3 * e + h * d;
-        for (const int64_t j : allowed) {
-          axpy(p[j], d_att, d_qkv + j * 3 * e + 2 * e + h * d, d);  // d_v[j] += p[j] d_attended[i]
-          if (uniform) continue;  // a constant (masked) score has no gradient
-          const Real d_score = p[j] * (a.d_p[static_cast<size_t>(j)] - weighted) * attention_scale;
-          axpy(d_score, qkv + j * 3 * e + e + h * d, d_q, d);      // d_q[i] += d_score k[j]
-          axpy(d_score, q, d_qkv + j * 3 * e + e + h * d, d);      // d_k[j] += d_score q[i]
-        }
-      }
-    }
-  }
+  for_each_attention_head(a, t_count, heads, d, [&](int64_t s, int64_t h, AttentionScratch<Real>& scratch) {
+    attention_backward_head(spec, a, c, s, h, attention_scale, scratch);
+  });
   conv1d_backward(c.ln_1.data(), rows, e, param(2), 3 * e, a.d_qkv.data(), grad(2), grad(3), a.d_scratch.data(),
-                  a.transposed, a.product_threads);
+                  a.transposed, a.threads);
   layer_norm_backward(c.ln_1_cache, rows, e, param(0), a.d_scratch.data(), grad(0), grad(1),
                       a.d_x.data());  // d_x is now d_input
 }
@@ -686,11 +743,12 @@ void gpt_embeddings_backward(const GptSpec& spec, std::span<std::vector<Real>> g
 template <typename Real>
 Result<Real> gpt_forward_backward(const GptSpec& spec, const std::vector<std::vector<Real>>& parameters,
                                   std::span<const int32_t> tokens, int64_t sequence_count, int64_t sequence_length,
-                                  Real gradient_scale, std::vector<std::vector<Real>>& gradients) {
+                                  Real gradient_scale, std::vector<std::vector<Real>>& gradients, int threads) {
   const std::vector<ParameterInfo> infos = gpt_parameters(spec);
   ZEROSIM_CHECK(parameters.size() == infos.size() && gradients.size() == infos.size(), "one tensor per parameter");
   const std::vector<float> mask = gpt_causal_mask(spec);
   GptActivations<Real> a;
+  a.threads = threads;
   ZEROSIM_RETURN_IF_ERROR(gpt_begin_micro_batch(spec, tokens, sequence_count, sequence_length, mask, a));
   const std::span<const std::vector<Real>> all(parameters);
   const std::span<std::vector<Real>> all_gradients(gradients);
@@ -729,7 +787,7 @@ Result<Real> gpt_forward_backward(const GptSpec& spec, const std::vector<std::ve
   template void gpt_embeddings_backward<Real>(const GptSpec&, std::span<std::vector<Real>>, GptActivations<Real>&);       \
   template Result<Real> gpt_forward_backward<Real>(const GptSpec&, const std::vector<std::vector<Real>>&,                 \
                                                    std::span<const int32_t>, int64_t, int64_t, Real,                      \
-                                                   std::vector<std::vector<Real>>&);
+                                                   std::vector<std::vector<Real>>&, int);
 ZEROSIM_GPT_INSTANTIATE(float)
 ZEROSIM_GPT_INSTANTIATE(double)
 #undef ZEROSIM_GPT_INSTANTIATE

@@ -93,9 +93,11 @@ struct GptActivations {
   std::vector<Real> d_x;            // the residual stream's gradient in the backward
   std::vector<Real> d_scratch, d_wide, d_qkv, d_attended, d_p;
   std::vector<Real> transposed;  // a weight or the keys and values of a head, transposed
-  // Threads the dense products of a float micro-batch may use (the caller's among them): each
-  // thread folds its own rows of the result, so the bits do not depend on it.
-  int product_threads = 1;
+  // Threads a micro-batch's stages may use (the caller's among them): the dense products split
+  // the rows of their result, attention the (sequence, head) pairs, the loss its rows; each
+  // thread computes outputs of its own and the loss's sum folds its rows in order afterwards,
+  // so the bits do not depend on the count.
+  int threads = 1;
 };
 
 // The causal mask as the model derives it: mask[i][j] = 1 for j <= i.
@@ -141,9 +143,10 @@ void gpt_embeddings_backward(const GptSpec& spec, std::span<std::vector<Real>> g
 // over the sequence_count * sequence_length predictions, and adds to `gradients` (one full
 // tensor per parameter, in gpt_parameters order, which the caller zeroes) the gradient of
 // gradient_scale * (the sum of those losses). `parameters` are the full tensors, same order.
+// `threads` as GptActivations::threads (the same bits for any count).
 template <typename Real>
 Result<Real> gpt_forward_backward(const GptSpec& spec, const std::vector<std::vector<Real>>& parameters,
                                   std::span<const int32_t> tokens, int64_t sequence_count, int64_t sequence_length,
-                                  Real gradient_scale, std::vector<std::vector<Real>>& gradients);
+                                  Real gradient_scale, std::vector<std::vector<Real>>& gradients, int threads = 1);
 
 }  // namespace zerosim

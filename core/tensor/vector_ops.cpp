@@ -3,11 +3,11 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <system_error>
-#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
+
+#include "core/tensor/thread_split.h"
 
 namespace zerosim {
 
@@ -202,27 +202,14 @@ void add_rows_times_matrix_threads(const float* a, size_t rows, size_t inner, co
   constexpr size_t kMinProductsPerThread = size_t{1} << 22;
   constexpr size_t kMinRowsPerThread = 32;
   const size_t products = rows * inner * n;
-  const size_t wanted = threads <= 1 ? 1 : static_cast<size_t>(threads);
-  const size_t parts = std::max<size_t>(
-      1, std::min({wanted, products / kMinProductsPerThread, rows / kMinRowsPerThread}));
+  const size_t parts = std::min(part_count(products, threads, kMinProductsPerThread), part_count(rows, threads, kMinRowsPerThread));
   if (parts == 1) return add_rows_times_matrix(a, rows, inner, b, n, c);
   // Row counts in multiples of the register block, the last part takes the rest.
   const size_t part_rows = (rows / parts + kBlockRows - 1) / kBlockRows * kBlockRows;
-  std::vector<std::thread> helpers;
-  helpers.reserve(parts - 1);
-  auto run_part = [&](size_t first) {
-    const size_t count = std::min(part_rows, rows - first);
-    add_rows_times_matrix(a + first * inner, count, inner, b, n, c + first * n);
-  };
-  for (size_t first = part_rows; first < rows; first += part_rows) {
-    try {
-      helpers.emplace_back(run_part, first);
-    } catch (const std::system_error&) {
-      run_part(first);  // no thread to be had: the caller folds these rows itself
-    }
-  }
-  run_part(0);
-  for (std::thread& helper : helpers) helper.join();
+  run_in_parts((rows + part_rows - 1) / part_rows, [&](size_t part) {
+    const size_t first = part * part_rows;
+    add_rows_times_matrix(a + first * inner, std::min(part_rows, rows - first), inner, b, n, c + first * n);
+  });
 }
 
 void add_scaled(float a, const float* x, float* y, size_t n) {
