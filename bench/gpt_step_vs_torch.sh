@@ -44,10 +44,10 @@ PY
   exit 0
 fi
 ours_cuda=$("$build/bench/training_step_bench" --device cuda --world-size 1 --model "$model" --micro-batch "$batch" \
-            --sequence-length "$length" --steps 3 --precision bf16)
+            --sequence-length "$length" --steps 6 --precision bf16)
 echo "$ours_cuda"
 ours_fast=$("$build/bench/training_step_bench" --device cuda-fast --world-size 1 --model "$model" --micro-batch "$batch" \
-            --sequence-length "$length" --steps 3 --precision bf16)
+            --sequence-length "$length" --steps 6 --precision bf16)
 echo "$ours_fast"
 gpu=$(NCCL_NVLS_ENABLE=0 torchrun --standalone --nproc_per_node 1 "$here/gpt_step_peer.py" --device cuda \
       --model-code "$model_code" --model "$model" --batch "$batch" --sequence-length "$length" 2>/dev/null | grep '^{')
