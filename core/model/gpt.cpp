@@ -486,7 +486,7 @@ void attention_forward_head(const GptSpec& spec, const GptActivations<Real>& a, 
 
 // The backward of one head's attention over one sequence: its columns of d_qkv (queries', keys'
 // and values' gradients), which no other (sequence, head) pair writes; a key's and a value's
-// gradients fold over the queries in ascending order, as before the split.
+// gradients fold over the queries in ascending order, whichever thread runs the pair.
 template <typename Real>
 void attention_backward_head(const GptSpec& spec, GptActivations<Real>& a, const GptBlockCache<Real>& c, int64_t s,
                              int64_t h, Real attention_scale, AttentionScratch<Real>& scratch) {
