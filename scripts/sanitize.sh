@@ -8,7 +8,7 @@
 #                                 checkpoints and their parallel writer, reader and snapshot copy, the simulated world, the engine's rank threads and
 #                                 the resident partitions' cross-rank reads (resident_state_test),
 #                                 and a rank's compute split among its threads (the products, the
-#                                 transformer's stages, the gradient norm's exact sum)
+#                                 transformer's stages, AdamW, the gradient norm's exact sum)
 # The CUDA kernels and MPI are left out (nvcc code is not instrumented; MPI's own threads are not
 # ours), and so are the benchmarks. A sanitizer report fails the test that triggered it.
 set -euo pipefail
@@ -27,8 +27,8 @@ case "$kind" in
     flags="-O1 -g0"
     sanitize="thread"
     targets=(comm_test async_io_test optimizer_swapper_test partition_swapper_test checkpoint_test parallel_file_writer_test parallel_file_reader_test parallel_copy_test sim_world_test engine_test
-             resident_state_test vector_ops_test gpt_test exact_square_sum_test)
-    tests=(-R "^(ThreadComm|AsyncIo|AsyncIoProperty|FaultyDisk|OptimizerSwapper|OptimizerSwapperFault|PartitionSwapper|Checkpoint|CheckpointLoader|CheckpointProperty|CheckpointRetention|CheckpointShards|ParallelFileWriter|ParallelFileReader|ParallelCopy|ParallelCopyProperty|SimWorld|Engine|EngineProperty|ResidentState)\.|^(VectorOps\.TheProductOnSeveralThreadsHasOneThreadsBits|Gpt\.SeveralThreadsGiveOneThreadsBits|ExactSquareSumProperty\.AnArrayGivesTheBinsOfEachSquareAddedInTurn)$")
+             resident_state_test vector_ops_test gpt_test exact_square_sum_test compute_backend_test)
+    tests=(-R "^(ThreadComm|AsyncIo|AsyncIoProperty|FaultyDisk|OptimizerSwapper|OptimizerSwapperFault|PartitionSwapper|Checkpoint|CheckpointLoader|CheckpointProperty|CheckpointRetention|CheckpointShards|ParallelFileWriter|ParallelFileReader|ParallelCopy|ParallelCopyProperty|SimWorld|Engine|EngineProperty|ResidentState)\.|^(VectorOps\.TheProductOnSeveralThreadsHasOneThreadsBits|Gpt\.SeveralThreadsGiveOneThreadsBits|ExactSquareSumProperty\.AnArrayGivesTheBinsOfEachSquareAddedInTurn|ComputeBackend\.CpuAdamWOnSeveralThreadsHasOneThreadsBits)$")
     ;;
   *) echo "sanitize: expected address or thread, got $kind" >&2; exit 2 ;;
 esac

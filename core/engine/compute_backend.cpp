@@ -24,6 +24,7 @@ class CpuBackend : public ComputeBackend {
     // its length a multiple of 64 elements so that each part starts on a cache line as the
     // whole does.
     constexpr size_t kMinElementsPerThread = size_t{1} << 18;
+    if (count == 0) return Status();
     const size_t parts = part_count(count, threads_, kMinElementsPerThread);
     const size_t part_elements = (count / parts + 63) / 64 * 64;
     run_in_parts((count + part_elements - 1) / part_elements, [&](size_t part) {
