@@ -1,6 +1,5 @@
 #include "core/engine/compute_backend.h"
 
-#include <algorithm>
 #include <vector>
 
 #include "core/model/gpt.h"
@@ -24,13 +23,9 @@ class CpuBackend : public ComputeBackend {
     // its length a multiple of 64 elements so that each part starts on a cache line as the
     // whole does.
     constexpr size_t kMinElementsPerThread = size_t{1} << 18;
-    if (count == 0) return Status();
-    const size_t parts = part_count(count, threads_, kMinElementsPerThread);
-    const size_t part_elements = (count / parts + 63) / 64 * 64;
-    run_in_parts((count + part_elements - 1) / part_elements, [&](size_t part) {
-      const size_t first = part * part_elements;
+    run_in_ranges(count, part_count(count, threads_, kMinElementsPerThread), 64, [&](size_t first, size_t end, size_t) {
       zerosim::adam_update(simd_path_, scalars, grad_multiplier, master + first, gradient + first, exp_avg + first,
-                           exp_avg_sq + first, std::min(part_elements, count - first));
+                           exp_avg_sq + first, end - first);
     });
     return Status();
   }

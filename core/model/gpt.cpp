@@ -420,8 +420,8 @@ void for_each_attention_head(const GptActivations<Real>& a, int64_t t_count, int
   const size_t pair_work = static_cast<size_t>(std::max<int64_t>(1, t_count * t_count * d));
   const size_t parts = part_count(pairs, a.threads, std::max<size_t>(1, (size_t{1} << 20) / pair_work));
   std::vector<AttentionScratch<Real>> scratch(parts);
-  run_in_parts(parts, [&](size_t part) {
-    for (size_t pair = part * pairs / parts; pair < (part + 1) * pairs / parts; ++pair) {
+  run_in_ranges(pairs, parts, 1, [&](size_t first, size_t end, size_t part) {
+    for (size_t pair = first; pair < end; ++pair) {
       head(static_cast<int64_t>(pair) / heads, static_cast<int64_t>(pair) % heads, scratch[part]);
     }
   });
@@ -578,12 +578,10 @@ void gpt_block_forward(const GptSpec& spec, int64_t block, std::span<const std::
   c.fc_gelu.resize(c.fc.size());
   c.fc_derivative.resize(c.fc.size());
   // Elementwise, so split among the threads from 2^16 values a share (the same bits).
-  const int64_t wide_count = static_cast<int64_t>(c.fc.size());
-  const size_t gelu_parts = part_count(static_cast<size_t>(wide_count), a.threads, size_t{1} << 16);
-  run_in_parts(gelu_parts, [&](size_t part) {
-    const int64_t first = static_cast<int64_t>(part) * wide_count / static_cast<int64_t>(gelu_parts);
-    const int64_t end = static_cast<int64_t>(part + 1) * wide_count / static_cast<int64_t>(gelu_parts);
-    gelu_rows(c.fc.data() + first, end - first, c.fc_gelu.data() + first, c.fc_derivative.data() + first);
+  const size_t wide_count = c.fc.size();
+  run_in_ranges(wide_count, part_count(wide_count, a.threads, size_t{1} << 16), 1, [&](size_t first, size_t end, size_t) {
+    gelu_rows(c.fc.data() + first, static_cast<int64_t>(end - first), c.fc_gelu.data() + first,
+              c.fc_derivative.data() + first);
   });
   conv1d(c.fc_gelu.data(), rows, 4 * e, param(10), param(11), e, a.x.data(), a.threads);
   for (int64_t k = 0; k < rows * e; ++k) a.x[k] = a.x[k] + c.middle[k];
@@ -641,13 +639,10 @@ Real gpt_loss(const GptSpec& spec, Real gradient_scale, GptActivations<Real>& a)
     }
   };
   // A thread's share: 2^18 logits or more (a row is the vocabulary's exponentials and three passes).
-  const size_t parts =
-      std::min(part_count(static_cast<size_t>(rows * v), a.threads, size_t{1} << 18), std::max<size_t>(1, rows));
-  run_in_parts(parts, [&](size_t part) {
-    const int64_t first = static_cast<int64_t>(part) * rows / static_cast<int64_t>(parts);
-    const int64_t end = static_cast<int64_t>(part + 1) * rows / static_cast<int64_t>(parts);
-    for (int64_t r = first; r < end; ++r) one_row(r);
-  });
+  run_in_ranges(static_cast<size_t>(rows), part_count(static_cast<size_t>(rows * v), a.threads, size_t{1} << 18), 1,
+                [&](size_t first, size_t end, size_t) {
+                  for (size_t r = first; r < end; ++r) one_row(static_cast<int64_t>(r));
+                });
   Real loss_sum = Real(0);
   for (const Real term : row_terms) loss_sum = loss_sum + term;
   return loss_sum / static_cast<Real>(rows);

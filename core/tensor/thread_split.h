@@ -31,6 +31,17 @@ void run_in_parts(size_t parts, Part&& part) {
   for (std::thread& helper : helpers) helper.join();
 }
 
+// range(first, end, k) over contiguous ranges [first, end) that together cover [0, count), at
+// most `parts` of them (k counts them from 0), every range but the last a multiple of
+// `alignment` items long: each on a part of run_in_parts. Nothing runs when count is 0.
+template <typename Range>
+void run_in_ranges(size_t count, size_t parts, size_t alignment, Range&& range) {
+  if (count == 0) return;
+  const size_t per_part = (count + parts - 1) / std::max<size_t>(1, parts);
+  const size_t length = (per_part + alignment - 1) / alignment * alignment;
+  run_in_parts((count + length - 1) / length, [&](size_t k) { range(k * length, std::min(count, (k + 1) * length), k); });
+}
+
 // How many parts to split `count` items into: at most `threads`, and none smaller than
 // `minimum_per_part` items (1 when the work is too small to be worth a thread).
 inline size_t part_count(size_t count, int threads, size_t minimum_per_part) {

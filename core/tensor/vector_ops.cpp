@@ -202,13 +202,12 @@ void add_rows_times_matrix_threads(const float* a, size_t rows, size_t inner, co
   constexpr size_t kMinProductsPerThread = size_t{1} << 22;
   constexpr size_t kMinRowsPerThread = 32;
   const size_t products = rows * inner * n;
-  const size_t parts = std::min(part_count(products, threads, kMinProductsPerThread), part_count(rows, threads, kMinRowsPerThread));
+  const size_t parts =
+      std::min(part_count(products, threads, kMinProductsPerThread), part_count(rows, threads, kMinRowsPerThread));
   if (parts == 1) return add_rows_times_matrix(a, rows, inner, b, n, c);
   // Row counts in multiples of the register block, the last part takes the rest.
-  const size_t part_rows = (rows / parts + kBlockRows - 1) / kBlockRows * kBlockRows;
-  run_in_parts((rows + part_rows - 1) / part_rows, [&](size_t part) {
-    const size_t first = part * part_rows;
-    add_rows_times_matrix(a + first * inner, std::min(part_rows, rows - first), inner, b, n, c + first * n);
+  run_in_ranges(rows, parts, kBlockRows, [&](size_t first, size_t end, size_t) {
+    add_rows_times_matrix(a + first * inner, end - first, inner, b, n, c + first * n);
   });
 }
 

@@ -30,9 +30,8 @@ void ExactSquareSum::add_squares(std::span<const float> values, int threads) {
   const size_t parts = part_count(values.size(), threads, kMinValuesPerThread);
   if (parts == 1) return add_squares(values);
   std::vector<ExactSquareSum> part_sums(parts);
-  run_in_parts(parts, [&](size_t part) {
-    const size_t first = part * values.size() / parts;
-    part_sums[part].add_squares(values.subspan(first, (part + 1) * values.size() / parts - first));
+  run_in_ranges(values.size(), parts, 1, [&](size_t first, size_t end, size_t part) {
+    part_sums[part].add_squares(values.subspan(first, end - first));
   });
   for (const ExactSquareSum& part_sum : part_sums) merge(part_sum);
 }
