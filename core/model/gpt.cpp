@@ -89,30 +89,14 @@ void transpose(const Real* in, int64_t rows, int64_t cols, std::vector<Real>& ou
   }
 }
 
-// C[i][j] = C[i][j] + sum over r of A[r][i] * B[r][j], a left fold in r (C [m, n]). Blocks of
-// C's rows stay cached while the rows r stream past.
+// C[i][j] = C[i][j] + sum over r of A[r][i] * B[r][j], a left fold in r (C [m, n]): A^T copied
+// into `scratch`, then rows_times_matrix, which for each C[i][j] adds A^T[i][r] B[r][j] for
+// r = 0, 1, ... in turn from C's value (for float, vector_ops' register-blocked fold).
 template <typename Real>
 void transposed_rows_product(const Real* a, int64_t rows, int64_t m, const Real* b, int64_t n, Real* c,
-                             std::vector<Real>& /*scratch*/, int /*threads*/) {
-  const int64_t block = std::max<int64_t>(1, (int64_t{64} << 10) / std::max<int64_t>(1, n));
-  for (int64_t i0 = 0; i0 < m; i0 += block) {
-    const int64_t i1 = std::min(m, i0 + block);
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t i = i0; i < i1; ++i) axpy(a[r * m + i], b + r * n, c + i * n, n);
-    }
-  }
-}
-
-// The float product: A^T copied into `scratch`, then vector_ops' register-blocked fold over r,
-// which for each C[i][j] adds A^T[i][r] B[r][j] for r = 0, 1, ... in turn from C's value: the
-// loop above's operations in its order, so its bits, with C held in registers instead of loaded
-// and stored once per row r.
-template <>
-void transposed_rows_product<float>(const float* a, int64_t rows, int64_t m, const float* b, int64_t n, float* c,
-                                    std::vector<float>& scratch, int threads) {
+                             std::vector<Real>& scratch, int threads) {
   transpose(a, rows, m, scratch);
-  add_rows_times_matrix_threads(scratch.data(), static_cast<size_t>(m), static_cast<size_t>(rows), b,
-                                static_cast<size_t>(n), c, threads);
+  rows_times_matrix(scratch.data(), m, rows, b, n, c, threads);
 }
 
 // out[r][j] = bias[j] + sum_i in[r][i] * weight[i][j] (a Conv1D: weight [in, out]), left folds.
