@@ -4,7 +4,7 @@
 // batch and dtype) is bench/fsdp2_step.py; bench/training_step_vs_fsdp2.sh runs both.
 // Flags: --device cpu|cuda|cuda-fast|none --world-size W --model 1024,4096,4096,1024 --micro-batch N
 // --steps K --precision fp32|fp16|bf16 [--sequence-length T] (the transformer's tokens per sample;
-// default its block) [--threads-per-rank N] (the CPU transformer's product threads per rank;
+// default its block) [--threads-per-rank N] (each rank's CPU compute threads;
 // default the host's cores divided among the W ranks, 1 at least). The transformer's peer is bench/gpt_step_peer.py (bench/gpt_step_vs_torch.sh).
 #include <algorithm>
 #include <cerrno>

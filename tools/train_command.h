@@ -42,7 +42,7 @@ void add_device_flag(CLI::App& command, std::string& device);
 struct TrainFlags {
   ConfigFlags config;
   std::string device = "cpu";
-  int threads_per_rank = 1;  // --threads-per-rank: the CPU transformer's product threads per rank
+  int threads_per_rank = 1;  // --threads-per-rank: each rank's CPU compute threads
   int64_t steps = 50;
   uint64_t seed = 1234;
   std::string model_text = "13,37,29,5";

@@ -187,7 +187,7 @@ Status validate_training_options(const TrainingOptions& options) {
     }
   }
   if (options.threads_per_rank < 1) {
-    return invalid_argument("product threads per rank: " + std::to_string(options.threads_per_rank) +
+    return invalid_argument("threads per rank: " + std::to_string(options.threads_per_rank) +
                             " (at least 1: the rank's own thread)");
   }
   if (options.simd_path && !simd_path_available(*options.simd_path)) {
