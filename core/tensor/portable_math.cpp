@@ -25,6 +25,14 @@ constexpr double inverse_factorial(int n) {
   return value;
 }
 
+constexpr bool exp_coefficients_are_the_divisions() {
+  for (int n = 0; n <= 14; ++n) {
+    if (kExpInverseFactorials[n] != inverse_factorial(n)) return false;
+  }
+  return true;
+}
+static_assert(exp_coefficients_are_the_divisions(), "kExpInverseFactorials must be inverse_factorial's values");
+
 }  // namespace
 
 double portable_exp(double x) {

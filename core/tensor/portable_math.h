@@ -13,6 +13,14 @@
 
 namespace zerosim {
 
+// 1/n! for n = 0..14, the exp series' coefficients: each is 1 divided by 2, 3, ..., n in turn,
+// every quotient rounded to nearest. portable_math.cpp proves them equal to that division at
+// compile time; the CUDA kernels read them (device_portable_math.cuh) rather than dividing.
+inline constexpr double kExpInverseFactorials[15] = {
+    0x1p+0, 0x1p+0, 0x1p-1, 0x1.5555555555555p-3, 0x1.5555555555555p-5, 0x1.1111111111111p-7, 0x1.6c16c16c16c17p-10,
+    0x1.a01a01a01a01ap-13, 0x1.a01a01a01a01ap-16, 0x1.71de3a556c734p-19, 0x1.27e4fb7789f5dp-22, 0x1.ae64567f544e4p-26,
+    0x1.1eed8eff8d898p-29, 0x1.6124613a86d0ap-33, 0x1.93974a8c07c9ep-37};
+
 double portable_exp(double x);
 double portable_log(double x);
 double portable_cos(double x);
