@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
   options.data = dataset_for_model(*model, 1 << 16, options.data.seed);
   if (sequence_length > 0) options.data.feature_count = sequence_length;
   if (device == "none") {
-    options.compute = ComputeDevice{"none", [](int, int, const ModelSpec&) -> Result<std::unique_ptr<ComputeBackend>> {
+    options.compute = ComputeDevice{"none", [](int, int, const ModelSpec&, DType) -> Result<std::unique_ptr<ComputeBackend>> {
                                       return std::unique_ptr<ComputeBackend>(new NoComputeBackend());
                                     }};
   } else if (device == "cuda" || device == "cuda-fast") {

@@ -251,7 +251,7 @@ class ResidentCpuBackend final : public ComputeBackend {
 };
 
 ComputeDevice resident_cpu(ProtocolCounts& counts) {
-  return ComputeDevice{"cpu-resident", [&counts](int, int, const ModelSpec& model) -> Result<std::unique_ptr<ComputeBackend>> {
+  return ComputeDevice{"cpu-resident", [&counts](int, int, const ModelSpec& model, DType) -> Result<std::unique_ptr<ComputeBackend>> {
                          return std::unique_ptr<ComputeBackend>(std::make_unique<ResidentCpuBackend>(model, counts));
                        }};
 }

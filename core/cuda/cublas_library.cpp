@@ -27,6 +27,8 @@ Result<std::unique_ptr<CublasLibrary>> CublasLibrary::load() {
   ZEROSIM_RETURN_IF_ERROR(resolve(library->set_math_mode, "cublasSetMathMode"));
   ZEROSIM_RETURN_IF_ERROR(resolve(library->set_workspace, "cublasSetWorkspace_v2"));
   ZEROSIM_RETURN_IF_ERROR(resolve(library->sgemm, "cublasSgemm_v2"));
+  ZEROSIM_RETURN_IF_ERROR(resolve(library->gemm_ex, "cublasGemmEx"));
+  ZEROSIM_RETURN_IF_ERROR(resolve(library->gemm_batched_ex, "cublasGemmBatchedEx"));
   ZEROSIM_RETURN_IF_ERROR(resolve(library->status_name, "cublasGetStatusName"));
   ZEROSIM_RETURN_IF_ERROR(resolve(library->status_string, "cublasGetStatusString"));
   return library;

@@ -28,6 +28,17 @@ class CublasLibrary {
   decltype(&cublasSetMathMode) set_math_mode = nullptr;
   decltype(&cublasSetWorkspace_v2) set_workspace = nullptr;
   decltype(&cublasSgemm_v2) sgemm = nullptr;
+  // cublasGemmEx with a cublasComputeType_t (the header also declares an inline overload that
+  // takes a cudaDataType, so decltype cannot name it).
+  using GemmEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
+                                    const void*, cudaDataType, int, const void*, cudaDataType, int, const void*, void*,
+                                    cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+  GemmEx gemm_ex = nullptr;
+  using GemmBatchedEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                                           const void*, const void* const[], cudaDataType, int, const void* const[],
+                                           cudaDataType, int, const void*, void* const[], cudaDataType, int, int,
+                                           cublasComputeType_t, cublasGemmAlgo_t);
+  GemmBatchedEx gemm_batched_ex = nullptr;
   decltype(&cublasGetStatusName) status_name = nullptr;
   decltype(&cublasGetStatusString) status_string = nullptr;
 

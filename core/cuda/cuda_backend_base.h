@@ -30,7 +30,8 @@ class CudaResidentState;
 
 class CudaBackendBase : public ComputeBackend {
  public:
-  CudaBackendBase(int device, CudaGemm gemm);
+  // `model_dtype`: the run's parameter type, which picks the fast mode's product math.
+  CudaBackendBase(int device, CudaGemm gemm, DType model_dtype);
   ~CudaBackendBase() override;
 
   // Selects the device, makes the stream and, in the fast mode, the cuBLAS handle.
@@ -52,8 +53,20 @@ class CudaBackendBase : public ComputeBackend {
   // C [rows, columns] = C + A [rows, inner] x B [inner, columns], row-major on the device,
   // enqueued on the stream. Deterministic mode: each element a left fold over `inner` in order
   // from C's value, separately rounded (the CPU's rows_times_matrix and transposed_rows_product
-  // bits); fast mode: cublasSgemm with beta = 1.
+  // bits); fast mode: cublasGemmEx with beta = 1 in product_compute_type_.
   Status product(int64_t rows, int64_t columns, int64_t inner, DeviceOperand a, DeviceOperand b, float* c);
+
+  // Fast mode only: for each of `batch` entries, C = alpha A B (C's values replaced), row-major,
+  // each operand given by a device array of `batch` device pointers and its row stride (`ld`,
+  // in elements); `transposed` as for DeviceOperand. One cublasGemmBatchedEx call in
+  // product_compute_type_.
+  struct BatchedOperand {
+    const float* const* pointers = nullptr;
+    int64_t ld = 0;
+    bool transposed = false;
+  };
+  Status batched_product(int64_t rows, int64_t columns, int64_t inner, BatchedOperand a, BatchedOperand b,
+                         float* const* c, int64_t ldc, int64_t batch, float alpha);
 
   // The micro-batch's loss, one device float, once the stream has computed it (waits for it).
   Result<float> loss_to_host(const float* device_loss);
@@ -65,7 +78,10 @@ class CudaBackendBase : public ComputeBackend {
 
   int device_;
   CudaGemm gemm_;
+  // The fast mode's product math: the tensor cores for 16-bit runs, pedantic fp32 for fp32 runs.
+  cublasComputeType_t product_compute_type_ = CUBLAS_COMPUTE_32F_PEDANTIC;
   cudaStream_t stream_ = nullptr;
+  int multiprocessors_ = 1;  // the device's SM count, which picks the ordered product's tiles
   std::unique_ptr<CublasLibrary> blas_library_;  // loaded for CudaGemm::kCublas only
   cublasHandle_t cublas_ = nullptr;
 
@@ -77,6 +93,7 @@ class CudaBackendBase : public ComputeBackend {
 };
 
 // The transformer's backend (device_gpt_backend.cu), started.
-Result<std::unique_ptr<ComputeBackend>> make_cuda_gpt_backend(const GptSpec& spec, int device, CudaGemm gemm);
+Result<std::unique_ptr<ComputeBackend>> make_cuda_gpt_backend(const GptSpec& spec, int device, CudaGemm gemm,
+                                                              DType model_dtype);
 
 }  // namespace zerosim

@@ -50,7 +50,8 @@ __global__ void relu_mask_kernel(int64_t count, const float* previous_pre_activa
 
 class CudaComputeBackend final : public CudaBackendBase {
  public:
-  CudaComputeBackend(const ModelSpec& model, int device, CudaGemm gemm) : CudaBackendBase(device, gemm), model_(model) {}
+  CudaComputeBackend(const ModelSpec& model, int device, CudaGemm gemm, DType model_dtype)
+      : CudaBackendBase(device, gemm, model_dtype), model_(model) {}
 
   Status start() {
     ZEROSIM_RETURN_IF_ERROR(CudaBackendBase::start());
@@ -289,9 +290,10 @@ class CudaComputeBackend final : public CudaBackendBase {
 
 }  // namespace
 
-Result<std::unique_ptr<ComputeBackend>> make_cuda_compute_backend(const ModelSpec& model, int device, CudaGemm gemm) {
-  if (model.is_transformer()) return make_cuda_gpt_backend(*model.gpt, device, gemm);
-  auto backend = std::make_unique<CudaComputeBackend>(model, device, gemm);
+Result<std::unique_ptr<ComputeBackend>> make_cuda_compute_backend(const ModelSpec& model, int device, CudaGemm gemm,
+                                                                  DType model_dtype) {
+  if (model.is_transformer()) return make_cuda_gpt_backend(*model.gpt, device, gemm, model_dtype);
+  auto backend = std::make_unique<CudaComputeBackend>(model, device, gemm, model_dtype);
   ZEROSIM_RETURN_IF_ERROR(backend->start());
   return Result<std::unique_ptr<ComputeBackend>>(std::unique_ptr<ComputeBackend>(std::move(backend)));
 }
@@ -299,7 +301,8 @@ Result<std::unique_ptr<ComputeBackend>> make_cuda_compute_backend(const ModelSpe
 Result<ComputeBackendFactory> cuda_compute_backend_factory(CudaGemm gemm) {
   // The CUDA runtime is first touched when a rank makes its backend, not here: a process that
   // forks workers (the real-kill mode) must not have initialized CUDA before the fork.
-  return ComputeBackendFactory([gemm](int rank, int, const ModelSpec& model) -> Result<std::unique_ptr<ComputeBackend>> {
+  return ComputeBackendFactory([gemm](int rank, int, const ModelSpec& model,
+                                      DType model_dtype) -> Result<std::unique_ptr<ComputeBackend>> {
     int device_count = 0;
     const cudaError_t error = cudaGetDeviceCount(&device_count);
     if (error != cudaSuccess || device_count < 1) {
@@ -307,7 +310,7 @@ Result<ComputeBackendFactory> cuda_compute_backend_factory(CudaGemm gemm) {
                                  " (" + (error == cudaSuccess ? "cudaGetDeviceCount found 0 devices" : cudaGetErrorString(error)) +
                                  ")");
     }
-    return make_cuda_compute_backend(model, rank % device_count, gemm);
+    return make_cuda_compute_backend(model, rank % device_count, gemm, model_dtype);
   });
 }
 

@@ -16,12 +16,15 @@
 // Two modes (CudaGemm):
 //   * deterministic (the default): the kernels above, the CPU backend's bits;
 //   * cuBLAS ("--device cuda-fast"): the dense products (the MLP's layers, the transformer's
-//     Conv1D layers and tied head) are fp32 cublasSgemm calls (pedantic math: no TF32), every
-//     other kernel as in the deterministic mode. Not the CPU's bits. Still reproducible: cuBLAS
-//     gives the same bits at every run on GPUs of the same architecture and SM count with a
-//     workspace of the handle's own, and every micro-batch's products have the same shapes at
-//     any world size, so save, resume and a change of world size are bit-identical within the
-//     mode, on the same GPU model.
+//     Conv1D layers and tied head) are cublasGemmEx calls on fp32 arrays, every other kernel as
+//     in the deterministic mode. Their math follows the run's parameter type: for bf16 and fp16
+//     runs the tensor cores (CUBLAS_COMPUTE_32F_FAST_16BF / _16F: inputs down-converted to that
+//     type or to TF32, as cuBLAS picks per shape, fp32 accumulation), which is what those runs'
+//     16-bit parameters allow; for fp32 runs plain fp32 FMA (pedantic math: no TF32). Not the
+//     CPU's bits. Still reproducible: cuBLAS gives the same bits at every run on GPUs of the
+//     same architecture and SM count with a workspace of the handle's own, and every
+//     micro-batch's products have the same shapes at any world size, so save, resume and a
+//     change of world size are bit-identical within the mode, on the same GPU model.
 //
 // Device memory grows to the largest layer and micro-batch seen and is kept. Every error names
 // the CUDA call, the device and the layer.
@@ -35,10 +38,12 @@ namespace zerosim {
 
 enum class CudaGemm { kDeterministic, kCublas };
 
-// A backend on CUDA device `device`, for the MLP or the transformer. Fails (kFailedPrecondition)
-// without the CUDA backend or when the device cannot be used.
+// A backend on CUDA device `device`, for the MLP or the transformer; `model_dtype` (the run's
+// parameter type) picks the fast mode's product math. Fails (kFailedPrecondition) without the
+// CUDA backend or when the device cannot be used.
 Result<std::unique_ptr<ComputeBackend>> make_cuda_compute_backend(const ModelSpec& model, int device,
-                                                                  CudaGemm gemm = CudaGemm::kDeterministic);
+                                                                  CudaGemm gemm = CudaGemm::kDeterministic,
+                                                                  DType model_dtype = DType::kFp32);
 
 // The factory for TrainingOptions::compute: rank r runs on device r mod (devices visible), so W
 // ranks share the GPUs round-robin. Touches no CUDA call until a rank makes its backend (so a

@@ -9,7 +9,7 @@ Status no_backend() {
 }
 }  // namespace
 
-Result<std::unique_ptr<ComputeBackend>> make_cuda_compute_backend(const ModelSpec&, int, CudaGemm) { return no_backend(); }
+Result<std::unique_ptr<ComputeBackend>> make_cuda_compute_backend(const ModelSpec&, int, CudaGemm, DType) { return no_backend(); }
 Result<ComputeBackendFactory> cuda_compute_backend_factory(CudaGemm) { return no_backend(); }
 
 }  // namespace zerosim

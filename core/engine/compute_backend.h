@@ -157,10 +157,12 @@ class ComputeBackend {
 std::unique_ptr<ComputeBackend> make_cpu_compute_backend(const ModelSpec& model, SimdPath simd_path,
                                                          int threads = 1);
 
-// Makes rank `rank`'s backend for a world of `world_size` ranks. Set in TrainingOptions to run
-// a rank's compute elsewhere than on the CPU (the tools layer builds it from --device).
-using ComputeBackendFactory =
-    std::function<Result<std::unique_ptr<ComputeBackend>>(int rank, int world_size, const ModelSpec& model)>;
+// Makes rank `rank`'s backend for a world of `world_size` ranks whose parameters are
+// `model_dtype` (a backend whose products run in a 16-bit type picks it from that). Set in
+// TrainingOptions to run a rank's compute elsewhere than on the CPU (the tools layer builds it
+// from --device).
+using ComputeBackendFactory = std::function<Result<std::unique_ptr<ComputeBackend>>(
+    int rank, int world_size, const ModelSpec& model, DType model_dtype)>;
 
 // Where a run computes: a name for reports and caches, and the factory (empty: the CPU).
 // Backends promise the same bits, but a verdict says where it was reached, and a cached

@@ -226,7 +226,7 @@ Status RankEngine::prepare_storage() {
   simd_path_ = options_.simd_path.value_or(best_simd_path());
   if (!compute_) {
     if (options_.compute.factory) {
-      ZEROSIM_ASSIGN_OR_RETURN(compute_, options_.compute.factory(comm_.rank(), comm_.world_size(), options_.model));
+      ZEROSIM_ASSIGN_OR_RETURN(compute_, options_.compute.factory(comm_.rank(), comm_.world_size(), options_.model, model_dtype_));
     } else {
       compute_ = make_cpu_compute_backend(options_.model, simd_path_, options_.threads_per_rank);
     }
