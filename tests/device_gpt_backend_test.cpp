@@ -122,6 +122,7 @@ std::vector<Case> cases() {
       {{1, 8, 2, 11, 6}, 2, 6, MaskKind::kNone},                 // the mask lost: every row uniform
       {{2, 10, 5, 19, 7}, 3, 7, MaskKind::kScattered},           // keys that are not a prefix
       {{2, 96, 4, 301, 70}, 3, 70, MaskKind::kCausal},           // past one product tile and 64 threads
+      {{1, 32, 2, 20000, 128}, 2, 128, MaskKind::kCausal},       // the head's product in 128 x 128 tiles
   };
 }
 
@@ -150,30 +151,77 @@ TEST(DeviceGptBackend, EveryStageHasTheCpuBits) {
   }
 }
 
+// A fast-mode case's inputs, and the CPU's stages over them.
+struct FastCase {
+  Case test{{2, 96, 4, 301, 70}, 3, 70, MaskKind::kCausal};
+  ModelSpec model;
+  std::vector<std::vector<float>> parameters;
+  std::vector<int32_t> tokens;
+  std::vector<float> mask;
+  StageRun cpu;
+  uint64_t seed = 0;
+
+  explicit FastCase(uint64_t case_seed) : seed(case_seed) {
+    model = transformer_model(test.spec);
+    parameters = perturbed_parameters(test.spec, seed);
+    tokens = gpt_check_tokens(test.spec, seed, test.sequences, test.length);
+    mask = make_mask(test.spec, test.mask, seed);
+    std::unique_ptr<ComputeBackend> backend = make_cpu_compute_backend(model, best_simd_path());
+    cpu = run(*backend);
+  }
+  StageRun run(ComputeBackend& backend) const {
+    return run_stages(backend, model, parameters, tokens, test.sequences, test.length, mask, seed);
+  }
+  // The loss within `loss_tolerance` of the CPU's (relative), and each gradient element within
+  // `gradient_tolerance` of its tensor's largest magnitude on the CPU (the products sum in
+  // another order, and maybe in another type).
+  void expect_near_the_cpu(const StageRun& actual, double loss_tolerance, float gradient_tolerance) const {
+    EXPECT_NEAR(actual.loss, cpu.loss, loss_tolerance * std::fabs(cpu.loss));
+    const std::vector<ParameterInfo> infos = gpt_parameters(test.spec);
+    for (size_t p = 0; p < infos.size(); ++p) {
+      float largest = 0.0f;
+      for (float value : cpu.gradients[p]) largest = std::max(largest, std::fabs(value));
+      for (size_t k = 0; k < cpu.gradients[p].size(); ++k) {
+        ASSERT_NEAR(actual.gradients[p][k], cpu.gradients[p][k], gradient_tolerance * largest)
+            << infos[p].name << "[" << k << "]";
+      }
+    }
+  }
+};
+
 TEST(DeviceGptBackend, FastModeComputesTheSameFunctionToRoundingAndRepeatsItsBits) {
   if (usable_cuda_devices() == 0) GTEST_SKIP() << "no CUDA device";
-  const Case test{{2, 96, 4, 301, 70}, 3, 70, MaskKind::kCausal};
-  const ModelSpec model = transformer_model(test.spec);
-  const std::vector<std::vector<float>> parameters = perturbed_parameters(test.spec, 8);
-  const std::vector<int32_t> tokens = gpt_check_tokens(test.spec, 8, test.sequences, test.length);
-  const std::vector<float> mask = make_mask(test.spec, test.mask, 8);
-  std::unique_ptr<ComputeBackend> cpu = make_cpu_compute_backend(model, best_simd_path());
-  Result<std::unique_ptr<ComputeBackend>> fast = make_cuda_compute_backend(model, 0, CudaGemm::kCublas);
+  const FastCase fast_case(8);
+  Result<std::unique_ptr<ComputeBackend>> fast = make_cuda_compute_backend(fast_case.model, 0, CudaGemm::kCublas);
   ASSERT_TRUE(fast.ok()) << fast.status().to_string();
   EXPECT_EQ((*fast)->name(), "cuda-fast:0");
-  const StageRun expected = run_stages(*cpu, model, parameters, tokens, test.sequences, test.length, mask, 8);
-  const StageRun first = run_stages(**fast, model, parameters, tokens, test.sequences, test.length, mask, 8);
-  const StageRun second = run_stages(**fast, model, parameters, tokens, test.sequences, test.length, mask, 8);
-  EXPECT_EQ(first_bit_difference(test.spec, first, second), "");
-  EXPECT_NEAR(first.loss, expected.loss, 1e-5 * std::fabs(expected.loss));
-  const std::vector<ParameterInfo> infos = gpt_parameters(test.spec);
-  for (size_t p = 0; p < infos.size(); ++p) {
-    // Relative to the tensor's largest magnitude: the products sum in another order.
-    float largest = 0.0f;
-    for (float value : expected.gradients[p]) largest = std::max(largest, std::fabs(value));
-    for (size_t k = 0; k < expected.gradients[p].size(); ++k) {
-      ASSERT_NEAR(first.gradients[p][k], expected.gradients[p][k], 1e-4f * largest) << infos[p].name << "[" << k << "]";
-    }
+  const StageRun first = fast_case.run(**fast);
+  const StageRun second = fast_case.run(**fast);
+  EXPECT_EQ(first_bit_difference(fast_case.test.spec, first, second), "");
+  fast_case.expect_near_the_cpu(first, 1e-5, 1e-4f);
+}
+
+// A bf16 or fp16 run's fast mode puts the products on the tensor cores (inputs down-converted):
+// the same function to that type's rounding, its own bits again at a second run, and not the
+// fp32 fast mode's bits (so the 16-bit math is what ran).
+TEST(DeviceGptBackend, FastModeOfA16BitRunUsesItsTypeOnTheTensorCoresAndRepeatsItsBits) {
+  if (usable_cuda_devices() == 0) GTEST_SKIP() << "no CUDA device";
+  const FastCase fast_case(9);
+  Result<std::unique_ptr<ComputeBackend>> fp32 =
+      make_cuda_compute_backend(fast_case.model, 0, CudaGemm::kCublas, DType::kFp32);
+  ASSERT_TRUE(fp32.ok()) << fp32.status().to_string();
+  const StageRun fp32_run = fast_case.run(**fp32);
+  for (const DType dtype : {DType::kBf16, DType::kFp16}) {
+    SCOPED_TRACE(dtype == DType::kBf16 ? "bf16" : "fp16");
+    Result<std::unique_ptr<ComputeBackend>> fast = make_cuda_compute_backend(fast_case.model, 0, CudaGemm::kCublas, dtype);
+    ASSERT_TRUE(fast.ok()) << fast.status().to_string();
+    const StageRun first = fast_case.run(**fast);
+    const StageRun second = fast_case.run(**fast);
+    EXPECT_EQ(first_bit_difference(fast_case.test.spec, first, second), "");
+    EXPECT_NE(first_bit_difference(fast_case.test.spec, first, fp32_run), "");
+    // bf16 keeps 8 significant bits (fp16 11): a product's inputs are off by up to 2^-9 of
+    // themselves, and the errors of a few layers add up to about a percent.
+    fast_case.expect_near_the_cpu(first, 1e-2, 5e-2f);
   }
 }
 

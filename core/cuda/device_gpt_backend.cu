@@ -12,7 +12,8 @@
 // queries (a key's and a value's gradients fold over the queries that see them, in ascending
 // order) run as a second kernel per key that walks the queries in that order.
 //
-// The fast mode (cuda-fast) runs the dense products on cuBLAS and every other kernel as here.
+// The fast mode (cuda-fast) runs the dense products on cuBLAS, the attention as batched cuBLAS
+// products around two row kernels (device_fast_attention.h), and every other kernel as here.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "core/cuda/cuda_backend_base.h"
+#include "core/cuda/device_fast_attention.h"
 #include "core/cuda/device_portable_math.cuh"
 #include "core/cuda/device_softmax_row.cuh"
 #include "core/model/gpt.h"
@@ -54,18 +56,31 @@ __global__ void embeddings_forward_kernel(int64_t sequences, int64_t length, int
   }
 }
 
-// Per column i, over the rows in order: wte's rows of the row's token, wpe's of its position.
-__global__ void embeddings_backward_kernel(int64_t sequences, int64_t length, int64_t e, const int32_t* tokens,
-                                           const float* d_x, float* d_wte, float* d_wpe) {
-  ZEROSIM_GRID_LOOP(i, e) {
-    for (int64_t s = 0; s < sequences; ++s) {
-      for (int64_t t = 0; t < length; ++t) {
-        const float d = d_x[(s * length + t) * e + i];
-        const int64_t token = tokens[s * (length + 1) + t];
-        d_wte[token * e + i] = add(d_wte[token * e + i], d);
-        d_wpe[t * e + i] = add(d_wpe[t * e + i], d);
-      }
-    }
+// The CPU adds each row's gradient (rows in order) to wte's row of its token and to wpe's row of
+// its position. For one element of wte that is a fold over the rows holding that token, in
+// order; for one of wpe, over the sequences. So one thread per (distinct token, column) folds
+// the token's rows (listed in ascending order by the host: token_rows from token_starts[g] to
+// token_starts[g + 1]), and one per (position, column) the sequences: the CPU's bits, with the
+// whole batch's columns in parallel instead of one thread per column walking every row.
+__global__ void token_embedding_gradient_kernel(int64_t distinct_tokens, int64_t e, const int32_t* group_tokens,
+                                                const int64_t* token_starts, const int64_t* token_rows,
+                                                const float* d_x, float* d_wte) {
+  ZEROSIM_GRID_LOOP(k, distinct_tokens * e) {
+    const int64_t group = k / e, i = k % e;
+    float* out = d_wte + static_cast<int64_t>(group_tokens[group]) * e + i;
+    float sum = *out;
+    for (int64_t q = token_starts[group]; q < token_starts[group + 1]; ++q) sum = add(sum, d_x[token_rows[q] * e + i]);
+    *out = sum;
+  }
+}
+
+__global__ void position_embedding_gradient_kernel(int64_t sequences, int64_t length, int64_t e, const float* d_x,
+                                                   float* d_wpe) {
+  ZEROSIM_GRID_LOOP(k, length * e) {
+    const int64_t t = k / e, i = k % e;
+    float sum = d_wpe[k];
+    for (int64_t s = 0; s < sequences; ++s) sum = add(sum, d_x[(s * length + t) * e + i]);
+    d_wpe[k] = sum;
   }
 }
 
@@ -108,20 +123,48 @@ __global__ void layer_norm_apply_kernel(int64_t rows, int64_t width, const float
   }
 }
 
-// gamma's and beta's gradients: per column, a fold over the rows from the gradients' values.
-__global__ void layer_norm_parameter_gradient_kernel(int64_t rows, int64_t width, const float* d_out,
-                                                     const float* normalized, float* gamma_gradient,
-                                                     float* beta_gradient) {
-  ZEROSIM_GRID_LOOP(i, width) {
-    float gamma_sum = gamma_gradient[i], beta_sum = beta_gradient[i];
-    for (int64_t r = 0; r < rows; ++r) {
-      gamma_sum = add(gamma_sum, mul(d_out[r * width + i], normalized[r * width + i]));
-      beta_sum = add(beta_sum, d_out[r * width + i]);
+// Per column j, from the sums' values, over the rows in order: sums[j] += in[r][j] and, with a
+// second operand, product_sums[j] += in[r][j] * factor[r][j] (a bias's gradient; a LayerNorm's
+// beta and gamma gradients). One block per 32 columns: its threads stage 128-row tiles in
+// shared memory (coalesced loads, all in flight at once), then one warp folds them, a column a
+// thread, in row order. A thread that walked its column in global memory waited for each load.
+constexpr int kFoldColumns = 32;
+constexpr int kFoldRows = 128;
+constexpr int kFoldThreads = 256;
+
+template <bool kWithFactor>
+__global__ void column_fold_kernel(int64_t rows, int64_t width, const float* in, const float* factor, float* sums,
+                                   float* product_sums) {
+  __shared__ float in_tile[kFoldRows][kFoldColumns + 1];
+  __shared__ float factor_tile[kWithFactor ? kFoldRows : 1][kFoldColumns + 1];
+  const int lane = static_cast<int>(threadIdx.x) % kFoldColumns, warp = static_cast<int>(threadIdx.x) / kFoldColumns;
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kFoldColumns + lane;
+  const bool folds = threadIdx.x < kFoldColumns && j < width;
+  float sum = folds ? sums[j] : 0.0f, product_sum = folds && kWithFactor ? product_sums[j] : 0.0f;
+  for (int64_t r0 = 0; r0 < rows; r0 += kFoldRows) {
+    const int count = rows - r0 < kFoldRows ? static_cast<int>(rows - r0) : kFoldRows;
+    if (j < width) {
+      for (int r = warp; r < count; r += kFoldThreads / kFoldColumns) {
+        in_tile[r][lane] = in[(r0 + r) * width + j];
+        if (kWithFactor) factor_tile[r][lane] = factor[(r0 + r) * width + j];
+      }
     }
-    gamma_gradient[i] = gamma_sum;
-    beta_gradient[i] = beta_sum;
+    __syncthreads();
+    if (folds) {
+      for (int r = 0; r < count; ++r) {
+        if (kWithFactor) product_sum = add(product_sum, mul(in_tile[r][lane], factor_tile[r][lane]));
+        sum = add(sum, in_tile[r][lane]);
+      }
+    }
+    __syncthreads();
+  }
+  if (folds) {
+    sums[j] = sum;
+    if (kWithFactor) product_sums[j] = product_sum;
   }
 }
+
+unsigned column_fold_blocks(int64_t width) { return static_cast<unsigned>((width + kFoldColumns - 1) / kFoldColumns); }
 
 // Per row: mean(d_hat) and mean(d_hat x_hat), d_hat = d_out gamma.
 __device__ void layer_norm_row_gradient_statistics(const float* d_out, const float* normalized, const float* gamma,
@@ -172,15 +215,6 @@ __global__ void broadcast_rows_kernel(int64_t rows, int64_t width, const float* 
   ZEROSIM_GRID_LOOP(k, rows * width) { out[k] = row[k % width]; }
 }
 
-// sums[j] = sums[j] + in[r][j] over the rows in order (a bias's gradient).
-__global__ void column_sums_kernel(int64_t rows, int64_t width, const float* in, float* sums) {
-  ZEROSIM_GRID_LOOP(j, width) {
-    float sum = sums[j];
-    for (int64_t r = 0; r < rows; ++r) sum = add(sum, in[r * width + j]);
-    sums[j] = sum;
-  }
-}
-
 __global__ void add_kernel(int64_t count, const float* in, float* accumulate) {
   ZEROSIM_GRID_LOOP(k, count) { accumulate[k] = add(accumulate[k], in[k]); }
 }
@@ -211,14 +245,18 @@ struct AttentionShape {
 __device__ bool attends(const float* mask, int64_t block, int64_t i, int64_t j) { return mask[i * block + j] != 0.0f; }
 
 // One block per (sequence, head, query i): the scores, the softmax over the allowed keys (all
-// of them, uniformly, when none is allowed) and the attended values.
+// of them, uniformly, when none is allowed) and the attended values. With `staged` the row of
+// scores lives in shared memory (dynamic, `length` floats) while thread 0 folds its maximum and
+// sum, and is written to `probabilities` once; without, the folds read global memory.
 __global__ void attention_forward_kernel(AttentionShape shape, const float* qkv, const float* mask, float* probabilities,
-                                         float* attended) {
+                                         float* attended, bool staged) {
+  extern __shared__ float staged_row[];
   const int64_t row = blockIdx.x, length = shape.length, e = shape.e, d = shape.head_size;
   const int64_t i = row % length, h = (row / length) % shape.heads, s = row / (length * shape.heads);
   const float* base = qkv + s * length * 3 * e;
   const float* q = base + i * 3 * e + h * d;
-  float* p = probabilities + row * length;
+  float* stored = probabilities + row * length;
+  float* p = staged ? staged_row : stored;
   __shared__ float maximum, sum;
   __shared__ bool uniform;
   for (int64_t j = threadIdx.x; j < length; j += blockDim.x) {
@@ -260,10 +298,9 @@ __global__ void attention_forward_kernel(AttentionShape shape, const float* qkv,
     sum = total;
   }
   __syncthreads();
-  if (!uniform) {
-    for (int64_t j = threadIdx.x; j < length; j += blockDim.x) {
-      if (attends(mask, shape.block, i, j)) p[j] = div(p[j], sum);
-    }
+  for (int64_t j = threadIdx.x; j < length; j += blockDim.x) {
+    if (!uniform && attends(mask, shape.block, i, j)) p[j] = div(p[j], sum);
+    if (staged) stored[j] = p[j];
   }
   __syncthreads();
   for (int64_t k = threadIdx.x; k < d; k += blockDim.x) {
@@ -277,19 +314,26 @@ __global__ void attention_forward_kernel(AttentionShape shape, const float* qkv,
 
 // One block per (sequence, head, query i): d_p[j] = d_attended[i] . v[j], the weighted sum, each
 // allowed key's score gradient (kept for the keys' kernel), and d_q[i]. `uniform` is per query.
+// With `staged` the row's probabilities, d_p and score gradients live in shared memory (dynamic,
+// 3 x `length` floats) while thread 0 folds over them; the score gradients also go to `d_scores`.
 __global__ void attention_backward_query_kernel(AttentionShape shape, const float* qkv, const float* mask,
                                                 const int32_t* uniform_rows, const float* probabilities,
-                                                const float* d_attended, float* d_p, float* d_scores, float* d_qkv) {
+                                                const float* d_attended, float* d_p, float* d_scores, float* d_qkv,
+                                                bool staged) {
+  extern __shared__ float staged_rows[];
   const int64_t row = blockIdx.x, length = shape.length, e = shape.e, d = shape.head_size;
   const int64_t i = row % length, h = (row / length) % shape.heads, s = row / (length * shape.heads);
   const float* base = qkv + s * length * 3 * e;
   const float* d_att = d_attended + (s * length + i) * e + h * d;
-  const float* p = probabilities + row * length;
-  float* dp = d_p + row * length;
-  float* d_score = d_scores + row * length;
+  const float* stored_p = probabilities + row * length;
+  float* stored_d_score = d_scores + row * length;
+  const float* p = staged ? staged_rows : stored_p;
+  float* dp = staged ? staged_rows + length : d_p + row * length;
+  float* d_score = staged ? staged_rows + 2 * length : stored_d_score;
   const bool uniform = uniform_rows[i] != 0;
   __shared__ float weighted;
   for (int64_t j = threadIdx.x; j < length; j += blockDim.x) {
+    if (staged) staged_rows[j] = stored_p[j];
     if (uniform || attends(mask, shape.block, i, j)) {
       const float* value = base + j * 3 * e + 2 * e + h * d;
       float dot = 0.0f;
@@ -308,7 +352,10 @@ __global__ void attention_backward_query_kernel(AttentionShape shape, const floa
   __syncthreads();
   if (!uniform) {
     for (int64_t j = threadIdx.x; j < length; j += blockDim.x) {
-      if (attends(mask, shape.block, i, j)) d_score[j] = mul(mul(p[j], sub(dp[j], weighted)), shape.scale);
+      if (attends(mask, shape.block, i, j)) {
+        d_score[j] = mul(mul(p[j], sub(dp[j], weighted)), shape.scale);
+        if (staged) stored_d_score[j] = d_score[j];
+      }
     }
   }
   __syncthreads();
@@ -375,8 +422,8 @@ struct DeviceBlock {
 
 class CudaGptBackend final : public CudaBackendBase {
  public:
-  CudaGptBackend(const GptSpec& spec, int device, CudaGemm gemm)
-      : CudaBackendBase(device, gemm),
+  CudaGptBackend(const GptSpec& spec, int device, CudaGemm gemm, DType model_dtype)
+      : CudaBackendBase(device, gemm, model_dtype),
         spec_(spec),
         plan_(model_plan(transformer_model(spec))),
         blocks_(static_cast<size_t>(spec.layers)) {
@@ -399,6 +446,7 @@ class CudaGptBackend final : public CudaBackendBase {
       }
     }
     ZEROSIM_RETURN_IF_ERROR(copy_in(tokens_, batch.tokens.data(), batch.tokens.size_bytes(), "tokens"));
+    ZEROSIM_RETURN_IF_ERROR(group_rows_by_token(batch.tokens));
     ZEROSIM_RETURN_IF_ERROR(copy_in(mask_, batch.causal_mask.data(), batch.causal_mask.size_bytes(), "causal mask"));
     ZEROSIM_RETURN_IF_ERROR(copy_in(uniform_rows_, uniform_rows.data(), uniform_rows.size() * sizeof(int32_t),
                                     "uniform attention rows"));
@@ -424,7 +472,33 @@ class CudaGptBackend final : public CudaBackendBase {
     ZEROSIM_RETURN_IF_ERROR(reserve(d_p_, scores, "attention gradient"));
     ZEROSIM_RETURN_IF_ERROR(reserve(d_scores_, scores, "score gradient"));
     ZEROSIM_RETURN_IF_ERROR(reserve(mean_d_, rows, "LayerNorm gradient statistics"));
-    return reserve(mean_dx_, rows, "LayerNorm gradient statistics");
+    ZEROSIM_RETURN_IF_ERROR(reserve(mean_dx_, rows, "LayerNorm gradient statistics"));
+    return gemm_ == CudaGemm::kCublas ? build_attention_pointers() : Status();
+  }
+
+  // The embeddings' backward folds each token's rows in order: the distinct tokens, and from
+  // token_starts_[g] on the rows (ascending) that hold token g.
+  Status group_rows_by_token(std::span<const int32_t> tokens) {
+    std::vector<std::pair<int32_t, int64_t>> by_token;  // (token, row)
+    by_token.reserve(static_cast<size_t>(sequences_ * length_));
+    for (int64_t s = 0; s < sequences_; ++s) {
+      for (int64_t t = 0; t < length_; ++t) by_token.emplace_back(tokens[static_cast<size_t>(s * (length_ + 1) + t)], s * length_ + t);
+    }
+    std::sort(by_token.begin(), by_token.end());
+    std::vector<int32_t> group_tokens;
+    std::vector<int64_t> starts, rows;
+    for (size_t q = 0; q < by_token.size(); ++q) {
+      if (q == 0 || by_token[q].first != by_token[q - 1].first) {
+        group_tokens.push_back(by_token[q].first);
+        starts.push_back(static_cast<int64_t>(q));
+      }
+      rows.push_back(by_token[q].second);
+    }
+    starts.push_back(static_cast<int64_t>(by_token.size()));
+    distinct_tokens_ = static_cast<int64_t>(group_tokens.size());
+    ZEROSIM_RETURN_IF_ERROR(copy_in(group_tokens_, group_tokens.data(), group_tokens.size() * sizeof(int32_t), "token groups"));
+    ZEROSIM_RETURN_IF_ERROR(copy_in(token_starts_, starts.data(), starts.size() * sizeof(int64_t), "token groups"));
+    return copy_in(token_rows_, rows.data(), rows.size() * sizeof(int64_t), "token groups");
   }
 
   Status forward(int64_t stage, std::span<const std::vector<float>> parameters) override {
@@ -567,6 +641,8 @@ class CudaGptBackend final : public CudaBackendBase {
 
   // Whether `copies` rows of the embedding fit a block's default shared memory (48 KiB), and the
   // rows fit one launch: then a row's folds read it from shared memory.
+  // Whether `copies` rows of attention scores fit a block's default dynamic shared memory.
+  bool attention_rows_fit(int64_t copies) const { return copies * length_ * static_cast<int64_t>(sizeof(float)) <= 48 * 1024; }
   bool staged_rows_fit(int64_t copies) const {
     return copies * spec_.embd * static_cast<int64_t>(sizeof(float)) <= 48 * 1024 &&
            sequences_ * length_ <= std::numeric_limits<int>::max();
@@ -594,9 +670,10 @@ class CudaGptBackend final : public CudaBackendBase {
                              float* beta_gradient, float* d_in) {
     const int64_t rows = sequences_ * length_, e = spec_.embd;
     const float* normalized = norm.normalized.as<float>();
-    layer_norm_parameter_gradient_kernel<<<blocks_for(e), kThreads, 0, stream_>>>(rows, e, d_out, normalized,
-                                                                                  gamma_gradient, beta_gradient);
-    ZEROSIM_RETURN_IF_ERROR(cuda("layer_norm_parameter_gradient_kernel", cudaGetLastError()));
+    // beta's gradient sums d_out; gamma's sums d_out x normalized.
+    column_fold_kernel<true><<<column_fold_blocks(e), kFoldThreads, 0, stream_>>>(rows, e, d_out, normalized,
+                                                                                   beta_gradient, gamma_gradient);
+    ZEROSIM_RETURN_IF_ERROR(cuda("column_fold_kernel (LayerNorm parameters)", cudaGetLastError()));
     if (staged_rows_fit(2)) {
       layer_norm_backward_statistics_staged_kernel<<<static_cast<unsigned>(rows), kRowThreads, 2 * e * sizeof(float),
                                                      stream_>>>(e, d_out, normalized, gamma, mean_d_.as<float>(),
@@ -624,8 +701,9 @@ class CudaGptBackend final : public CudaBackendBase {
                          float* weight_gradient, float* bias_gradient, DeviceArray& d_in) {
     const int64_t rows = sequences_ * length_;
     ZEROSIM_RETURN_IF_ERROR(product(in_width, out_width, rows, {in, true}, {d_out, false}, weight_gradient));
-    column_sums_kernel<<<blocks_for(out_width), kThreads, 0, stream_>>>(rows, out_width, d_out, bias_gradient);
-    ZEROSIM_RETURN_IF_ERROR(cuda("column_sums_kernel", cudaGetLastError()));
+    column_fold_kernel<false><<<column_fold_blocks(out_width), kFoldThreads, 0, stream_>>>(
+        rows, out_width, d_out, nullptr, bias_gradient, nullptr);
+    ZEROSIM_RETURN_IF_ERROR(cuda("column_fold_kernel (bias)", cudaGetLastError()));
     ZEROSIM_RETURN_IF_ERROR(zero(d_in, rows * in_width, "input gradient"));
     return product(rows, in_width, out_width, {d_out, false}, {weight, true}, d_in.as<float>());
   }
@@ -637,15 +715,127 @@ class CudaGptBackend final : public CudaBackendBase {
     return AttentionShape{sequences_, length_, spec_.heads, d, spec_.embd, spec_.block, scale};
   }
 
+  // attended = softmax(mask(q k^T scale)) v for every sequence and head of block `block`.
+  Status attention_forward(int64_t block) {
+    DeviceBlock& c = blocks_[static_cast<size_t>(block)];
+    const AttentionShape shape = attention_shape();
+    if (gemm_ == CudaGemm::kCublas) {
+      const int64_t batch = sequences_ * spec_.heads, e = spec_.embd, d = shape.head_size;
+      const FastAttentionPointers pointers = fast_attention_pointers(block);
+      // scores = scale q k^T, in the probabilities' array; then the softmax in place.
+      ZEROSIM_RETURN_IF_ERROR(batched_product(length_, length_, d, {pointers.q, 3 * e, false}, {pointers.k, 3 * e, true},
+                                              pointers.p, length_, batch, shape.scale));
+      ZEROSIM_RETURN_IF_ERROR(cuda("fast_attention_softmax_kernel",
+                                   launch_fast_attention_softmax(fast_attention_rows(), c.probabilities.as<float>(), stream_)));
+      return batched_product(length_, d, length_, {pointers.p_read, length_, false}, {pointers.v, 3 * e, false},
+                             pointers.o, e, batch, 1.0f);
+    }
+    const bool staged = attention_rows_fit(1);
+    attention_forward_kernel<<<static_cast<unsigned>(sequences_ * spec_.heads * length_), kRowThreads,
+                               staged ? length_ * sizeof(float) : 0, stream_>>>(
+        shape, c.qkv.as<float>(), mask_.as<float>(), c.probabilities.as<float>(), c.attended.as<float>(), staged);
+    return cuda("attention_forward_kernel", cudaGetLastError());
+  }
+
+  // d_qkv (replaced) from d_attended_ through block `block`'s attention.
+  Status attention_backward(int64_t block) {
+    DeviceBlock& c = blocks_[static_cast<size_t>(block)];
+    const AttentionShape shape = attention_shape();
+    if (gemm_ == CudaGemm::kCublas) {
+      const int64_t batch = sequences_ * spec_.heads, e = spec_.embd, d = shape.head_size;
+      const FastAttentionPointers layer = fast_attention_pointers(block);
+      const FastAttentionGradientPointers g = fast_attention_gradient_pointers();
+      // d_p = d_attended v^T; d_v = p^T d_attended; d_scores; d_q = d_scores k; d_k = d_scores^T q.
+      ZEROSIM_RETURN_IF_ERROR(batched_product(length_, length_, d, {g.d_o, e, false}, {layer.v, 3 * e, true}, g.d_p,
+                                              length_, batch, 1.0f));
+      ZEROSIM_RETURN_IF_ERROR(batched_product(length_, d, length_, {layer.p_read, length_, true}, {g.d_o, e, false}, g.d_v,
+                                              3 * e, batch, 1.0f));
+      ZEROSIM_RETURN_IF_ERROR(cuda("fast_attention_score_gradient_kernel",
+                                   launch_fast_attention_score_gradient(fast_attention_rows(), c.probabilities.as<float>(),
+                                                                        d_p_.as<float>(), shape.scale,
+                                                                        d_scores_.as<float>(), stream_)));
+      ZEROSIM_RETURN_IF_ERROR(batched_product(length_, d, length_, {g.d_s, length_, false}, {layer.k, 3 * e, false}, g.d_q,
+                                              3 * e, batch, 1.0f));
+      return batched_product(length_, d, length_, {g.d_s, length_, true}, {layer.q, 3 * e, false}, g.d_k, 3 * e, batch,
+                             1.0f);
+    }
+    const unsigned attention_rows = static_cast<unsigned>(sequences_ * spec_.heads * length_);
+    const bool staged = attention_rows_fit(3);
+    attention_backward_query_kernel<<<attention_rows, kRowThreads, staged ? 3 * length_ * sizeof(float) : 0, stream_>>>(
+        shape, c.qkv.as<float>(), mask_.as<float>(), uniform_rows_.as<int32_t>(), c.probabilities.as<float>(),
+        d_attended_.as<float>(), d_p_.as<float>(), d_scores_.as<float>(), d_qkv_.as<float>(), staged);
+    ZEROSIM_RETURN_IF_ERROR(cuda("attention_backward_query_kernel", cudaGetLastError()));
+    attention_backward_key_kernel<<<attention_rows, kRowThreads, 0, stream_>>>(
+        shape, c.qkv.as<float>(), mask_.as<float>(), uniform_rows_.as<int32_t>(), c.probabilities.as<float>(),
+        d_attended_.as<float>(), d_scores_.as<float>(), d_qkv_.as<float>());
+    return cuda("attention_backward_key_kernel", cudaGetLastError());
+  }
+
+  // The fast mode's batched attention products: per batch entry (sequence s, head h; entry
+  // s * heads + h) a device pointer to each operand. A layer's own (q, k, v inside its qkv, its
+  // probabilities, its attended values) come first, layer by layer; the gradients' arrays,
+  // shared by every layer, after them.
+  static constexpr int64_t kLayerOperands = 5;
+  struct FastAttentionPointers {
+    const float* const* q;
+    const float* const* k;
+    const float* const* v;
+    const float* const* p_read;
+    float* const* p;
+    float* const* o;
+  };
+  struct FastAttentionGradientPointers {
+    const float* const* d_o;
+    float* const* d_p;
+    const float* const* d_s;
+    float* const* d_q;
+    float* const* d_k;
+    float* const* d_v;
+  };
+  float* const* attention_pointer_table(int64_t slot) const {
+    return attention_pointers_.as<float*>() + slot * sequences_ * spec_.heads;
+  }
+  FastAttentionPointers fast_attention_pointers(int64_t block) const {
+    const int64_t first = block * kLayerOperands;
+    return {attention_pointer_table(first), attention_pointer_table(first + 1), attention_pointer_table(first + 2),
+            attention_pointer_table(first + 3), attention_pointer_table(first + 3), attention_pointer_table(first + 4)};
+  }
+  FastAttentionGradientPointers fast_attention_gradient_pointers() const {
+    const int64_t first = spec_.layers * kLayerOperands;
+    return {attention_pointer_table(first), attention_pointer_table(first + 1), attention_pointer_table(first + 2),
+            attention_pointer_table(first + 3), attention_pointer_table(first + 4), attention_pointer_table(first + 5)};
+  }
+  FastAttentionRows fast_attention_rows() const {
+    return FastAttentionRows{sequences_ * spec_.heads, length_, spec_.block, mask_.as<float>(), uniform_rows_.as<int32_t>()};
+  }
+  // Fills the table above for this micro-batch's arrays (after they are reserved).
+  Status build_attention_pointers() {
+    const int64_t e = spec_.embd, d = e / spec_.heads, l = length_, scores = l * l;
+    std::vector<float*> table;
+    auto add_operand = [&](float* base, int64_t sequence_stride, int64_t head_stride) {
+      for (int64_t s = 0; s < sequences_; ++s) {
+        for (int64_t h = 0; h < spec_.heads; ++h) table.push_back(base + s * sequence_stride + h * head_stride);
+      }
+    };
+    for (DeviceBlock& block : blocks_) {
+      float* qkv = block.qkv.as<float>();
+      for (int64_t part = 0; part < 3; ++part) add_operand(qkv + part * e, l * 3 * e, d);
+      add_operand(block.probabilities.as<float>(), spec_.heads * scores, scores);
+      add_operand(block.attended.as<float>(), l * e, d);
+    }
+    add_operand(d_attended_.as<float>(), l * e, d);
+    add_operand(d_p_.as<float>(), spec_.heads * scores, scores);
+    add_operand(d_scores_.as<float>(), spec_.heads * scores, scores);
+    for (int64_t part = 0; part < 3; ++part) add_operand(d_qkv_.as<float>() + part * e, l * 3 * e, d);
+    return copy_in(attention_pointers_, table.data(), table.size() * sizeof(float*), "attention pointers");
+  }
+
   Status block_forward(int64_t block) {
     const int64_t rows = sequences_ * length_, e = spec_.embd;
     DeviceBlock& c = blocks_[static_cast<size_t>(block)];
     ZEROSIM_RETURN_IF_ERROR(layer_norm(x_.as<float>(), param(0), param(1), c.ln_1));
     ZEROSIM_RETURN_IF_ERROR(conv1d(c.ln_1.out.as<float>(), e, param(2), param(3), 3 * e, c.qkv.as<float>()));
-    const AttentionShape shape = attention_shape();
-    attention_forward_kernel<<<static_cast<unsigned>(sequences_ * spec_.heads * length_), kRowThreads, 0, stream_>>>(
-        shape, c.qkv.as<float>(), mask_.as<float>(), c.probabilities.as<float>(), c.attended.as<float>());
-    ZEROSIM_RETURN_IF_ERROR(cuda("attention_forward_kernel", cudaGetLastError()));
+    ZEROSIM_RETURN_IF_ERROR(attention_forward(block));
     ZEROSIM_RETURN_IF_ERROR(conv1d(c.attended.as<float>(), e, param(4), param(5), e, c.middle.as<float>()));
     add_kernel<<<blocks_for(rows * e), kThreads, 0, stream_>>>(rows * e, x_.as<float>(), c.middle.as<float>());
     ZEROSIM_RETURN_IF_ERROR(cuda("add_kernel", cudaGetLastError()));
@@ -679,9 +869,13 @@ class CudaGptBackend final : public CudaBackendBase {
     }
     ZEROSIM_CHECK(stage == spec_.layers + 2, "a backward stage of the plan");
     // No weight: wte's second use and wpe.
-    embeddings_backward_kernel<<<blocks_for(e), kThreads, 0, stream_>>>(sequences_, length_, e, tokens_.as<int32_t>(),
-                                                                        d_x_.as<float>(), grad(0), grad(1));
-    return cuda("embeddings_backward_kernel", cudaGetLastError());
+    token_embedding_gradient_kernel<<<blocks_for(distinct_tokens_ * e), kThreads, 0, stream_>>>(
+        distinct_tokens_, e, group_tokens_.as<int32_t>(), token_starts_.as<int64_t>(), token_rows_.as<int64_t>(),
+        d_x_.as<float>(), grad(0));
+    ZEROSIM_RETURN_IF_ERROR(cuda("token_embedding_gradient_kernel", cudaGetLastError()));
+    position_embedding_gradient_kernel<<<blocks_for(length_ * e), kThreads, 0, stream_>>>(sequences_, length_, e,
+                                                                                         d_x_.as<float>(), grad(1));
+    return cuda("position_embedding_gradient_kernel", cudaGetLastError());
   }
 
   Status block_backward(int64_t block) {
@@ -700,16 +894,7 @@ class CudaGptBackend final : public CudaBackendBase {
     // middle = input + proj(attention(ln_1(input))).
     ZEROSIM_RETURN_IF_ERROR(conv1d_backward(c.attended.as<float>(), e, param(4), e, d_x_.as<float>(), grad(4), grad(5),
                                             d_attended_));
-    const AttentionShape shape = attention_shape();
-    const unsigned attention_rows = static_cast<unsigned>(sequences_ * spec_.heads * length_);
-    attention_backward_query_kernel<<<attention_rows, kRowThreads, 0, stream_>>>(
-        shape, c.qkv.as<float>(), mask_.as<float>(), uniform_rows_.as<int32_t>(), c.probabilities.as<float>(),
-        d_attended_.as<float>(), d_p_.as<float>(), d_scores_.as<float>(), d_qkv_.as<float>());
-    ZEROSIM_RETURN_IF_ERROR(cuda("attention_backward_query_kernel", cudaGetLastError()));
-    attention_backward_key_kernel<<<attention_rows, kRowThreads, 0, stream_>>>(
-        shape, c.qkv.as<float>(), mask_.as<float>(), uniform_rows_.as<int32_t>(), c.probabilities.as<float>(),
-        d_attended_.as<float>(), d_scores_.as<float>(), d_qkv_.as<float>());
-    ZEROSIM_RETURN_IF_ERROR(cuda("attention_backward_key_kernel", cudaGetLastError()));
+    ZEROSIM_RETURN_IF_ERROR(attention_backward(block));
     ZEROSIM_RETURN_IF_ERROR(conv1d_backward(c.ln_1.out.as<float>(), e, param(2), 3 * e, d_qkv_.as<float>(), grad(2),
                                             grad(3), d_scratch_));
     return layer_norm_backward(c.ln_1, param(0), d_scratch_.as<float>(), grad(0), grad(1), d_x_.as<float>());  // d_input
@@ -721,6 +906,9 @@ class CudaGptBackend final : public CudaBackendBase {
   GptActivations<float> host_check_;  // begin_micro_batch's checks only
   int64_t sequences_ = 0, length_ = 0;
   DeviceArray tokens_, mask_, uniform_rows_;
+  DeviceArray group_tokens_, token_starts_, token_rows_;  // the rows by token (group_rows_by_token)
+  int64_t distinct_tokens_ = 0;
+  DeviceArray attention_pointers_;  // the fast mode's batched operands (build_attention_pointers)
   std::vector<DeviceBlock> blocks_;
   DeviceLayerNorm final_norm_;
   DeviceArray x_, logits_, row_losses_;  // row_losses_ holds each row's loss, then the mean
@@ -732,9 +920,10 @@ class CudaGptBackend final : public CudaBackendBase {
 
 }  // namespace
 
-Result<std::unique_ptr<ComputeBackend>> make_cuda_gpt_backend(const GptSpec& spec, int device, CudaGemm gemm) {
+Result<std::unique_ptr<ComputeBackend>> make_cuda_gpt_backend(const GptSpec& spec, int device, CudaGemm gemm,
+                                                              DType model_dtype) {
   ZEROSIM_RETURN_IF_ERROR(validate_gpt_spec(spec));
-  auto backend = std::make_unique<CudaGptBackend>(spec, device, gemm);
+  auto backend = std::make_unique<CudaGptBackend>(spec, device, gemm, model_dtype);
   ZEROSIM_RETURN_IF_ERROR(backend->start());
   return Result<std::unique_ptr<ComputeBackend>>(std::unique_ptr<ComputeBackend>(std::move(backend)));
 }
