@@ -230,7 +230,9 @@ Status CudaResidentState::reduce_layer(const LayerRange& layer) {
                   "a layer's gradients exist before its exchange");
     mine.push_back(gradient);
   }
-  ZEROSIM_RETURN_IF_ERROR(synchronize("cudaStreamSynchronize (layer gradients complete)"));
+  // Other ranks read what is published only once it is complete; a world of one has no reader,
+  // and its own fold follows its gradients on the stream, so it keeps the stream going.
+  if (world_size > 1) ZEROSIM_RETURN_IF_ERROR(synchronize("cudaStreamSynchronize (layer gradients complete)"));
   std::vector<const float*> everyone(mine.size() * static_cast<size_t>(world_size));
   ZEROSIM_RETURN_IF_ERROR(comm_->all_gather(std::as_bytes(std::span<const float* const>(mine)),
                                             std::as_writable_bytes(std::span<const float*>(everyone))));
@@ -249,8 +251,12 @@ Status CudaResidentState::reduce_layer(const LayerRange& layer) {
         owned, static_cast<int>(communication_dtype_), sources, accumulator_.as<float>() + partition.flat_offset);
     ZEROSIM_RETURN_IF_ERROR(backend_.cuda("fold_chunks_kernel", cudaGetLastError()));
   }
-  // No rank may write its gradients again (the next micro-step) while another reads them.
-  ZEROSIM_RETURN_IF_ERROR(synchronize("cudaStreamSynchronize (layer exchange)"));
+  // No rank may write its gradients again (the next micro-step) while another reads them. A
+  // world of one waits once, at the micro-step's last exchange (the layer that holds parameter
+  // 0 completes last), so that the step's backward phase holds its own device work.
+  if (world_size > 1 || layer.first_parameter == 0) {
+    ZEROSIM_RETURN_IF_ERROR(synchronize("cudaStreamSynchronize (layer exchange)"));
+  }
   return comm_->barrier();
 }
 

@@ -8,9 +8,10 @@
 // 16-bit partition into the full tensor; a layer's exchange publishes each rank's full
 // gradient pointers (one all-gather of addresses over the host Comm), and each owner folds the
 // W chunks of its partition in rank order, each rounded through the communication dtype, into
-// its accumulator. Ordering: a rank synchronizes its stream before it publishes and before the
-// barrier that ends a collective, so no rank reads a buffer being written or overwrites one
-// being read; end_step does the same for the partitions the optimizer step rewrote. Ranks in
+// its accumulator. Ordering: a rank of a larger world synchronizes its stream before it publishes
+// and before the barrier that ends a collective, so no rank reads a buffer being written or
+// overwrites one being read (a world of one has no reader, and stream order suffices: it waits once per micro-step, at
+// its last exchange); end_step does the same for the partitions the optimizer step rewrote. Ranks in
 // other processes or on other devices are refused at adopt (the host path serves them).
 //
 // Lifetime: the buffers other ranks read (the 16-bit partitions, the full gradients) are owned
