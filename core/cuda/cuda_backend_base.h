@@ -1,6 +1,6 @@
 // What the CUDA compute backends (the MLP's in device_compute_backend.cu, the transformer's in
 // device_gpt_backend.cu) share: the device and its stream, cuBLAS for the fast mode (its own
-// workspace, pedantic fp32 math), AdamW on a sub-group through the fused kernel, the naming of
+// workspace; the products' math from the run's parameter type), AdamW on a sub-group through the fused kernel, the naming of
 // CUDA and cuBLAS errors, and one product routine that both modes' dense layers go through.
 // Host code, included by the CUDA backend's .cu files only.
 #pragma once
