@@ -36,6 +36,7 @@
 #endif
 
 #include "core/optim/adamw.h"
+#include "bench/flag_value.h"
 
 namespace {
 
@@ -187,13 +188,13 @@ Options parse_options(int argc, char** argv) {
     if (i + 1 >= argc) usage_error("missing value after " + flag);
     const std::string value = argv[++i];
     if (flag == "--params") {
-      options.params = std::strtoull(value.c_str(), nullptr, 10);
+      options.params = zerosim::unsigned_number(flag, value.c_str());
       if (options.params == 0) usage_error("--params must be positive");
     } else if (flag == "--threads") {
-      options.threads = std::atoi(value.c_str());
+      options.threads = static_cast<int>(zerosim::whole_number(flag, value));
       if (options.threads <= 0) usage_error("--threads must be positive");
     } else if (flag == "--repetitions") {
-      options.repetitions = std::atoi(value.c_str());
+      options.repetitions = static_cast<int>(zerosim::whole_number(flag, value));
       if (options.repetitions <= 0) usage_error("--repetitions must be positive");
     } else if (flag == "--path") {
       if (value == "scalar") options.path = SimdPath::kScalar;

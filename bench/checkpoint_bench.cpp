@@ -98,6 +98,7 @@
 #include "core/checkpoint/parallel_file_reader.h"
 #include "core/engine/engine.h"
 #include "core/tensor/huge_page_allocator.h"
+#include "bench/flag_value.h"
 
 namespace {
 
@@ -540,20 +541,19 @@ int main(int argc, char** argv) {
     }
     const std::string value = argv[++i];
     if (flag == "--dir") flags.directory = value;
-    else if (flag == "--state-mib") flags.state_mib = std::atoll(value.c_str());
-    else if (flag == "--world-size") flags.world_size = std::atoi(value.c_str());
-    else if (flag == "--repetitions") flags.repetitions = std::atoi(value.c_str());
-    else if (flag == "--settle-seconds") flags.settle_seconds = std::atoi(value.c_str());
+    else if (flag == "--state-mib") flags.state_mib = whole_number(flag, value);
+    else if (flag == "--world-size") flags.world_size = static_cast<int>(whole_number(flag, value));
+    else if (flag == "--repetitions") flags.repetitions = static_cast<int>(whole_number(flag, value));
+    else if (flag == "--settle-seconds") flags.settle_seconds = static_cast<int>(whole_number(flag, value));
     else if (flag == "--offload" && (value == "none" || value == "nvme")) flags.offload_nvme = value == "nvme";
     else if (flag == "--writer" && value == "none") flags.writer = CheckpointWriterType::kNone;
     else if (flag == "--writer" && value == "python") flags.writer = CheckpointWriterType::kPython;
     else if (flag == "--writer" && value == "fast") flags.writer = CheckpointWriterType::kFast;
-    else if (flag == "--io-buffer-mib") flags.io_buffer_mib = std::atoll(value.c_str());
-    else if (flag == "--cpus-per-rank" && !value.empty() && value.find_first_not_of("0123456789") == std::string::npos)
-      flags.cpus_per_rank = std::atoi(value.c_str());
-    else if (flag == "--aio-block-kib") flags.aio_block_kib = std::atoll(value.c_str());
-    else if (flag == "--aio-queue-depth") flags.aio_queue_depth = std::atoll(value.c_str());
-    else if (flag == "--aio-threads") flags.aio_threads = std::atoll(value.c_str());
+    else if (flag == "--io-buffer-mib") flags.io_buffer_mib = whole_number(flag, value);
+    else if (flag == "--cpus-per-rank") flags.cpus_per_rank = static_cast<int>(whole_number(flag, value));
+    else if (flag == "--aio-block-kib") flags.aio_block_kib = whole_number(flag, value);
+    else if (flag == "--aio-queue-depth") flags.aio_queue_depth = whole_number(flag, value);
+    else if (flag == "--aio-threads") flags.aio_threads = whole_number(flag, value);
     else if (flag == "--peer-load" && !value.empty()) flags.peer_load_command = value;
     else if (flag == "--peer-save" && !value.empty()) flags.peer_save_command = value;
     else {

@@ -29,6 +29,7 @@
 
 #include "core/cuda/device_compute_backend.h"
 #include "core/engine/engine.h"
+#include "bench/flag_value.h"
 
 namespace {
 
@@ -82,12 +83,13 @@ int main(int argc, char** argv) {
   int64_t steps = 6;
   int64_t sub_group_size = 1 << 20;
   std::string device = "cpu";
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; i += 2) {
+    require_value(i, argc, argv[i]);
     const std::string flag = argv[i];
     if (flag == "--dir") directory = argv[i + 1];
-    else if (flag == "--hidden") hidden = std::atoll(argv[i + 1]);
-    else if (flag == "--steps") steps = std::atoll(argv[i + 1]);
-    else if (flag == "--sub-group-size") sub_group_size = std::atoll(argv[i + 1]);
+    else if (flag == "--hidden") hidden = whole_number(flag, argv[i + 1]);
+    else if (flag == "--steps") steps = whole_number(flag, argv[i + 1]);
+    else if (flag == "--sub-group-size") sub_group_size = whole_number(flag, argv[i + 1]);
     else if (flag == "--device") device = argv[i + 1];
     else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "bench/page_cache.h"
+#include "bench/flag_value.h"
 
 namespace {
 
@@ -156,8 +157,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string directory = argv[1];
-  const long total_mib = argc > 2 ? std::atol(argv[2]) : 1024;
-  const int repetitions = argc > 3 ? std::atoi(argv[3]) : 3;
+  const long total_mib = argc > 2 ? static_cast<long>(zerosim::whole_number("TOTAL_MIB", argv[2])) : 1024;
+  const int repetitions = argc > 3 ? static_cast<int>(zerosim::whole_number("REPETITIONS", argv[3])) : 3;
   if (directory.empty() || total_mib < 64 || total_mib % 64 != 0 || repetitions < 1) {
     std::fprintf(stderr, "read_pattern_bench: DIR must be given, TOTAL_MIB a multiple of 64, REPETITIONS positive\n");
     return 2;

@@ -23,6 +23,7 @@
 
 #include "scenarios/generator.h"
 #include "sim/sim_world.h"
+#include "bench/flag_value.h"
 
 using namespace zerosim;
 
@@ -66,11 +67,12 @@ int main(int argc, char** argv) {
   int64_t cases = 200;
   std::string library = "scenarios/library";
   int repeat = 3;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--seed") == 0) seed = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (std::strcmp(argv[i], "--cases") == 0) cases = std::atoll(argv[i + 1]);
+  for (int i = 1; i < argc; i += 2) {
+    require_value(i, argc, argv[i]);
+    if (std::strcmp(argv[i], "--seed") == 0) seed = unsigned_number(argv[i], argv[i + 1]);
+    else if (std::strcmp(argv[i], "--cases") == 0) cases = whole_number(argv[i], argv[i + 1]);
     else if (std::strcmp(argv[i], "--library") == 0) library = argv[i + 1];
-    else if (std::strcmp(argv[i], "--repeat") == 0) repeat = std::atoi(argv[i + 1]);
+    else if (std::strcmp(argv[i], "--repeat") == 0) repeat = static_cast<int>(whole_number(argv[i], argv[i + 1]));
     else {
       std::fprintf(stderr, "usage: scenario_bench [--seed S] [--cases N] [--library DIR] [--repeat R]\n");
       return 2;

@@ -17,15 +17,17 @@
 #include "sim/crash_explorer.h"
 #include "sim/real_kill.h"
 #include "sim/sim_world.h"
+#include "bench/flag_value.h"
 
 using namespace zerosim;
 
 int main(int argc, char** argv) {
   std::string directory = "/tmp/zerosim-sim-bench";
   int64_t bound = 8;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; i += 2) {
+    require_value(i, argc, argv[i]);
     if (std::strcmp(argv[i], "--dir") == 0) directory = argv[i + 1];
-    else if (std::strcmp(argv[i], "--bound") == 0) bound = std::atoll(argv[i + 1]);
+    else if (std::strcmp(argv[i], "--bound") == 0) bound = whole_number(argv[i], argv[i + 1]);
     else {
       std::fprintf(stderr, "usage: sim_bench [--dir DIR] [--bound N]\n");
       return 2;

@@ -18,6 +18,7 @@
 
 #include "core/cuda/device_compute_backend.h"
 #include "core/engine/engine.h"
+#include "bench/flag_value.h"
 
 namespace {
 
@@ -39,19 +40,6 @@ class NoComputeBackend final : public zerosim::ComputeBackend {
     return {};
   }
 };
-
-// A whole-number flag value, or exits naming the flag: atoi's silent 0 for "abc" or "" would
-// turn bad input into a default.
-int64_t whole_number(const std::string& flag, const char* text) {
-  char* end = nullptr;
-  errno = 0;
-  const long long value = std::strtoll(text, &end, 10);
-  if (*text == '\0' || *end != '\0' || errno != 0) {
-    std::fprintf(stderr, "%s %s: expected a whole number\n", flag.c_str(), text);
-    std::exit(2);
-  }
-  return value;
-}
 
 }  // namespace
 
