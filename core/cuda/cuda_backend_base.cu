@@ -35,6 +35,15 @@ __device__ inline void load_vector(const float* from, float* to) {
   }
 }
 
+// Where element `index` of an operand's staged tile (kInnerTile inner indices x kExtent rows or
+// columns) goes: with kInnerContiguous, consecutive elements walk the inner index, else the
+// rows or columns.
+template <int kExtent, bool kInnerContiguous>
+__device__ inline void tile_place(int index, int& kk, int& other) {
+  kk = kInnerContiguous ? index % kInnerTile : index / kExtent;
+  other = kInnerContiguous ? index / kInnerTile : index % kExtent;
+}
+
 template <int kRows, int kColumns, bool kATransposed, bool kBTransposed>
 __global__ void __launch_bounds__(kProductThreads)
     ordered_product_kernel(int64_t rows, int64_t columns, int64_t inner, const float* a, const float* b, float* c) {
@@ -53,16 +62,13 @@ __global__ void __launch_bounds__(kProductThreads)
   const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kRows, column0 = static_cast<int64_t>(blockIdx.x) * kColumns;
   const int64_t my_row0 = row0 + ty * kThreadRows, my_column0 = column0 + tx * kThreadColumns;
   // Element q of this thread's share of a tile: its place in the tile (each operand's
-  // contiguous index varies fastest across threads, so the loads coalesce).
+  // contiguous index varies fastest across threads, so the loads coalesce). A's inner index is
+  // contiguous unless A is stored transposed; B's only when B is.
   auto a_place = [&](int q, int& kk, int& m) {
-    const int index = thread + q * kProductThreads;
-    kk = kATransposed ? index / kRows : index % kInnerTile;
-    m = kATransposed ? index % kRows : index / kInnerTile;
+    tile_place<kRows, !kATransposed>(thread + q * kProductThreads, kk, m);
   };
   auto b_place = [&](int q, int& kk, int& n) {
-    const int index = thread + q * kProductThreads;
-    kk = kBTransposed ? index % kInnerTile : index / kColumns;
-    n = kBTransposed ? index / kInnerTile : index % kColumns;
+    tile_place<kColumns, kBTransposed>(thread + q * kProductThreads, kk, n);
   };
   // The next tile's operands travel into registers while the current tile is folded.
   float a_next[kALoads], b_next[kBLoads];
