@@ -639,14 +639,18 @@ class CudaGptBackend final : public CudaBackendBase {
   const float* param(size_t k) const { return stage_parameters_[k]; }
   float* grad(size_t k) const { return stage_gradients_[k]; }
 
-  // Whether `copies` rows of the embedding fit a block's default shared memory (48 KiB), and the
-  // rows fit one launch: then a row's folds read it from shared memory.
-  // Whether `copies` rows of attention scores fit a block's default dynamic shared memory.
-  bool attention_rows_fit(int64_t copies) const { return copies * length_ * static_cast<int64_t>(sizeof(float)) <= 48 * 1024; }
-  bool staged_rows_fit(int64_t copies) const {
-    return copies * spec_.embd * static_cast<int64_t>(sizeof(float)) <= 48 * 1024 &&
-           sequences_ * length_ <= std::numeric_limits<int>::max();
+  // A block's dynamic shared memory without opting in to more.
+  static constexpr int64_t kDefaultSharedBytes = 48 * 1024;
+  static bool floats_fit_shared_memory(int64_t count) {
+    return count * static_cast<int64_t>(sizeof(float)) <= kDefaultSharedBytes;
   }
+  // Whether `copies` rows of the embedding fit a block's shared memory, and the rows fit one
+  // launch: then a row's folds read it from shared memory.
+  bool staged_rows_fit(int64_t copies) const {
+    return floats_fit_shared_memory(copies * spec_.embd) && sequences_ * length_ <= std::numeric_limits<int>::max();
+  }
+  // Whether `copies` rows of attention scores fit a block's shared memory.
+  bool attention_rows_fit(int64_t copies) const { return floats_fit_shared_memory(copies * length_); }
 
   Status layer_norm(const float* in, const float* gamma, const float* beta, DeviceLayerNorm& norm) {
     const int64_t rows = sequences_ * length_, e = spec_.embd;
@@ -727,7 +731,7 @@ class CudaGptBackend final : public CudaBackendBase {
                                               pointers.p, length_, batch, shape.scale));
       ZEROSIM_RETURN_IF_ERROR(cuda("fast_attention_softmax_kernel",
                                    launch_fast_attention_softmax(fast_attention_rows(), c.probabilities.as<float>(), stream_)));
-      return batched_product(length_, d, length_, {pointers.p_read, length_, false}, {pointers.v, 3 * e, false},
+      return batched_product(length_, d, length_, {pointers.p, length_, false}, {pointers.v, 3 * e, false},
                              pointers.o, e, batch, 1.0f);
     }
     const bool staged = attention_rows_fit(1);
@@ -748,7 +752,7 @@ class CudaGptBackend final : public CudaBackendBase {
       // d_p = d_attended v^T; d_v = p^T d_attended; d_scores; d_q = d_scores k; d_k = d_scores^T q.
       ZEROSIM_RETURN_IF_ERROR(batched_product(length_, length_, d, {g.d_o, e, false}, {layer.v, 3 * e, true}, g.d_p,
                                               length_, batch, 1.0f));
-      ZEROSIM_RETURN_IF_ERROR(batched_product(length_, d, length_, {layer.p_read, length_, true}, {g.d_o, e, false}, g.d_v,
+      ZEROSIM_RETURN_IF_ERROR(batched_product(length_, d, length_, {layer.p, length_, true}, {g.d_o, e, false}, g.d_v,
                                               3 * e, batch, 1.0f));
       ZEROSIM_RETURN_IF_ERROR(cuda("fast_attention_score_gradient_kernel",
                                    launch_fast_attention_score_gradient(fast_attention_rows(), c.probabilities.as<float>(),
@@ -776,34 +780,26 @@ class CudaGptBackend final : public CudaBackendBase {
   // probabilities, its attended values) come first, layer by layer; the gradients' arrays,
   // shared by every layer, after them.
   static constexpr int64_t kLayerOperands = 5;
+  // A read operand converts to BatchedOperand's const pointers on use.
+  using PointerTable = float* const*;
   struct FastAttentionPointers {
-    const float* const* q;
-    const float* const* k;
-    const float* const* v;
-    const float* const* p_read;
-    float* const* p;
-    float* const* o;
+    PointerTable q, k, v, p, o;
   };
   struct FastAttentionGradientPointers {
-    const float* const* d_o;
-    float* const* d_p;
-    const float* const* d_s;
-    float* const* d_q;
-    float* const* d_k;
-    float* const* d_v;
+    PointerTable d_o, d_p, d_s, d_q, d_k, d_v;
   };
-  float* const* attention_pointer_table(int64_t slot) const {
+  PointerTable attention_pointer_table(int64_t slot) const {
     return attention_pointers_.as<float*>() + slot * sequences_ * spec_.heads;
   }
   FastAttentionPointers fast_attention_pointers(int64_t block) const {
     const int64_t first = block * kLayerOperands;
-    return {attention_pointer_table(first), attention_pointer_table(first + 1), attention_pointer_table(first + 2),
-            attention_pointer_table(first + 3), attention_pointer_table(first + 3), attention_pointer_table(first + 4)};
+    auto table = [&](int64_t k) { return attention_pointer_table(first + k); };
+    return {table(0), table(1), table(2), table(3), table(4)};
   }
   FastAttentionGradientPointers fast_attention_gradient_pointers() const {
     const int64_t first = spec_.layers * kLayerOperands;
-    return {attention_pointer_table(first), attention_pointer_table(first + 1), attention_pointer_table(first + 2),
-            attention_pointer_table(first + 3), attention_pointer_table(first + 4), attention_pointer_table(first + 5)};
+    auto table = [&](int64_t k) { return attention_pointer_table(first + k); };
+    return {table(0), table(1), table(2), table(3), table(4), table(5)};
   }
   FastAttentionRows fast_attention_rows() const {
     return FastAttentionRows{sequences_ * spec_.heads, length_, spec_.block, mask_.as<float>(), uniform_rows_.as<int32_t>()};
