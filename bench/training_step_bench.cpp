@@ -51,10 +51,7 @@ int main(int argc, char** argv) {
   int threads_per_rank = 0;
   for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i];
-    if (i + 1 == argc) {
-      std::fprintf(stderr, "%s: expected a value after it\n", flag.c_str());
-      return 2;
-    }
+    require_value(i, argc, argv[i]);
     if (flag == "--device") device = argv[i + 1];
     else if (flag == "--world-size") world_size = static_cast<int>(whole_number(flag, argv[i + 1]));
     else if (flag == "--model") model_text = argv[i + 1];
