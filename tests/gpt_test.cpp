@@ -159,14 +159,11 @@ TEST(Gpt, TheFloatPathIsDeterministicAndCloseToDouble) {
   }
 }
 
-// Pinned to Hugging Face's GPT-2: the loss of GPT2LMHeadModel on the same weights and batch,
-// computed by PyTorch on the GPU machine (tests/data/gpt/hf_gpt2_losses.json says how). zerosim's
-// fp32 loss equals PyTorch's CUDA loss to the bit, and is within one ulp of its CPU loss.
-// The float path's bits are the row-by-row scalar loops' (gpt.cpp's generic templates, each
-// product a left fold in order): a model wide enough for the blocked products' paired strips,
-// their narrower last strips and the head's transposed product. The digest of the loss and every
-// gradient was recorded at commit 7c6402f, whose weight gradients were axpy folds row by row and
-// whose head multiplied through wte^T; a faster kernel that changes one bit changes the digest.
+// The float path's bits are the element-by-element scalar folds' (each product's element a fused
+// left fold in order, vector_ops' add_product_scalar): a model wide enough for the blocked
+// products' paired strips, their narrower last strips and the head's transposed operands. The
+// digest of the loss and every gradient was recorded with add_product forced onto its scalar
+// path (and is the same on the AVX-512 path); a faster kernel that changes one bit changes it.
 TEST(Gpt, TheFloatPathKeepsTheScalarLoopsBits) {
   Problem wide;
   wide.spec = GptSpec{2, 48, 4, 100, 16};
@@ -190,7 +187,7 @@ TEST(Gpt, TheFloatPathKeepsTheScalarLoopsBits) {
   for (const std::vector<float>& gradient : gradients) XXH3_64bits_update(state, gradient.data(), gradient.size() * 4);
   const uint64_t digest = XXH3_64bits_digest(state);
   XXH3_freeState(state);
-  EXPECT_EQ(digest, 0x0b136167f68bbd05ull) << std::hex << "digest 0x" << digest << ", loss bits 0x" << loss_bits;
+  EXPECT_EQ(digest, 0x5402cb83d98458bfull) << std::hex << "digest 0x" << digest << ", loss bits 0x" << loss_bits;
 }
 
 // A micro-batch large enough that every stage splits among threads (each product's rows, the
@@ -227,6 +224,11 @@ TEST(Gpt, SeveralThreadsGiveOneThreadsBits) {
   }
 }
 
+// Pinned to Hugging Face's GPT-2: the loss of GPT2LMHeadModel on the same weights and batch,
+// computed by PyTorch on the GPU machine (tests/data/gpt/hf_gpt2_losses.json says how), on its
+// CPU and on CUDA. The three fold the same sums in three orders (PyTorch's two already differ by
+// one ulp on the larger case), so the check is the distance to each: at most 2 ulps (a LayerNorm
+// epsilon of 2e-5 for GPT-2's 1e-5 moves the loss by 180 to 300).
 TEST(Gpt, TheLossIsHuggingFacesGpt2LossOnTheSameWeightsAndBatch) {
   std::ifstream file(std::string(ZEROSIM_TEST_DATA_DIR) + "/gpt/hf_gpt2_losses.json");
   const nlohmann::json golden = nlohmann::json::parse(file);
@@ -246,9 +248,11 @@ TEST(Gpt, TheLossIsHuggingFacesGpt2LossOnTheSameWeightsAndBatch) {
     ASSERT_TRUE(loss.ok()) << loss.status().to_string();
     const float cuda = std::stof(golden_case["torch_cuda_loss"].get<std::string>());
     const float cpu = std::stof(golden_case["torch_cpu_loss"].get<std::string>());
-    EXPECT_EQ(float_bits(*loss), float_bits(cuda)) << *loss << " vs " << cuda;
-    const int64_t cpu_ulps = std::llabs(static_cast<int64_t>(float_bits(*loss)) - static_cast<int64_t>(float_bits(cpu)));
-    EXPECT_LE(cpu_ulps, 1) << *loss << " vs " << cpu;
+    auto ulps_to = [&](float torch_loss) {
+      return std::llabs(static_cast<int64_t>(float_bits(*loss)) - static_cast<int64_t>(float_bits(torch_loss)));
+    };
+    EXPECT_LE(ulps_to(cuda), 2) << *loss << " vs PyTorch's CUDA loss " << cuda;
+    EXPECT_LE(ulps_to(cpu), 2) << *loss << " vs PyTorch's CPU loss " << cpu;
   }
 }
 

@@ -1,5 +1,6 @@
-// The vectorized axpy the model's dense loops are built from: every path gives the scalar loop's
-// bits (separate multiply and add, no FMA), tails and special values included.
+// The vectorized kernels the model's dense loops are built from: every path gives the scalar
+// loop's bits, tails and special values included. add_scaled multiplies and adds separately;
+// the products fold with fused multiply-adds, in order, reading transposed operands in place.
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 #include <rapidcheck/gtest.h>
@@ -58,24 +59,41 @@ RC_GTEST_PROP(VectorOps, EveryPathIsTheScalarLoopBitForBit, ()) {
   }
 }
 
-// Every path of the register-blocked product on one shape is add_scaled's row-by-row fold, bit
-// for bit.
-void check_blocked_product_is_the_row_fold(size_t rows, size_t inner, size_t n,
-                                           std::vector<float> (*values)(size_t) = arbitrary_floats) {
-  const std::vector<float> a = values(rows * inner);
-  const std::vector<float> b = values(inner * n);
+using ProductPath = void (*)(ProductOperand, size_t, size_t, ProductOperand, size_t, float*);
+
+std::vector<ProductPath> product_paths() {
+  std::vector<ProductPath> paths = {&add_product, &add_product_scalar};
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) paths.push_back(&add_product_avx2);
+  if (__builtin_cpu_supports("avx512f")) paths.push_back(&add_product_avx512);
+  return paths;
+}
+
+// An operand of `rows` x `columns` drawn from `values`, stored row-major or as the row-major
+// array of its transpose; `stored` keeps the array alive.
+ProductOperand stored_operand(const std::vector<float>& stored, size_t rows, size_t columns, bool transposed) {
+  return transposed ? ProductOperand::transpose_of(stored.data(), rows) : ProductOperand::row_major(stored.data(), columns);
+}
+
+float at(ProductOperand m, size_t row, size_t column) { return m.data[row * m.row_stride + column * m.column_stride]; }
+
+// Every path of the register-blocked product on one shape and storage is the element-by-element
+// fused fold over k in order, bit for bit.
+void check_product_is_the_fused_fold(size_t rows, size_t inner, size_t n, bool a_transposed, bool b_transposed,
+                                     std::vector<float> (*values)(size_t) = arbitrary_floats) {
+  const std::vector<float> a_stored = values(rows * inner);
+  const std::vector<float> b_stored = values(inner * n);
   const std::vector<float> c = values(rows * n);
+  const ProductOperand a = stored_operand(a_stored, rows, inner, a_transposed);
+  const ProductOperand b = stored_operand(b_stored, inner, n, b_transposed);
   std::vector<float> expected = c;
   for (size_t r = 0; r < rows; ++r) {
-    for (size_t k = 0; k < inner; ++k) add_scaled_scalar(a[r * inner + k], b.data() + k * n, expected.data() + r * n, n);
+    for (size_t j = 0; j < n; ++j) {
+      for (size_t k = 0; k < inner; ++k) expected[r * n + j] = std::fmaf(at(a, r, k), at(b, k, j), expected[r * n + j]);
+    }
   }
-  using Path = void (*)(const float*, size_t, size_t, const float*, size_t, float*);
-  std::vector<Path> paths = {&add_rows_times_matrix, &add_rows_times_matrix_scalar};
-  if (__builtin_cpu_supports("avx2")) paths.push_back(&add_rows_times_matrix_avx2);
-  if (__builtin_cpu_supports("avx512f")) paths.push_back(&add_rows_times_matrix_avx512);
-  for (const Path path : paths) {
+  for (const ProductPath path : product_paths()) {
     std::vector<float> actual = c;
-    path(a.data(), rows, inner, b.data(), n, actual.data());
+    path(a, rows, inner, b, n, actual.data());
     for (size_t k = 0; k < actual.size(); ++k) {
       const bool both_nan = std::isnan(expected[k]) && std::isnan(actual[k]);
       RC_ASSERT(both_nan || std::memcmp(&expected[k], &actual[k], sizeof(float)) == 0);
@@ -84,52 +102,60 @@ void check_blocked_product_is_the_row_fold(size_t rows, size_t inner, size_t n,
 }
 
 // Row counts past the blocks of 8 and 6, column tails past 16 and 8, odd and even strip counts
-// (strips are folded two at a time), an empty fold.
-RC_GTEST_PROP(VectorOps, TheBlockedProductIsTheRowByRowFoldBitForBit, ()) {
+// (strips are folded two at a time), an empty fold; each operand row-major or a transpose.
+RC_GTEST_PROP(VectorOps, TheBlockedProductIsTheFusedFoldBitForBit, ()) {
   const size_t rows = *rc::gen::inRange<size_t>(0, 20);
   const size_t inner = *rc::gen::inRange<size_t>(0, 12);
   const size_t n = *rc::gen::inRange<size_t>(0, 70);
-  check_blocked_product_is_the_row_fold(rows, inner, n);
+  check_product_is_the_fused_fold(rows, inner, n, *rc::gen::arbitrary<bool>(), *rc::gen::arbitrary<bool>());
 }
 
 // A reduction this long leaves room for the fewest 16-column strips per packed panel of B (two):
 // the strips past the second start panels of their own, the last maybe alone and narrower.
-RC_GTEST_PROP(VectorOps, TheBlockedProductOverSeveralPanelsIsTheRowByRowFoldBitForBit, ()) {
+RC_GTEST_PROP(VectorOps, TheBlockedProductOverSeveralPanelsIsTheFusedFoldBitForBit, ()) {
   const size_t rows = *rc::gen::inRange<size_t>(1, 5);
   const size_t inner = *rc::gen::inRange<size_t>(4097, 4128);
   const size_t n = *rc::gen::inRange<size_t>(33, 56);  // three strips or more: two panels at least
-  check_blocked_product_is_the_row_fold(rows, inner, n, seeded_unit_floats);
+  check_product_is_the_fused_fold(rows, inner, n, *rc::gen::arbitrary<bool>(), *rc::gen::arbitrary<bool>(),
+                                  seeded_unit_floats);
 }
 
 // Rows split among threads: the same bits as one thread, for shapes large enough to be split
-// (2^22 products a thread, 32 rows at least), with a last part of ragged size.
+// (2^22 products a thread, 32 rows at least), with a last part of ragged size, and with A
+// read as a transpose (a thread's rows are then columns of the stored array).
 TEST(VectorOps, TheProductOnSeveralThreadsHasOneThreadsBits) {
   struct Shape {
     size_t rows, inner, n;
     int threads;
   };
   for (const Shape shape : {Shape{200, 300, 350, 4}, Shape{97, 256, 345, 3}, Shape{64, 520, 257, 2}, Shape{40, 64, 64, 8}}) {
-    std::mt19937 generator(static_cast<uint32_t>(shape.rows * 1000 + shape.n));
-    std::uniform_real_distribution<float> uniform(-0.5f, 0.5f);
-    auto values = [&](size_t count) {
-      std::vector<float> out(count);
-      for (float& value : out) value = uniform(generator);
-      return out;
-    };
-    const std::vector<float> a = values(shape.rows * shape.inner), b = values(shape.inner * shape.n),
-                             c = values(shape.rows * shape.n);
-    std::vector<float> one = c, several = c;
-    add_rows_times_matrix(a.data(), shape.rows, shape.inner, b.data(), shape.n, one.data());
-    add_rows_times_matrix_threads(a.data(), shape.rows, shape.inner, b.data(), shape.n, several.data(), shape.threads);
-    EXPECT_EQ(std::memcmp(one.data(), several.data(), one.size() * sizeof(float)), 0)
-        << shape.rows << " x " << shape.inner << " x " << shape.n << " on " << shape.threads << " threads";
+    for (const bool transposed : {false, true}) {
+      std::mt19937 generator(static_cast<uint32_t>(shape.rows * 1000 + shape.n));
+      std::uniform_real_distribution<float> uniform(-0.5f, 0.5f);
+      auto values = [&](size_t count) {
+        std::vector<float> out(count);
+        for (float& value : out) value = uniform(generator);
+        return out;
+      };
+      const std::vector<float> a_stored = values(shape.rows * shape.inner), b_stored = values(shape.inner * shape.n),
+                               c = values(shape.rows * shape.n);
+      const ProductOperand a = stored_operand(a_stored, shape.rows, shape.inner, transposed);
+      const ProductOperand b = stored_operand(b_stored, shape.inner, shape.n, transposed);
+      std::vector<float> one = c, several = c;
+      add_product(a, shape.rows, shape.inner, b, shape.n, one.data());
+      add_product_threads(a, shape.rows, shape.inner, b, shape.n, several.data(), shape.threads);
+      EXPECT_EQ(std::memcmp(one.data(), several.data(), one.size() * sizeof(float)), 0)
+          << shape.rows << " x " << shape.inner << " x " << shape.n << " on " << shape.threads << " threads, "
+          << (transposed ? "transposed operands" : "row-major operands");
+    }
   }
 }
 
-TEST(VectorOps, TheBlockedProductFoldsInOrderWithoutFusing) {
-  // Row r of A is (1 + 2^-23, 2^-40), B's rows 1 - 2^-23 and 1, C -1. In order and unfused:
-  // -1 + (1 - 2^-46 rounded to 1) = 0, then + 2^-40 = 2^-40. Fused: -2^-46 + 2^-40, not 2^-40.
-  // The other order: -1 + 2^-40 rounds to -1, then + 1 = 0.
+TEST(VectorOps, TheBlockedProductFoldsInOrderWithFusedMultiplyAdds) {
+  // Row r of A is (1 + 2^-23, 2^-40), B's rows 1 - 2^-23 and 1, C -1. In order and fused:
+  // -1 + (1 - 2^-46) = -2^-46 exactly, then + 2^-40 = 2^-40 - 2^-46 exactly. Unfused, the first
+  // product rounds to 1 and the result is 2^-40. The other order: -1 + 2^-40 rounds to -1, then
+  // the fused step gives -2^-46.
   const size_t rows = 11, inner = 2, n = 37;
   std::vector<float> a(rows * inner), b(inner * n, 1.0f);
   for (size_t r = 0; r < rows; ++r) {
@@ -137,14 +163,11 @@ TEST(VectorOps, TheBlockedProductFoldsInOrderWithoutFusing) {
     a[r * inner + 1] = std::ldexp(1.0f, -40);
   }
   for (size_t j = 0; j < n; ++j) b[j] = 1.0f - std::ldexp(1.0f, -23);
-  using Path = void (*)(const float*, size_t, size_t, const float*, size_t, float*);
-  std::vector<Path> paths = {&add_rows_times_matrix, &add_rows_times_matrix_scalar};
-  if (__builtin_cpu_supports("avx2")) paths.push_back(&add_rows_times_matrix_avx2);
-  if (__builtin_cpu_supports("avx512f")) paths.push_back(&add_rows_times_matrix_avx512);
-  for (const Path path : paths) {
+  const float expected = std::ldexp(1.0f, -40) - std::ldexp(1.0f, -46);
+  for (const ProductPath path : product_paths()) {
     std::vector<float> c(rows * n, -1.0f);
-    path(a.data(), rows, inner, b.data(), n, c.data());
-    for (float value : c) EXPECT_EQ(value, std::ldexp(1.0f, -40));
+    path(ProductOperand::row_major(a.data(), inner), rows, inner, ProductOperand::row_major(b.data(), n), n, c.data());
+    for (float value : c) EXPECT_EQ(value, expected);
   }
 }
 

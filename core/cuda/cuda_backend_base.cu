@@ -11,8 +11,8 @@ namespace zerosim {
 namespace {
 
 // The ordered product: each output is one left fold over the inner index in order, from C's
-// value, every multiply and add rounded on its own; tiling only decides which thread holds which
-// outputs. A block of 256 threads holds a kRows x kColumns tile of outputs, each thread a
+// value, each step one fused multiply-add (rounded once, __fmaf_rn: the CPU's add_product bits);
+// tiling only decides which thread holds which outputs. A block of 256 threads holds a kRows x kColumns tile of outputs, each thread a
 // kThreadRows x kThreadColumns patch of adjacent ones (so its operands come out of shared
 // memory as 16-byte vectors); the inner index is staged kInnerTile at a time, the next tile's
 // operands loaded into registers while the current one is folded. Two shapes: 128 x
@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(kProductThreads)
 #pragma unroll
     for (int i = 0; i < kThreadRows; ++i) {
 #pragma unroll
-      for (int j = 0; j < kThreadColumns; ++j) sums[i][j] = __fadd_rn(sums[i][j], __fmul_rn(a_values[i], b_values[j]));
+      for (int j = 0; j < kThreadColumns; ++j) sums[i][j] = __fmaf_rn(a_values[i], b_values[j], sums[i][j]);
     }
   };
   load_tile(0);

@@ -52,8 +52,9 @@ class CudaBackendBase : public ComputeBackend {
 
   // C [rows, columns] = C + A [rows, inner] x B [inner, columns], row-major on the device,
   // enqueued on the stream. Deterministic mode: each element a left fold over `inner` in order
-  // from C's value, separately rounded (the CPU's rows_times_matrix and transposed_rows_product
-  // bits); fast mode: cublasGemmEx with beta = 1 in product_compute_type_.
+  // from C's value, one fused multiply-add a step (__fmaf_rn: vector_ops' add_product bits, for
+  // either operand stored transposed); fast mode: cublasGemmEx with beta = 1 in
+  // product_compute_type_.
   Status product(int64_t rows, int64_t columns, int64_t inner, DeviceOperand a, DeviceOperand b, float* c);
 
   // Fast mode only: for each of `batch` entries, C = alpha A B (C's values replaced), row-major,

@@ -46,7 +46,7 @@ __global__ void labels_kernel(int64_t feature_count, int64_t class_count, const 
 #pragma unroll
         for (int u = 0; u < kClassesPerThread; ++u) {
           const int64_t c = first + static_cast<int64_t>(u) * blockDim.x;
-          if (c < class_count) scores[u] = __fadd_rn(scores[u], __fmul_rn(feature, row[c]));
+          if (c < class_count) scores[u] = __fmaf_rn(feature, row[c], scores[u]);
         }
       }
 #pragma unroll

@@ -4,9 +4,9 @@
 // fifths of its step; the device makes it in well under one).
 //
 // The same bits as SyntheticDataset: a feature is synthetic_feature (the one definition both
-// compilers build); a score is the left fold 0 + x[0] * w[0][c] + x[1] * w[1][c] + ... over the
-// features in order, each product and sum rounded on its own (__fmul_rn, __fadd_rn: never an
-// FMA), as vector_ops' add_rows_times_matrix computes it; the label is the first class with
+// compilers build); a score is the left fold fma(x[1], w[1][c], fma(x[0], w[0][c], 0)) ... over
+// the features in order, each step one fused multiply-add (__fmaf_rn), as vector_ops'
+// add_rows_times_matrix computes it; the label is the first class with
 // the greatest score (a block's reduction picks, among equal scores, the lowest class, which is
 // the host's strict-greater scan's choice whatever the order the threads meet them in).
 //

@@ -40,9 +40,9 @@ void SyntheticDataset::labels_of(std::span<const float> features, std::span<int3
   const size_t feature_count = static_cast<size_t>(spec_.feature_count);
   const size_t classes = static_cast<size_t>(spec_.class_count);
   ZEROSIM_CHECK(features.size() == labels.size() * feature_count, "one row of features per label");
-  // scores[s][c] = scores[s][c] + feature[s][j] * weights[j][c] for j in order from zero: the
-  // scalar loop's left fold per score (vector_ops' add_rows_times_matrix, the same bits), with
-  // blocks of scores kept in registers across the features.
+  // scores[s][c] = fma(feature[s][j], weights[j][c], scores[s][c]) for j in order from zero: a
+  // left fold per score (vector_ops' add_rows_times_matrix), with blocks of scores kept in
+  // registers across the features.
   std::vector<float> scores(labels.size() * classes, 0.0f);
   add_rows_times_matrix(features.data(), labels.size(), feature_count, teacher_by_feature_.data(), classes,
                         scores.data());

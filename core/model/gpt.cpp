@@ -49,54 +49,45 @@ void axpy<float>(float a, const float* x, float* y, int64_t n) {
   add_scaled(a, x, y, static_cast<size_t>(n));
 }
 
-// C[r][j] = C[r][j] + sum over k of A[r][k] * B[k][j], the sum a left fold in k (C [rows, n]
-// holds the fold's start: zero, or a bias). Row blocks reuse each row of B while it is cached.
+// A product operand read where it is stored: element (i, k) at data[i * row_stride + k *
+// column_stride] (vector_ops' ProductOperand, for either precision).
 template <typename Real>
-void rows_times_matrix(const Real* a, int64_t rows, int64_t inner, const Real* b, int64_t n, Real* c,
-                       int /*threads*/) {
-  constexpr int64_t kRowBlock = 4;
-  for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock) {
-    const int64_t r1 = std::min(rows, r0 + kRowBlock);
+struct Operand {
+  const Real* data;
+  int64_t row_stride, column_stride;
+};
+template <typename Real>
+Operand<Real> row_major(const Real* data, int64_t columns) {
+  return {data, columns, 1};
+}
+// The transpose of the row-major `stored`, which has `stored_columns` columns.
+template <typename Real>
+Operand<Real> transpose_of(const Real* stored, int64_t stored_columns) {
+  return {stored, 1, stored_columns};
+}
+
+// C[r][j] = fma(A[r][k], B[k][j], C[r][j]) for k = 0, 1, ... in turn (C [rows, n] holds the
+// fold's start: zero, or a bias): for float, vector_ops' add_product on up to `threads` threads
+// (the same bits as this loop); the double loop is the gradient checks' reference.
+template <typename Real>
+void add_product(Operand<Real> a, int64_t rows, int64_t inner, Operand<Real> b, int64_t n, Real* c,
+                 int /*threads*/) {
+  for (int64_t r = 0; r < rows; ++r) {
     for (int64_t k = 0; k < inner; ++k) {
-      for (int64_t r = r0; r < r1; ++r) axpy(a[r * inner + k], b + k * n, c + r * n, n);
+      const Real a_value = a.data[r * a.row_stride + k * a.column_stride];
+      for (int64_t j = 0; j < n; ++j) c[r * n + j] = std::fma(a_value, b.data[k * b.row_stride + j * b.column_stride], c[r * n + j]);
     }
   }
 }
 
-// The float product: vector_ops' register-blocked fold (the same bits as the loop above).
 template <>
-void rows_times_matrix<float>(const float* a, int64_t rows, int64_t inner, const float* b, int64_t n, float* c,
-                              int threads) {
-  add_rows_times_matrix_threads(a, static_cast<size_t>(rows), static_cast<size_t>(inner), b, static_cast<size_t>(n), c,
-                                threads);
-}
-
-// out = in^T as [cols, rows] from [rows, cols], in square tiles so that both the reads and the
-// writes stay within a few cache lines (a copy: no arithmetic, the same values either way).
-template <typename Real>
-void transpose(const Real* in, int64_t rows, int64_t cols, std::vector<Real>& out) {
-  out.resize(static_cast<size_t>(rows * cols));
-  constexpr int64_t kTile = 32;
-  Real* destination = out.data();
-  for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
-    const int64_t r1 = std::min(rows, r0 + kTile);
-    for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
-      const int64_t c1 = std::min(cols, c0 + kTile);
-      for (int64_t r = r0; r < r1; ++r) {
-        for (int64_t c = c0; c < c1; ++c) destination[c * rows + r] = in[r * cols + c];
-      }
-    }
-  }
-}
-
-// C[i][j] = C[i][j] + sum over r of A[r][i] * B[r][j], a left fold in r (C [m, n]): A^T copied
-// into `scratch`, then rows_times_matrix, which for each C[i][j] adds A^T[i][r] B[r][j] for
-// r = 0, 1, ... in turn from C's value (for float, vector_ops' register-blocked fold).
-template <typename Real>
-void transposed_rows_product(const Real* a, int64_t rows, int64_t m, const Real* b, int64_t n, Real* c,
-                             std::vector<Real>& scratch, int threads) {
-  transpose(a, rows, m, scratch);
-  rows_times_matrix(scratch.data(), m, rows, b, n, c, threads);
+void add_product<float>(Operand<float> a, int64_t rows, int64_t inner, Operand<float> b, int64_t n, float* c,
+                        int threads) {
+  auto view = [](Operand<float> m) {
+    return ProductOperand{m.data, static_cast<size_t>(m.row_stride), static_cast<size_t>(m.column_stride)};
+  };
+  add_product_threads(view(a), static_cast<size_t>(rows), static_cast<size_t>(inner), view(b), static_cast<size_t>(n), c,
+                      threads);
 }
 
 // out[r][j] = bias[j] + sum_i in[r][i] * weight[i][j] (a Conv1D: weight [in, out]), left folds.
@@ -104,21 +95,19 @@ template <typename Real>
 void conv1d(const Real* in, int64_t rows, int64_t in_width, const Real* weight, const Real* bias, int64_t out_width,
             Real* out, int threads) {
   for (int64_t r = 0; r < rows; ++r) std::copy(bias, bias + out_width, out + r * out_width);
-  rows_times_matrix(in, rows, in_width, weight, out_width, out, threads);
+  add_product(row_major(in, in_width), rows, in_width, row_major(weight, out_width), out_width, out, threads);
 }
 
 // The backward of conv1d: weight_gradient += in^T d_out, bias_gradient += column sums of
 // d_out (folds over rows in order), d_in = d_out weight^T (overwritten; folds over the
-// outputs in order, through weight^T in `scratch`).
+// outputs in order). The transposes are read in place.
 template <typename Real>
 void conv1d_backward(const Real* in, int64_t rows, int64_t in_width, const Real* weight, int64_t out_width,
-                     const Real* d_out, Real* weight_gradient, Real* bias_gradient, Real* d_in, std::vector<Real>& scratch,
-                     int threads) {
-  transposed_rows_product(in, rows, in_width, d_out, out_width, weight_gradient, scratch, threads);
+                     const Real* d_out, Real* weight_gradient, Real* bias_gradient, Real* d_in, int threads) {
+  add_product(transpose_of(in, in_width), in_width, rows, row_major(d_out, out_width), out_width, weight_gradient, threads);
   for (int64_t r = 0; r < rows; ++r) axpy(Real(1), d_out + r * out_width, bias_gradient, out_width);
-  transpose(weight, in_width, out_width, scratch);
   std::fill(d_in, d_in + rows * in_width, Real(0));
-  rows_times_matrix(d_out, rows, out_width, scratch.data(), in_width, d_in, threads);
+  add_product(row_major(d_out, out_width), rows, out_width, transpose_of(weight, out_width), in_width, d_in, threads);
 }
 
 template <typename Real>
@@ -587,14 +576,9 @@ void gpt_head_forward(const GptSpec& spec, std::span<const std::vector<Real>> pa
   check_stage(parameters, counts, 0, 1);
   const int64_t rows = row_count(a), e = spec.embd, v = spec.vocab;
   const Real* wte = parameters[0].data();
-  // The tied head: logits[r][w] = sum_i normalized[r][i] wte[w][i], a fold in i from zero. It is
-  // computed as its transpose, logits^T = wte normalized^T (the same products, a product of two
-  // floats being the same either way round, folded in the same order), which transposes the
-  // rows x embd activations and the rows x vocab result instead of the vocab x embd weight.
-  transpose(a.final_normalized.data(), rows, e, a.d_scratch);
-  a.transposed.assign(static_cast<size_t>(v * rows), Real(0));
-  rows_times_matrix(wte, v, e, a.d_scratch.data(), rows, a.transposed.data(), a.threads);
-  transpose(a.transposed.data(), v, rows, a.logits);
+  // The tied head: logits = normalized wte^T, each logit a fold in i from zero, wte^T read in place.
+  a.logits.assign(static_cast<size_t>(rows * v), Real(0));
+  add_product(row_major(a.final_normalized.data(), e), rows, e, transpose_of(wte, e), v, a.logits.data(), a.threads);
 }
 
 template <typename Real>
@@ -643,10 +627,9 @@ void gpt_head_backward(const GptSpec& spec, std::span<const std::vector<Real>> p
   Real* d_wte = gradients[0].data();
   // d_wte += d_logits^T normalized (the head's use, first; folds over the rows); d_normalized =
   // d_logits wte (folds over the vocabulary).
-  transposed_rows_product(a.logits.data(), rows, v, a.final_normalized.data(), e, d_wte, a.transposed,
-                          a.threads);
+  add_product(transpose_of(a.logits.data(), v), v, rows, row_major(a.final_normalized.data(), e), e, d_wte, a.threads);
   a.d_scratch.assign(static_cast<size_t>(rows * e), Real(0));
-  rows_times_matrix(a.logits.data(), rows, v, wte, e, a.d_scratch.data(), a.threads);
+  add_product(row_major(a.logits.data(), v), rows, v, row_major(wte, e), e, a.d_scratch.data(), a.threads);
 }
 
 template <typename Real>
@@ -678,23 +661,19 @@ void gpt_block_backward(const GptSpec& spec, int64_t block, std::span<const std:
   // Sized only: conv1d_backward overwrites each d_in with its product from zero.
   a.d_wide.resize(static_cast<size_t>(rows * 4 * e));
   a.d_scratch.resize(static_cast<size_t>(rows * e));
-  conv1d_backward(c.fc_gelu.data(), rows, 4 * e, param(10), e, a.d_x.data(), grad(10), grad(11), a.d_wide.data(),
-                  a.transposed, a.threads);
+  conv1d_backward(c.fc_gelu.data(), rows, 4 * e, param(10), e, a.d_x.data(), grad(10), grad(11), a.d_wide.data(), a.threads);
   for (size_t k = 0; k < a.d_wide.size(); ++k) a.d_wide[k] = a.d_wide[k] * c.fc_derivative[k];
-  conv1d_backward(c.ln_2.data(), rows, e, param(8), 4 * e, a.d_wide.data(), grad(8), grad(9), a.d_scratch.data(),
-                  a.transposed, a.threads);
+  conv1d_backward(c.ln_2.data(), rows, e, param(8), 4 * e, a.d_wide.data(), grad(8), grad(9), a.d_scratch.data(), a.threads);
   layer_norm_backward(c.ln_2_cache, rows, e, param(6), a.d_scratch.data(), grad(6), grad(7),
                       a.d_x.data());  // d_x is now d_middle
   // middle = input + proj(attention(ln_1(input))).
   a.d_attended.resize(static_cast<size_t>(rows * e));
-  conv1d_backward(c.attended.data(), rows, e, param(4), e, a.d_x.data(), grad(4), grad(5), a.d_attended.data(),
-                  a.transposed, a.threads);
+  conv1d_backward(c.attended.data(), rows, e, param(4), e, a.d_x.data(), grad(4), grad(5), a.d_attended.data(), a.threads);
   a.d_qkv.assign(static_cast<size_t>(rows * 3 * e), Real(0));
   for_each_attention_head(a, t_count, heads, d, [&](int64_t s, int64_t h, AttentionScratch<Real>& scratch) {
     attention_backward_head(spec, a, c, s, h, attention_scale, scratch);
   });
-  conv1d_backward(c.ln_1.data(), rows, e, param(2), 3 * e, a.d_qkv.data(), grad(2), grad(3), a.d_scratch.data(),
-                  a.transposed, a.threads);
+  conv1d_backward(c.ln_1.data(), rows, e, param(2), 3 * e, a.d_qkv.data(), grad(2), grad(3), a.d_scratch.data(), a.threads);
   layer_norm_backward(c.ln_1_cache, rows, e, param(0), a.d_scratch.data(), grad(0), grad(1),
                       a.d_x.data());  // d_x is now d_input
 }

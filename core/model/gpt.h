@@ -9,9 +9,11 @@
 // wte itself: one parameter, used twice, whose gradient folds the head's use first and the
 // embedding's second, in that fixed order.
 //
-// Determinism: every reduction is a left fold in index order with separate multiply and add
-// (the build forbids FMA contraction), exp and log are portable_math's, tanh is built from
-// portable exp, so the same inputs give the same bits on any machine. The forward and backward
+// Determinism: every reduction is a left fold in index order. The dense products (the Conv1D
+// layers and the head) step it with fused multiply-adds; everything else (attention, the
+// norms, the sums) with separate multiply and add (the build forbids the compiler's FMA
+// contraction, so every fused step is an explicit one). exp and log are portable_math's, tanh
+// is built from portable exp, so the same inputs give the same bits on any machine. The forward and backward
 // are templated on the arithmetic type: float is the engine's, double is the finite-difference
 // oracle's (tests/gpt_test.cpp).
 //
@@ -92,7 +94,6 @@ struct GptActivations {
   std::vector<Real> logits;         // rows x vocab; the loss turns them into their gradient
   std::vector<Real> d_x;            // the residual stream's gradient in the backward
   std::vector<Real> d_scratch, d_wide, d_qkv, d_attended, d_p;
-  std::vector<Real> transposed;  // a weight or the keys and values of a head, transposed
   // Threads a micro-batch's stages may use (the caller's among them): the dense products split
   // the rows of their result, attention the (sequence, head) pairs, the loss its rows; each
   // thread computes outputs of its own and the loss's sum folds its rows in order afterwards,

@@ -3,6 +3,8 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -44,8 +46,18 @@ namespace {
 // B's columns column..column+width packed as [k][strip width], so that a fold step reads one
 // short contiguous run of B rather than a strip n floats from the last (each on another page);
 // the strip (inner x 64 bytes at most) is reused by every block of rows. A is read in place:
-// each of a block's rows is a sequential stream in k. Packing moves values; it computes nothing.
+// each of a block's rows is a stream in k. Packing moves values; it computes nothing.
 constexpr size_t kBlockRows = 8;
+
+// A's element (r, k) for the rows of one block: the rows' starts, and the step between k's.
+template <int kRows>
+struct RowBlock {
+  const float* row[kRows];
+  size_t step;
+  RowBlock(ProductOperand a, size_t first_row) : step(a.column_stride) {
+    for (int r = 0; r < kRows; ++r) row[r] = a.data + (first_row + static_cast<size_t>(r)) * a.row_stride;
+  }
+};
 
 // The lanes of the 16-column strip starting at `column` that lie inside a row of n columns.
 __mmask16 strip_mask(size_t n, size_t column) {
@@ -53,39 +65,66 @@ __mmask16 strip_mask(size_t n, size_t column) {
   return static_cast<__mmask16>(width == 16 ? 0xffffu : (1u << width) - 1u);
 }
 
+// B's columns column..column+15 (those under `mask`) into strip[k * 16 + j]: vector loads where
+// B's rows are contiguous, gathers where B is a transpose (its columns are contiguous).
+__attribute__((target("avx512f"))) void pack_strip_avx512(ProductOperand b, size_t inner, size_t column,
+                                                          __mmask16 mask, float* strip) {
+  if (b.column_stride == 1) {
+    for (size_t k = 0; k < inner; ++k) {
+      _mm512_storeu_ps(strip + k * 16, _mm512_maskz_loadu_ps(mask, b.data + k * b.row_stride + column));
+    }
+    return;
+  }
+  const float* first = b.data + column * b.column_stride;
+  if (b.column_stride <= size_t{INT32_MAX} / 16) {
+    const __m512i offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                               _mm512_set1_epi32(static_cast<int32_t>(b.column_stride)));
+    for (size_t k = 0; k < inner; ++k) {
+      _mm512_storeu_ps(strip + k * 16,
+                       _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mask, offsets, first + k * b.row_stride, 4));
+    }
+    return;
+  }
+  for (size_t k = 0; k < inner; ++k) {
+    for (size_t j = 0; j < 16; ++j) {
+      strip[k * 16 + j] = (mask >> j) & 1u ? first[k * b.row_stride + j * b.column_stride] : 0.0f;
+    }
+  }
+}
+
 // kRows rows of C by one strip of columns held in registers across the whole fold.
 template <int kRows>
-__attribute__((target("avx512f"))) void rows_block_avx512(const float* a, size_t inner, const float* strip, float* c,
-                                                          size_t n, __mmask16 mask) {
+__attribute__((target("avx512f"))) void rows_block_avx512(const RowBlock<kRows>& a, size_t inner, const float* strip,
+                                                          float* c, size_t n, __mmask16 mask) {
   __m512 sums[kRows];
   for (int r = 0; r < kRows; ++r) sums[r] = _mm512_maskz_loadu_ps(mask, c + r * n);
-  for (size_t k = 0; k < inner; ++k) {
+  size_t offset = 0;
+  for (size_t k = 0; k < inner; ++k, offset += a.step) {
     const __m512 row_of_b = _mm512_loadu_ps(strip + k * 16);
-    for (int r = 0; r < kRows; ++r) {
-      sums[r] = _mm512_add_ps(sums[r], _mm512_mul_ps(_mm512_set1_ps(a[r * inner + k]), row_of_b));
-    }
+    for (int r = 0; r < kRows; ++r) sums[r] = _mm512_fmadd_ps(_mm512_set1_ps(a.row[r][offset]), row_of_b, sums[r]);
   }
   for (int r = 0; r < kRows; ++r) _mm512_mask_storeu_ps(c + r * n, mask, sums[r]);
 }
 
 // The same fold for two strips side by side (the second's width under `second_mask`): twice the
-// sums in registers for each broadcast of A, and twice the independent additions in flight.
+// sums in registers for each broadcast of A, and twice the independent multiply-adds in flight.
 template <int kRows>
-__attribute__((target("avx512f"))) void rows_block_pair_avx512(const float* a, size_t inner, const float* first_strip,
-                                                               const float* second_strip, float* c, size_t n,
-                                                               __mmask16 second_mask) {
+__attribute__((target("avx512f"))) void rows_block_pair_avx512(const RowBlock<kRows>& a, size_t inner,
+                                                               const float* first_strip, const float* second_strip,
+                                                               float* c, size_t n, __mmask16 second_mask) {
   __m512 first[kRows], second[kRows];
   for (int r = 0; r < kRows; ++r) {
     first[r] = _mm512_loadu_ps(c + r * n);
     second[r] = _mm512_maskz_loadu_ps(second_mask, c + r * n + 16);
   }
-  for (size_t k = 0; k < inner; ++k) {
+  size_t offset = 0;
+  for (size_t k = 0; k < inner; ++k, offset += a.step) {
     const __m512 first_row_of_b = _mm512_loadu_ps(first_strip + k * 16);
     const __m512 second_row_of_b = _mm512_loadu_ps(second_strip + k * 16);
     for (int r = 0; r < kRows; ++r) {
-      const __m512 a_value = _mm512_set1_ps(a[r * inner + k]);
-      first[r] = _mm512_add_ps(first[r], _mm512_mul_ps(a_value, first_row_of_b));
-      second[r] = _mm512_add_ps(second[r], _mm512_mul_ps(a_value, second_row_of_b));
+      const __m512 a_value = _mm512_set1_ps(a.row[r][offset]);
+      first[r] = _mm512_fmadd_ps(a_value, first_row_of_b, first[r]);
+      second[r] = _mm512_fmadd_ps(a_value, second_row_of_b, second[r]);
     }
   }
   for (int r = 0; r < kRows; ++r) {
@@ -95,15 +134,14 @@ __attribute__((target("avx512f"))) void rows_block_pair_avx512(const float* a, s
 }
 
 template <int kRows>
-__attribute__((target("avx2"))) void rows_block_avx2(const float* a, size_t inner, const float* strip, float* c,
-                                                     size_t n) {
+__attribute__((target("avx2,fma"))) void rows_block_avx2(const RowBlock<kRows>& a, size_t inner, const float* strip,
+                                                         float* c, size_t n) {
   __m256 sums[kRows];
   for (int r = 0; r < kRows; ++r) sums[r] = _mm256_loadu_ps(c + r * n);
-  for (size_t k = 0; k < inner; ++k) {
+  size_t offset = 0;
+  for (size_t k = 0; k < inner; ++k, offset += a.step) {
     const __m256 row_of_b = _mm256_loadu_ps(strip + k * 8);
-    for (int r = 0; r < kRows; ++r) {
-      sums[r] = _mm256_add_ps(sums[r], _mm256_mul_ps(_mm256_set1_ps(a[r * inner + k]), row_of_b));
-    }
+    for (int r = 0; r < kRows; ++r) sums[r] = _mm256_fmadd_ps(_mm256_set1_ps(a.row[r][offset]), row_of_b, sums[r]);
   }
   for (int r = 0; r < kRows; ++r) _mm256_storeu_ps(c + r * n, sums[r]);
 }
@@ -120,6 +158,10 @@ void for_each_row_block(size_t rows, Block&& block) {
   }(std::make_integer_sequence<int, kMaxRows - 1>{});
 }
 
+float element(ProductOperand m, size_t row, size_t column) {
+  return m.data[row * m.row_stride + column * m.column_stride];
+}
+
 }  // namespace
 
 // B is packed a panel of strips at a time (as many 16-column strips as fit kPanelBytes, two at
@@ -127,8 +169,8 @@ void for_each_row_block(size_t rows, Block&& block) {
 // the panel while the block's rows of A stay cached.
 // A is read once per panel and B once in all, whichever of the two is the large one (the head's
 // vocabulary-wide product has either shape). Each C element's fold is the kernel's, unchanged.
-__attribute__((target("avx512f"))) void add_rows_times_matrix_avx512(const float* a, size_t rows, size_t inner,
-                                                                     const float* b, size_t n, float* c) {
+__attribute__((target("avx512f"))) void add_product_avx512(ProductOperand a, size_t rows, size_t inner,
+                                                           ProductOperand b, size_t n, float* c) {
   if (rows == 0 || n == 0) return;
   constexpr size_t kPanelBytes = size_t{256} << 10;
   const size_t strip_floats = inner * 16;
@@ -140,63 +182,72 @@ __attribute__((target("avx512f"))) void add_rows_times_matrix_avx512(const float
     const size_t strips = std::min(strips_per_panel, strips_total - first_strip);
     for (size_t s = 0; s < strips; ++s) {
       const size_t column = (first_strip + s) * 16;
-      const __mmask16 mask = strip_mask(n, column);
-      float* strip = panel.data() + s * strip_floats;
-      for (size_t k = 0; k < inner; ++k) _mm512_storeu_ps(strip + k * 16, _mm512_maskz_loadu_ps(mask, b + k * n + column));
+      pack_strip_avx512(b, inner, column, strip_mask(n, column), panel.data() + s * strip_floats);
     }
     for_each_row_block(rows, [&](size_t r, auto count) {
       constexpr int kRows = decltype(count)::value;
+      const RowBlock<kRows> block(a, r);
       size_t s = 0;
       // Strips two at a time; only the last strip of all can be narrower than 16 columns.
       for (; s + 1 < strips; s += 2) {
         const size_t column = (first_strip + s) * 16;
-        rows_block_pair_avx512<kRows>(a + r * inner, inner, panel.data() + s * strip_floats,
+        rows_block_pair_avx512<kRows>(block, inner, panel.data() + s * strip_floats,
                                       panel.data() + (s + 1) * strip_floats, c + r * n + column, n,
                                       strip_mask(n, column + 16));
       }
       if (s < strips) {
         const size_t column = (first_strip + s) * 16;
-        rows_block_avx512<kRows>(a + r * inner, inner, panel.data() + s * strip_floats, c + r * n + column, n,
+        rows_block_avx512<kRows>(block, inner, panel.data() + s * strip_floats, c + r * n + column, n,
                                  strip_mask(n, column));
       }
     });
   }
 }
 
-__attribute__((target("avx2"))) void add_rows_times_matrix_avx2(const float* a, size_t rows, size_t inner,
-                                                                const float* b, size_t n, float* c) {
+__attribute__((target("avx2,fma"))) void add_product_avx2(ProductOperand a, size_t rows, size_t inner,
+                                                          ProductOperand b, size_t n, float* c) {
   if (rows == 0 || n == 0) return;
   std::vector<float> strip(inner * 8);
   size_t column = 0;
   for (; column + 8 <= n; column += 8) {
-    for (size_t k = 0; k < inner; ++k) _mm256_storeu_ps(&strip[k * 8], _mm256_loadu_ps(b + k * n + column));
+    for (size_t k = 0; k < inner; ++k) {
+      if (b.column_stride == 1) {
+        _mm256_storeu_ps(&strip[k * 8], _mm256_loadu_ps(b.data + k * b.row_stride + column));
+      } else {
+        for (size_t j = 0; j < 8; ++j) strip[k * 8 + j] = element(b, k, column + j);
+      }
+    }
     for_each_row_block(rows, [&](size_t r, auto count) {
-      rows_block_avx2<decltype(count)::value>(a + r * inner, inner, strip.data(), c + r * n + column, n);
+      constexpr int kRows = decltype(count)::value;
+      rows_block_avx2<kRows>(RowBlock<kRows>(a, r), inner, strip.data(), c + r * n + column, n);
     });
   }
   for (size_t r = 0; r < rows; ++r) {
     for (size_t j = column; j < n; ++j) {
       float sum = c[r * n + j];
-      for (size_t k = 0; k < inner; ++k) sum = sum + a[r * inner + k] * b[k * n + j];
+      for (size_t k = 0; k < inner; ++k) sum = std::fmaf(element(a, r, k), element(b, k, j), sum);
       c[r * n + j] = sum;
     }
   }
 }
 
-void add_rows_times_matrix_scalar(const float* a, size_t rows, size_t inner, const float* b, size_t n, float* c) {
+void add_product_scalar(ProductOperand a, size_t rows, size_t inner, ProductOperand b, size_t n, float* c) {
   for (size_t r = 0; r < rows; ++r) {
-    for (size_t k = 0; k < inner; ++k) add_scaled_scalar(a[r * inner + k], b + k * n, c + r * n, n);
+    for (size_t k = 0; k < inner; ++k) {
+      const float a_value = element(a, r, k);
+      for (size_t j = 0; j < n; ++j) c[r * n + j] = std::fmaf(a_value, element(b, k, j), c[r * n + j]);
+    }
   }
 }
 
-void add_rows_times_matrix(const float* a, size_t rows, size_t inner, const float* b, size_t n, float* c) {
-  if (__builtin_cpu_supports("avx512f")) return add_rows_times_matrix_avx512(a, rows, inner, b, n, c);
-  if (__builtin_cpu_supports("avx2")) return add_rows_times_matrix_avx2(a, rows, inner, b, n, c);
-  add_rows_times_matrix_scalar(a, rows, inner, b, n, c);
+void add_product(ProductOperand a, size_t rows, size_t inner, ProductOperand b, size_t n, float* c) {
+  if (__builtin_cpu_supports("avx512f")) return add_product_avx512(a, rows, inner, b, n, c);
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return add_product_avx2(a, rows, inner, b, n, c);
+  add_product_scalar(a, rows, inner, b, n, c);
 }
 
-void add_rows_times_matrix_threads(const float* a, size_t rows, size_t inner, const float* b, size_t n, float* c,
-                                   int threads) {
+void add_product_threads(ProductOperand a, size_t rows, size_t inner, ProductOperand b, size_t n, float* c,
+                         int threads) {
   // A thread is worth starting for about 2^22 multiply-adds (a millisecond's share or so), and
   // each keeps 32 rows at least, so that packing B (each thread packs it) stays a small share.
   constexpr size_t kMinProductsPerThread = size_t{1} << 22;
@@ -204,11 +255,16 @@ void add_rows_times_matrix_threads(const float* a, size_t rows, size_t inner, co
   const size_t products = rows * inner * n;
   const size_t parts =
       std::min(part_count(products, threads, kMinProductsPerThread), part_count(rows, threads, kMinRowsPerThread));
-  if (parts == 1) return add_rows_times_matrix(a, rows, inner, b, n, c);
+  if (parts == 1) return add_product(a, rows, inner, b, n, c);
   // Row counts in multiples of the register block, the last part takes the rest.
   run_in_ranges(rows, parts, kBlockRows, [&](size_t first, size_t end, size_t) {
-    add_rows_times_matrix(a + first * inner, end - first, inner, b, n, c + first * n);
+    const ProductOperand rows_of_a{a.data + first * a.row_stride, a.row_stride, a.column_stride};
+    add_product(rows_of_a, end - first, inner, b, n, c + first * n);
   });
+}
+
+void add_rows_times_matrix(const float* a, size_t rows, size_t inner, const float* b, size_t n, float* c) {
+  add_product(ProductOperand::row_major(a, inner), rows, inner, ProductOperand::row_major(b, n), n, c);
 }
 
 void add_scaled(float a, const float* x, float* y, size_t n) {
