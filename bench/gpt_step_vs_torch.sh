@@ -6,8 +6,9 @@
 # PyTorch eager with bf16 parameters; fp32 parameters under bf16 autocast; the same compiled; each
 # with fused AdamW), in one run; prints the JSON lines, each zerosim step's split (data, forward,
 # backward with exchange, optimizer) and the ratios peer time / zerosim time (>= 1.0: zerosim
-# faster). THREADS_PER_RANK (default: the cores divided among the CPU run's ranks) is passed on;
-# PyTorch's CPU run gets the same cores (ranks x threads per rank). PYTHON names the peer's
+# faster). CPU_WORLD_SIZE (default: BATCH, one sequence a rank) sets the CPU run's ranks, each
+# with BATCH / CPU_WORLD_SIZE sequences; THREADS_PER_RANK (default: the cores divided among the
+# ranks) is passed on; PyTorch's CPU run gets the same cores (ranks x threads per rank). PYTHON names the peer's
 # interpreter (default python3). CPU_ONLY=1 runs the CPU pair alone (a machine without a GPU).
 # The peer's model is Hugging Face's GPT-2 where transformers imports, else the same architecture
 # in plain torch.nn (--model-code plain); the JSON says which.
@@ -19,7 +20,14 @@ batch=${3:-8}
 length=${4:-128}
 here=$(dirname "$0")
 python=${PYTHON:-python3}  # the Python whose torch is the peer
-ours=$("$build/bench/training_step_bench" --device cpu --world-size "$batch" --model "$model" --micro-batch 1 \
+cpu_ranks=${CPU_WORLD_SIZE-$batch}
+case "$cpu_ranks" in
+  ''|*[!0-9]*|0) echo "CPU_WORLD_SIZE must be a positive whole number, got '$cpu_ranks'" >&2; exit 2 ;;
+esac
+if [ $(( batch % cpu_ranks )) -ne 0 ]; then
+  echo "CPU_WORLD_SIZE $cpu_ranks does not divide the batch of $batch sequences" >&2; exit 2
+fi
+ours=$("$build/bench/training_step_bench" --device cpu --world-size "$cpu_ranks" --model "$model" --micro-batch $(( batch / cpu_ranks )) \
        --sequence-length "$length" --steps 6 --precision fp32 ${THREADS_PER_RANK:+--threads-per-rank "$THREADS_PER_RANK"})
 echo "$ours"
 model_code=hf
