@@ -120,15 +120,22 @@ RC_GTEST_PROP(VectorOps, TheBlockedProductOverSeveralPanelsIsTheFusedFoldBitForB
                                   seeded_unit_floats);
 }
 
-// Rows split among threads: the same bits as one thread, for shapes large enough to be split
-// (2^22 products a thread, 32 rows at least), with a last part of ragged size, and with A
-// read as a transpose (a thread's rows are then columns of the stored array).
+// Split among threads: the same bits as one thread, for shapes large enough to be split (2^22
+// products a part). The columns go first, in units of 32, four units a part at least; the
+// parts left split the rows (32 a part at least). Each shape's comment says its split; the
+// last part ragged in rows or columns; each with A and B read in place as transposes too (a
+// part's rows are then columns of the stored A, its columns rows of the stored B).
 TEST(VectorOps, TheProductOnSeveralThreadsHasOneThreadsBits) {
   struct Shape {
     size_t rows, inner, n;
     int threads;
   };
-  for (const Shape shape : {Shape{200, 300, 350, 4}, Shape{97, 256, 345, 3}, Shape{64, 520, 257, 2}, Shape{40, 64, 64, 8}}) {
+  for (const Shape shape : {Shape{200, 300, 350, 4},   // 2 column parts x 2 row parts
+                            Shape{97, 256, 345, 3},    // 2 parts of work: 2 column parts
+                            Shape{2048, 64, 96, 3},    // 3 units of columns: 3 row parts
+                            Shape{250, 512, 300, 6},   // 2 column parts x 3 row parts
+                            Shape{300, 200, 1000, 8},  // 8 column parts, the last 8 columns short
+                            Shape{40, 64, 64, 8}}) {   // too small to split
     for (const bool transposed : {false, true}) {
       std::mt19937 generator(static_cast<uint32_t>(shape.rows * 1000 + shape.n));
       std::uniform_real_distribution<float> uniform(-0.5f, 0.5f);

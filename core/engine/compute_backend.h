@@ -7,7 +7,8 @@
 // in device memory.
 //
 // The promise every backend keeps: the CPU kernels' bits. Every sum is the same left fold in
-// the same order with separately rounded multiplies and adds, exp and log are portable_exp and
+// the same order with the same roundings (separate multiplies and adds, fused ones where the
+// CPU kernel fuses them: the dense products and AdamW), exp and log are portable_exp and
 // portable_log, and AdamW is the op sequence of adamw.h; so the choice of backend changes no
 // bit of the state, and a run may save on one and resume on the other.
 //

@@ -95,15 +95,15 @@ __attribute__((target("avx512f"))) void pack_strip_avx512(ProductOperand b, size
 // kRows rows of C by one strip of columns held in registers across the whole fold.
 template <int kRows>
 __attribute__((target("avx512f"))) void rows_block_avx512(const RowBlock<kRows>& a, size_t inner, const float* strip,
-                                                          float* c, size_t n, __mmask16 mask) {
+                                                          float* c, size_t ldc, __mmask16 mask) {
   __m512 sums[kRows];
-  for (int r = 0; r < kRows; ++r) sums[r] = _mm512_maskz_loadu_ps(mask, c + r * n);
+  for (int r = 0; r < kRows; ++r) sums[r] = _mm512_maskz_loadu_ps(mask, c + r * ldc);
   size_t offset = 0;
   for (size_t k = 0; k < inner; ++k, offset += a.step) {
     const __m512 row_of_b = _mm512_loadu_ps(strip + k * 16);
     for (int r = 0; r < kRows; ++r) sums[r] = _mm512_fmadd_ps(_mm512_set1_ps(a.row[r][offset]), row_of_b, sums[r]);
   }
-  for (int r = 0; r < kRows; ++r) _mm512_mask_storeu_ps(c + r * n, mask, sums[r]);
+  for (int r = 0; r < kRows; ++r) _mm512_mask_storeu_ps(c + r * ldc, mask, sums[r]);
 }
 
 // The same fold for two strips side by side (the second's width under `second_mask`): twice the
@@ -111,11 +111,11 @@ __attribute__((target("avx512f"))) void rows_block_avx512(const RowBlock<kRows>&
 template <int kRows>
 __attribute__((target("avx512f"))) void rows_block_pair_avx512(const RowBlock<kRows>& a, size_t inner,
                                                                const float* first_strip, const float* second_strip,
-                                                               float* c, size_t n, __mmask16 second_mask) {
+                                                               float* c, size_t ldc, __mmask16 second_mask) {
   __m512 first[kRows], second[kRows];
   for (int r = 0; r < kRows; ++r) {
-    first[r] = _mm512_loadu_ps(c + r * n);
-    second[r] = _mm512_maskz_loadu_ps(second_mask, c + r * n + 16);
+    first[r] = _mm512_loadu_ps(c + r * ldc);
+    second[r] = _mm512_maskz_loadu_ps(second_mask, c + r * ldc + 16);
   }
   size_t offset = 0;
   for (size_t k = 0; k < inner; ++k, offset += a.step) {
@@ -128,22 +128,22 @@ __attribute__((target("avx512f"))) void rows_block_pair_avx512(const RowBlock<kR
     }
   }
   for (int r = 0; r < kRows; ++r) {
-    _mm512_storeu_ps(c + r * n, first[r]);
-    _mm512_mask_storeu_ps(c + r * n + 16, second_mask, second[r]);
+    _mm512_storeu_ps(c + r * ldc, first[r]);
+    _mm512_mask_storeu_ps(c + r * ldc + 16, second_mask, second[r]);
   }
 }
 
 template <int kRows>
 __attribute__((target("avx2,fma"))) void rows_block_avx2(const RowBlock<kRows>& a, size_t inner, const float* strip,
-                                                         float* c, size_t n) {
+                                                         float* c, size_t ldc) {
   __m256 sums[kRows];
-  for (int r = 0; r < kRows; ++r) sums[r] = _mm256_loadu_ps(c + r * n);
+  for (int r = 0; r < kRows; ++r) sums[r] = _mm256_loadu_ps(c + r * ldc);
   size_t offset = 0;
   for (size_t k = 0; k < inner; ++k, offset += a.step) {
     const __m256 row_of_b = _mm256_loadu_ps(strip + k * 8);
     for (int r = 0; r < kRows; ++r) sums[r] = _mm256_fmadd_ps(_mm256_set1_ps(a.row[r][offset]), row_of_b, sums[r]);
   }
-  for (int r = 0; r < kRows; ++r) _mm256_storeu_ps(c + r * n, sums[r]);
+  for (int r = 0; r < kRows; ++r) _mm256_storeu_ps(c + r * ldc, sums[r]);
 }
 
 // Blocks of kBlockRows rows of C in order; the last block's row count picks its instance.
@@ -164,13 +164,18 @@ float element(ProductOperand m, size_t row, size_t column) {
 
 }  // namespace
 
+namespace {
+
+// Each path's driver writes C's columns [0, n) of `rows` rows that lie `ldc` floats apart (a
+// thread's block of a larger C, or the whole of it with ldc = n).
+
 // B is packed a panel of strips at a time (as many 16-column strips as fit kPanelBytes, two at
 // least, which the kernel folds side by side); every block of rows then folds over each strip of
 // the panel while the block's rows of A stay cached.
 // A is read once per panel and B once in all, whichever of the two is the large one (the head's
 // vocabulary-wide product has either shape). Each C element's fold is the kernel's, unchanged.
-__attribute__((target("avx512f"))) void add_product_avx512(ProductOperand a, size_t rows, size_t inner,
-                                                           ProductOperand b, size_t n, float* c) {
+__attribute__((target("avx512f"))) void product_avx512(ProductOperand a, size_t rows, size_t inner, ProductOperand b,
+                                                       size_t n, float* c, size_t ldc) {
   if (rows == 0 || n == 0) return;
   constexpr size_t kPanelBytes = size_t{256} << 10;
   const size_t strip_floats = inner * 16;
@@ -192,20 +197,20 @@ __attribute__((target("avx512f"))) void add_product_avx512(ProductOperand a, siz
       for (; s + 1 < strips; s += 2) {
         const size_t column = (first_strip + s) * 16;
         rows_block_pair_avx512<kRows>(block, inner, panel.data() + s * strip_floats,
-                                      panel.data() + (s + 1) * strip_floats, c + r * n + column, n,
+                                      panel.data() + (s + 1) * strip_floats, c + r * ldc + column, ldc,
                                       strip_mask(n, column + 16));
       }
       if (s < strips) {
         const size_t column = (first_strip + s) * 16;
-        rows_block_avx512<kRows>(block, inner, panel.data() + s * strip_floats, c + r * n + column, n,
+        rows_block_avx512<kRows>(block, inner, panel.data() + s * strip_floats, c + r * ldc + column, ldc,
                                  strip_mask(n, column));
       }
     });
   }
 }
 
-__attribute__((target("avx2,fma"))) void add_product_avx2(ProductOperand a, size_t rows, size_t inner,
-                                                          ProductOperand b, size_t n, float* c) {
+__attribute__((target("avx2,fma"))) void product_avx2(ProductOperand a, size_t rows, size_t inner, ProductOperand b,
+                                                      size_t n, float* c, size_t ldc) {
   if (rows == 0 || n == 0) return;
   std::vector<float> strip(inner * 8);
   size_t column = 0;
@@ -219,47 +224,85 @@ __attribute__((target("avx2,fma"))) void add_product_avx2(ProductOperand a, size
     }
     for_each_row_block(rows, [&](size_t r, auto count) {
       constexpr int kRows = decltype(count)::value;
-      rows_block_avx2<kRows>(RowBlock<kRows>(a, r), inner, strip.data(), c + r * n + column, n);
+      rows_block_avx2<kRows>(RowBlock<kRows>(a, r), inner, strip.data(), c + r * ldc + column, ldc);
     });
   }
   for (size_t r = 0; r < rows; ++r) {
     for (size_t j = column; j < n; ++j) {
-      float sum = c[r * n + j];
+      float sum = c[r * ldc + j];
       for (size_t k = 0; k < inner; ++k) sum = std::fmaf(element(a, r, k), element(b, k, j), sum);
-      c[r * n + j] = sum;
+      c[r * ldc + j] = sum;
     }
   }
 }
 
-void add_product_scalar(ProductOperand a, size_t rows, size_t inner, ProductOperand b, size_t n, float* c) {
+void product_scalar(ProductOperand a, size_t rows, size_t inner, ProductOperand b, size_t n, float* c, size_t ldc) {
   for (size_t r = 0; r < rows; ++r) {
     for (size_t k = 0; k < inner; ++k) {
       const float a_value = element(a, r, k);
-      for (size_t j = 0; j < n; ++j) c[r * n + j] = std::fmaf(a_value, element(b, k, j), c[r * n + j]);
+      for (size_t j = 0; j < n; ++j) c[r * ldc + j] = std::fmaf(a_value, element(b, k, j), c[r * ldc + j]);
     }
   }
 }
 
+void product(ProductOperand a, size_t rows, size_t inner, ProductOperand b, size_t n, float* c, size_t ldc) {
+  if (__builtin_cpu_supports("avx512f")) return product_avx512(a, rows, inner, b, n, c, ldc);
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return product_avx2(a, rows, inner, b, n, c, ldc);
+  product_scalar(a, rows, inner, b, n, c, ldc);
+}
+
+}  // namespace
+
+void add_product_avx512(ProductOperand a, size_t rows, size_t inner, ProductOperand b, size_t n, float* c) {
+  product_avx512(a, rows, inner, b, n, c, n);
+}
+void add_product_avx2(ProductOperand a, size_t rows, size_t inner, ProductOperand b, size_t n, float* c) {
+  product_avx2(a, rows, inner, b, n, c, n);
+}
+void add_product_scalar(ProductOperand a, size_t rows, size_t inner, ProductOperand b, size_t n, float* c) {
+  product_scalar(a, rows, inner, b, n, c, n);
+}
 void add_product(ProductOperand a, size_t rows, size_t inner, ProductOperand b, size_t n, float* c) {
-  if (__builtin_cpu_supports("avx512f")) return add_product_avx512(a, rows, inner, b, n, c);
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return add_product_avx2(a, rows, inner, b, n, c);
-  add_product_scalar(a, rows, inner, b, n, c);
+  product(a, rows, inner, b, n, c, n);
 }
 
 void add_product_threads(ProductOperand a, size_t rows, size_t inner, ProductOperand b, size_t n, float* c,
                          int threads) {
-  // A thread is worth starting for about 2^22 multiply-adds (a millisecond's share or so), and
-  // each keeps 32 rows at least, so that packing B (each thread packs it) stays a small share.
+  // A thread is worth starting for about 2^22 multiply-adds (a millisecond's share or so).
   constexpr size_t kMinProductsPerThread = size_t{1} << 22;
-  constexpr size_t kMinRowsPerThread = 32;
-  const size_t products = rows * inner * n;
-  const size_t parts =
-      std::min(part_count(products, threads, kMinProductsPerThread), part_count(rows, threads, kMinRowsPerThread));
-  if (parts == 1) return add_product(a, rows, inner, b, n, c);
-  // Row counts in multiples of the register block, the last part takes the rest.
-  run_in_ranges(rows, parts, kBlockRows, [&](size_t first, size_t end, size_t) {
-    const ProductOperand rows_of_a{a.data + first * a.row_stride, a.row_stride, a.column_stride};
-    add_product(rows_of_a, end - first, inner, b, n, c + first * n);
+  constexpr size_t kMinRowsPerPart = 32;
+  // Columns go to parts in units of a strip pair, four units a part at least (so that no part
+  // does more than about 5/4 of another's share of columns).
+  constexpr size_t kColumnsPerUnit = 32;
+  constexpr size_t kMinUnitsPerPart = 4;
+  const size_t parts = part_count(rows * inner * n, threads, kMinProductsPerThread);
+  // Split the columns first: a part that owns columns packs only its own strips of B, where
+  // parts that own rows each pack all of B (T threads would read B T times: on a host whose
+  // cores share the memory bus, the weights' traffic, not the multiply-adds, set the time).
+  // The rest of the parts split the rows, in whole register blocks.
+  const size_t units = (n + kColumnsPerUnit - 1) / kColumnsPerUnit;
+  size_t column_parts = 1;
+  for (size_t d = parts; d > 1; --d) {
+    if (parts % d == 0 && d * kMinUnitsPerPart <= units) {
+      column_parts = d;
+      break;
+    }
+  }
+  const size_t row_parts = std::max<size_t>(1, std::min(parts / column_parts, rows / kMinRowsPerPart));
+  if (row_parts * column_parts == 1) return add_product(a, rows, inner, b, n, c);
+  const size_t rows_per_part = ((rows + row_parts - 1) / row_parts + kBlockRows - 1) / kBlockRows * kBlockRows;
+  const size_t units_per_part = (units + column_parts - 1) / column_parts;
+  const size_t row_count = (rows + rows_per_part - 1) / rows_per_part;
+  const size_t column_count = (units + units_per_part - 1) / units_per_part;
+  run_in_parts(row_count * column_count, [&](size_t k) {
+    const size_t first_row = (k / column_count) * rows_per_part;
+    const size_t first_column = (k % column_count) * units_per_part * kColumnsPerUnit;
+    const size_t end_row = std::min(rows, first_row + rows_per_part);
+    const size_t end_column = std::min(n, first_column + units_per_part * kColumnsPerUnit);
+    const ProductOperand rows_of_a{a.data + first_row * a.row_stride, a.row_stride, a.column_stride};
+    const ProductOperand columns_of_b{b.data + first_column * b.column_stride, b.row_stride, b.column_stride};
+    product(rows_of_a, end_row - first_row, inner, columns_of_b, end_column - first_column, c + first_row * n + first_column,
+            n);
   });
 }
 

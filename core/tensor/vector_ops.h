@@ -38,9 +38,10 @@ struct ProductOperand {
 // a GPU's __fmaf_rn). A is [rows, inner], B [inner, n], C [rows, n] row-major. The blocking,
 // the packing and the path change which elements are computed when, never an element's fold.
 void add_product(ProductOperand a, size_t rows, size_t inner, ProductOperand b, size_t n, float* c);
-// The same product with C's rows split among up to `threads` threads (the caller's among them),
-// in blocks of whole register blocks, each thread folding its own rows exactly as above: the
-// same bits for any thread count. A product too small to be worth a thread runs on the caller.
+// The same product on up to `threads` threads (the caller's among them), each folding its own
+// block of C exactly as above: the same bits for any thread count. C's columns are split first
+// (a thread then packs only its own columns of B, not all of B), the remaining parts split the
+// rows in whole register blocks. A product too small to be worth a thread runs on the caller.
 void add_product_threads(ProductOperand a, size_t rows, size_t inner, ProductOperand b, size_t n, float* c,
                          int threads);
 // Both operands row-major.
