@@ -55,6 +55,7 @@ struct RowBlock {
   const float* row[kRows];
   size_t step;
   RowBlock(ProductOperand a, size_t first_row) : step(a.column_stride) {
+#pragma GCC unroll 8
     for (int r = 0; r < kRows; ++r) row[r] = a.data + (first_row + static_cast<size_t>(r)) * a.row_stride;
   }
 };
@@ -97,12 +98,15 @@ template <int kRows>
 __attribute__((target("avx512f"))) void rows_block_avx512(const RowBlock<kRows>& a, size_t inner, const float* strip,
                                                           float* c, size_t ldc, __mmask16 mask) {
   __m512 sums[kRows];
+#pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r) sums[r] = _mm512_maskz_loadu_ps(mask, c + r * ldc);
   size_t offset = 0;
   for (size_t k = 0; k < inner; ++k, offset += a.step) {
     const __m512 row_of_b = _mm512_loadu_ps(strip + k * 16);
+#pragma GCC unroll 8
     for (int r = 0; r < kRows; ++r) sums[r] = _mm512_fmadd_ps(_mm512_set1_ps(a.row[r][offset]), row_of_b, sums[r]);
   }
+#pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r) _mm512_mask_storeu_ps(c + r * ldc, mask, sums[r]);
 }
 
@@ -113,6 +117,7 @@ __attribute__((target("avx512f"))) void rows_block_pair_avx512(const RowBlock<kR
                                                                const float* first_strip, const float* second_strip,
                                                                float* c, size_t ldc, __mmask16 second_mask) {
   __m512 first[kRows], second[kRows];
+#pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r) {
     first[r] = _mm512_loadu_ps(c + r * ldc);
     second[r] = _mm512_maskz_loadu_ps(second_mask, c + r * ldc + 16);
@@ -121,12 +126,14 @@ __attribute__((target("avx512f"))) void rows_block_pair_avx512(const RowBlock<kR
   for (size_t k = 0; k < inner; ++k, offset += a.step) {
     const __m512 first_row_of_b = _mm512_loadu_ps(first_strip + k * 16);
     const __m512 second_row_of_b = _mm512_loadu_ps(second_strip + k * 16);
+#pragma GCC unroll 8
     for (int r = 0; r < kRows; ++r) {
       const __m512 a_value = _mm512_set1_ps(a.row[r][offset]);
       first[r] = _mm512_fmadd_ps(a_value, first_row_of_b, first[r]);
       second[r] = _mm512_fmadd_ps(a_value, second_row_of_b, second[r]);
     }
   }
+#pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r) {
     _mm512_storeu_ps(c + r * ldc, first[r]);
     _mm512_mask_storeu_ps(c + r * ldc + 16, second_mask, second[r]);
@@ -137,12 +144,15 @@ template <int kRows>
 __attribute__((target("avx2,fma"))) void rows_block_avx2(const RowBlock<kRows>& a, size_t inner, const float* strip,
                                                          float* c, size_t ldc) {
   __m256 sums[kRows];
+#pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r) sums[r] = _mm256_loadu_ps(c + r * ldc);
   size_t offset = 0;
   for (size_t k = 0; k < inner; ++k, offset += a.step) {
     const __m256 row_of_b = _mm256_loadu_ps(strip + k * 8);
+#pragma GCC unroll 8
     for (int r = 0; r < kRows; ++r) sums[r] = _mm256_fmadd_ps(_mm256_set1_ps(a.row[r][offset]), row_of_b, sums[r]);
   }
+#pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r) _mm256_storeu_ps(c + r * ldc, sums[r]);
 }
 
