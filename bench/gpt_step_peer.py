@@ -18,8 +18,6 @@
 #   (Attention is the model's own: SDPA in Hugging Face's GPT-2 of transformers 4.4x and later.)
 import argparse, contextlib, json, os, statistics, time
 
-import torch
-
 parser = argparse.ArgumentParser()
 parser.add_argument("--model", required=True, help="gpt:layers=L,embd=E,heads=H,vocab=V,block=B")
 parser.add_argument("--batch", type=int, required=True, help="sequences per step")
@@ -34,6 +32,12 @@ parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
 args = parser.parse_args()
 if args.threads < 1:
     raise SystemExit(f"--threads {args.threads}: must be at least 1")
+# OpenBLAS (Debian's PyTorch calls it through libblas.so.3) sizes its own pool from these when it
+# loads and ignores torch.set_num_threads: without them it takes every core whatever --threads says.
+for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[variable] = str(args.threads)
+import torch  # after the thread variables, which the BLAS reads when it loads
+
 torch.set_num_threads(args.threads)
 if not args.model.startswith("gpt:"):
     raise SystemExit("--model: expected gpt:layers=L,embd=E,heads=H,vocab=V,block=B, found " + args.model)
