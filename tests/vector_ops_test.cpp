@@ -59,17 +59,24 @@ RC_GTEST_PROP(VectorOps, EveryPathIsTheScalarLoopBitForBit, ()) {
   }
 }
 
-using ProductPath = void (*)(ProductOperand, size_t, size_t, ProductOperand, size_t, float*);
+// A path of the product writing C's n columns in rows ldc floats apart.
+using ProductPath = void (*)(ProductOperand, size_t, size_t, ProductOperand, size_t, float*, size_t);
 
-std::vector<ProductPath> product_paths() {
-  std::vector<ProductPath> paths = {&add_product, &add_product_scalar};
+// Each path alone, and the dispatching add_product (which writes a whole C: ldc = n).
+std::vector<ProductPath> product_paths(size_t ldc, size_t n) {
+  std::vector<ProductPath> paths = {&add_product_scalar};
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) paths.push_back(&add_product_avx2);
   if (__builtin_cpu_supports("avx512f")) paths.push_back(&add_product_avx512);
+  if (ldc == n) {
+    paths.push_back([](ProductOperand a, size_t rows, size_t inner, ProductOperand b, size_t columns, float* c, size_t) {
+      add_product(a, rows, inner, b, columns, c);
+    });
+  }
   return paths;
 }
 
-// An operand of `rows` x `columns` drawn from `values`, stored row-major or as the row-major
-// array of its transpose; `stored` keeps the array alive.
+// An operand of `rows` x `columns` whose array is `stored`: row-major, or the row-major array
+// of its transpose.
 ProductOperand stored_operand(const std::vector<float>& stored, size_t rows, size_t columns, bool transposed) {
   return transposed ? ProductOperand::transpose_of(stored.data(), rows) : ProductOperand::row_major(stored.data(), columns);
 }
@@ -77,23 +84,25 @@ ProductOperand stored_operand(const std::vector<float>& stored, size_t rows, siz
 float at(ProductOperand m, size_t row, size_t column) { return m.data[row * m.row_stride + column * m.column_stride]; }
 
 // Every path of the register-blocked product on one shape and storage is the element-by-element
-// fused fold over k in order, bit for bit.
+// fused fold over k in order, bit for bit; C's rows `padding` floats longer than n, whose extra
+// floats no path may touch.
 void check_product_is_the_fused_fold(size_t rows, size_t inner, size_t n, bool a_transposed, bool b_transposed,
-                                     std::vector<float> (*values)(size_t) = arbitrary_floats) {
+                                     size_t padding = 0, std::vector<float> (*values)(size_t) = arbitrary_floats) {
+  const size_t ldc = n + padding;
   const std::vector<float> a_stored = values(rows * inner);
   const std::vector<float> b_stored = values(inner * n);
-  const std::vector<float> c = values(rows * n);
+  const std::vector<float> c = values(rows * ldc);
   const ProductOperand a = stored_operand(a_stored, rows, inner, a_transposed);
   const ProductOperand b = stored_operand(b_stored, inner, n, b_transposed);
   std::vector<float> expected = c;
   for (size_t r = 0; r < rows; ++r) {
     for (size_t j = 0; j < n; ++j) {
-      for (size_t k = 0; k < inner; ++k) expected[r * n + j] = std::fmaf(at(a, r, k), at(b, k, j), expected[r * n + j]);
+      for (size_t k = 0; k < inner; ++k) expected[r * ldc + j] = std::fmaf(at(a, r, k), at(b, k, j), expected[r * ldc + j]);
     }
   }
-  for (const ProductPath path : product_paths()) {
+  for (const ProductPath path : product_paths(ldc, n)) {
     std::vector<float> actual = c;
-    path(a, rows, inner, b, n, actual.data());
+    path(a, rows, inner, b, n, actual.data(), ldc);
     for (size_t k = 0; k < actual.size(); ++k) {
       const bool both_nan = std::isnan(expected[k]) && std::isnan(actual[k]);
       RC_ASSERT(both_nan || std::memcmp(&expected[k], &actual[k], sizeof(float)) == 0);
@@ -101,13 +110,14 @@ void check_product_is_the_fused_fold(size_t rows, size_t inner, size_t n, bool a
   }
 }
 
-// Row counts past the blocks of 8 and 6, column tails past 16 and 8, odd and even strip counts
+// Row counts past the blocks of 8 and smaller last blocks, column tails past 16 and 8, odd and even strip counts
 // (strips are folded two at a time), an empty fold; each operand row-major or a transpose.
 RC_GTEST_PROP(VectorOps, TheBlockedProductIsTheFusedFoldBitForBit, ()) {
   const size_t rows = *rc::gen::inRange<size_t>(0, 20);
   const size_t inner = *rc::gen::inRange<size_t>(0, 12);
   const size_t n = *rc::gen::inRange<size_t>(0, 70);
-  check_product_is_the_fused_fold(rows, inner, n, *rc::gen::arbitrary<bool>(), *rc::gen::arbitrary<bool>());
+  check_product_is_the_fused_fold(rows, inner, n, *rc::gen::arbitrary<bool>(), *rc::gen::arbitrary<bool>(),
+                                  *rc::gen::inRange<size_t>(0, 4));
 }
 
 // A reduction this long leaves room for the fewest 16-column strips per packed panel of B (two):
@@ -116,15 +126,15 @@ RC_GTEST_PROP(VectorOps, TheBlockedProductOverSeveralPanelsIsTheFusedFoldBitForB
   const size_t rows = *rc::gen::inRange<size_t>(1, 5);
   const size_t inner = *rc::gen::inRange<size_t>(4097, 4128);
   const size_t n = *rc::gen::inRange<size_t>(33, 56);  // three strips or more: two panels at least
-  check_product_is_the_fused_fold(rows, inner, n, *rc::gen::arbitrary<bool>(), *rc::gen::arbitrary<bool>(),
+  check_product_is_the_fused_fold(rows, inner, n, *rc::gen::arbitrary<bool>(), *rc::gen::arbitrary<bool>(), 0,
                                   seeded_unit_floats);
 }
 
 // Split among threads: the same bits as one thread, for shapes large enough to be split (2^22
 // products a part). The columns go first, in units of 32, four units a part at least; the
 // parts left split the rows (32 a part at least). Each shape's comment says its split; the
-// last part ragged in rows or columns; each with A and B read in place as transposes too (a
-// part's rows are then columns of the stored A, its columns rows of the stored B).
+// last part ragged in rows or columns; each in the four layouts (A or A^T, B or B^T read in
+// place: a part's rows are then columns of the stored A^T, its columns rows of the stored B^T).
 TEST(VectorOps, TheProductOnSeveralThreadsHasOneThreadsBits) {
   struct Shape {
     size_t rows, inner, n;
@@ -134,9 +144,11 @@ TEST(VectorOps, TheProductOnSeveralThreadsHasOneThreadsBits) {
                             Shape{97, 256, 345, 3},    // 2 parts of work: 2 column parts
                             Shape{2048, 64, 96, 3},    // 3 units of columns: 3 row parts
                             Shape{250, 512, 300, 6},   // 2 column parts x 3 row parts
-                            Shape{300, 200, 1000, 8},  // 8 column parts, the last 8 columns short
+                            Shape{300, 200, 1000, 8},  // 8 column parts, the last 104 columns wide
+                            Shape{48, 1024, 500, 8},   // 5 parts of work, too few rows: 4 column parts
                             Shape{40, 64, 64, 8}}) {   // too small to split
-    for (const bool transposed : {false, true}) {
+    for (const int layout : {0, 1, 2, 3}) {
+      const bool a_transposed = (layout & 1) != 0, b_transposed = (layout & 2) != 0;
       std::mt19937 generator(static_cast<uint32_t>(shape.rows * 1000 + shape.n));
       std::uniform_real_distribution<float> uniform(-0.5f, 0.5f);
       auto values = [&](size_t count) {
@@ -146,14 +158,14 @@ TEST(VectorOps, TheProductOnSeveralThreadsHasOneThreadsBits) {
       };
       const std::vector<float> a_stored = values(shape.rows * shape.inner), b_stored = values(shape.inner * shape.n),
                                c = values(shape.rows * shape.n);
-      const ProductOperand a = stored_operand(a_stored, shape.rows, shape.inner, transposed);
-      const ProductOperand b = stored_operand(b_stored, shape.inner, shape.n, transposed);
+      const ProductOperand a = stored_operand(a_stored, shape.rows, shape.inner, a_transposed);
+      const ProductOperand b = stored_operand(b_stored, shape.inner, shape.n, b_transposed);
       std::vector<float> one = c, several = c;
       add_product(a, shape.rows, shape.inner, b, shape.n, one.data());
       add_product_threads(a, shape.rows, shape.inner, b, shape.n, several.data(), shape.threads);
       EXPECT_EQ(std::memcmp(one.data(), several.data(), one.size() * sizeof(float)), 0)
           << shape.rows << " x " << shape.inner << " x " << shape.n << " on " << shape.threads << " threads, "
-          << (transposed ? "transposed operands" : "row-major operands");
+          << (a_transposed ? "A^T" : "A") << " in place, " << (b_transposed ? "B^T" : "B") << " in place";
     }
   }
 }
@@ -171,10 +183,26 @@ TEST(VectorOps, TheBlockedProductFoldsInOrderWithFusedMultiplyAdds) {
   }
   for (size_t j = 0; j < n; ++j) b[j] = 1.0f - std::ldexp(1.0f, -23);
   const float expected = std::ldexp(1.0f, -40) - std::ldexp(1.0f, -46);
-  for (const ProductPath path : product_paths()) {
+  for (const ProductPath path : product_paths(n, n)) {
     std::vector<float> c(rows * n, -1.0f);
-    path(ProductOperand::row_major(a.data(), inner), rows, inner, ProductOperand::row_major(b.data(), n), n, c.data());
+    path(ProductOperand::row_major(a.data(), inner), rows, inner, ProductOperand::row_major(b.data(), n), n, c.data(), n);
     for (float value : c) EXPECT_EQ(value, expected);
+  }
+}
+
+// A B^T whose stored rows are too long for the gathers' 32-bit lane offsets (16 lanes x the
+// stride must fit) is packed element by element: one column, so only its stored row is read.
+TEST(VectorOps, ATransposeTooLongForGatherOffsetsIsPackedElementByElement) {
+  const size_t rows = 3, inner = 5, n = 1;
+  const std::vector<float> a = {1, 2, 3, 4, 5, -1, -2, -3, -4, -5, 0.5f, 0.25f, 0.125f, 2, 4};
+  const std::vector<float> column = {1, -1, 2, -2, 3};  // B's one column: the first stored row of B^T
+  const ProductOperand b{column.data(), 1, size_t{1} << 31};
+  for (const ProductPath path : product_paths(n, n)) {
+    std::vector<float> c(rows, 0.0f);
+    path(ProductOperand::row_major(a.data(), inner), rows, inner, b, n, c.data(), n);
+    EXPECT_EQ(c[0], 1 - 2 + 6 - 8 + 15);
+    EXPECT_EQ(c[1], -1 + 2 - 6 + 8 - 15);
+    EXPECT_EQ(c[2], 0.5f - 0.25f + 0.25f - 4 + 12);
   }
 }
 

@@ -174,18 +174,13 @@ float element(ProductOperand m, size_t row, size_t column) {
 
 }  // namespace
 
-namespace {
-
-// Each path's driver writes C's columns [0, n) of `rows` rows that lie `ldc` floats apart (a
-// thread's block of a larger C, or the whole of it with ldc = n).
-
 // B is packed a panel of strips at a time (as many 16-column strips as fit kPanelBytes, two at
 // least, which the kernel folds side by side); every block of rows then folds over each strip of
 // the panel while the block's rows of A stay cached.
 // A is read once per panel and B once in all, whichever of the two is the large one (the head's
 // vocabulary-wide product has either shape). Each C element's fold is the kernel's, unchanged.
-__attribute__((target("avx512f"))) void product_avx512(ProductOperand a, size_t rows, size_t inner, ProductOperand b,
-                                                       size_t n, float* c, size_t ldc) {
+__attribute__((target("avx512f"))) void add_product_avx512(ProductOperand a, size_t rows, size_t inner,
+                                                           ProductOperand b, size_t n, float* c, size_t ldc) {
   if (rows == 0 || n == 0) return;
   constexpr size_t kPanelBytes = size_t{256} << 10;
   const size_t strip_floats = inner * 16;
@@ -219,8 +214,8 @@ __attribute__((target("avx512f"))) void product_avx512(ProductOperand a, size_t 
   }
 }
 
-__attribute__((target("avx2,fma"))) void product_avx2(ProductOperand a, size_t rows, size_t inner, ProductOperand b,
-                                                      size_t n, float* c, size_t ldc) {
+__attribute__((target("avx2,fma"))) void add_product_avx2(ProductOperand a, size_t rows, size_t inner,
+                                                          ProductOperand b, size_t n, float* c, size_t ldc) {
   if (rows == 0 || n == 0) return;
   std::vector<float> strip(inner * 8);
   size_t column = 0;
@@ -246,7 +241,8 @@ __attribute__((target("avx2,fma"))) void product_avx2(ProductOperand a, size_t r
   }
 }
 
-void product_scalar(ProductOperand a, size_t rows, size_t inner, ProductOperand b, size_t n, float* c, size_t ldc) {
+void add_product_scalar(ProductOperand a, size_t rows, size_t inner, ProductOperand b, size_t n, float* c,
+                        size_t ldc) {
   for (size_t r = 0; r < rows; ++r) {
     for (size_t k = 0; k < inner; ++k) {
       const float a_value = element(a, r, k);
@@ -255,23 +251,17 @@ void product_scalar(ProductOperand a, size_t rows, size_t inner, ProductOperand 
   }
 }
 
+namespace {
+
+// The widest path this CPU has.
 void product(ProductOperand a, size_t rows, size_t inner, ProductOperand b, size_t n, float* c, size_t ldc) {
-  if (__builtin_cpu_supports("avx512f")) return product_avx512(a, rows, inner, b, n, c, ldc);
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return product_avx2(a, rows, inner, b, n, c, ldc);
-  product_scalar(a, rows, inner, b, n, c, ldc);
+  if (__builtin_cpu_supports("avx512f")) return add_product_avx512(a, rows, inner, b, n, c, ldc);
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return add_product_avx2(a, rows, inner, b, n, c, ldc);
+  add_product_scalar(a, rows, inner, b, n, c, ldc);
 }
 
 }  // namespace
 
-void add_product_avx512(ProductOperand a, size_t rows, size_t inner, ProductOperand b, size_t n, float* c) {
-  product_avx512(a, rows, inner, b, n, c, n);
-}
-void add_product_avx2(ProductOperand a, size_t rows, size_t inner, ProductOperand b, size_t n, float* c) {
-  product_avx2(a, rows, inner, b, n, c, n);
-}
-void add_product_scalar(ProductOperand a, size_t rows, size_t inner, ProductOperand b, size_t n, float* c) {
-  product_scalar(a, rows, inner, b, n, c, n);
-}
 void add_product(ProductOperand a, size_t rows, size_t inner, ProductOperand b, size_t n, float* c) {
   product(a, rows, inner, b, n, c, n);
 }
@@ -281,34 +271,33 @@ void add_product_threads(ProductOperand a, size_t rows, size_t inner, ProductOpe
   // A thread is worth starting for about 2^22 multiply-adds (a millisecond's share or so).
   constexpr size_t kMinProductsPerThread = size_t{1} << 22;
   constexpr size_t kMinRowsPerPart = 32;
-  // Columns go to parts in units of a strip pair, four units a part at least (so that no part
-  // does more than about 5/4 of another's share of columns).
+  // Columns go to parts in units of a strip pair, four units a part at least, part k taking
+  // units [k * units / parts, (k + 1) * units / parts): no two parts differ by more than a unit.
   constexpr size_t kColumnsPerUnit = 32;
   constexpr size_t kMinUnitsPerPart = 4;
   const size_t parts = part_count(rows * inner * n, threads, kMinProductsPerThread);
   // Split the columns first: a part that owns columns packs only its own strips of B, where
   // parts that own rows each pack all of B (T threads would read B T times: on a host whose
   // cores share the memory bus, the weights' traffic, not the multiply-adds, set the time).
-  // The rest of the parts split the rows, in whole register blocks.
+  // The parts the columns cannot take split the rows, in whole register blocks: the column
+  // parts then divide the parts, so that every thread gets a block, unless the rows are too few
+  // to split (then as many column parts as the columns allow).
   const size_t units = (n + kColumnsPerUnit - 1) / kColumnsPerUnit;
-  size_t column_parts = 1;
-  for (size_t d = parts; d > 1; --d) {
-    if (parts % d == 0 && d * kMinUnitsPerPart <= units) {
-      column_parts = d;
-      break;
-    }
+  const size_t most_column_parts = std::max<size_t>(1, std::min(parts, units / kMinUnitsPerPart));
+  size_t column_parts = most_column_parts;
+  if (rows >= 2 * kMinRowsPerPart) {
+    while (parts % column_parts != 0) --column_parts;
   }
   const size_t row_parts = std::max<size_t>(1, std::min(parts / column_parts, rows / kMinRowsPerPart));
   if (row_parts * column_parts == 1) return add_product(a, rows, inner, b, n, c);
   const size_t rows_per_part = ((rows + row_parts - 1) / row_parts + kBlockRows - 1) / kBlockRows * kBlockRows;
-  const size_t units_per_part = (units + column_parts - 1) / column_parts;
   const size_t row_count = (rows + rows_per_part - 1) / rows_per_part;
-  const size_t column_count = (units + units_per_part - 1) / units_per_part;
-  run_in_parts(row_count * column_count, [&](size_t k) {
-    const size_t first_row = (k / column_count) * rows_per_part;
-    const size_t first_column = (k % column_count) * units_per_part * kColumnsPerUnit;
+  run_in_parts(row_count * column_parts, [&](size_t k) {
+    const size_t first_row = (k / column_parts) * rows_per_part;
+    const size_t column_part = k % column_parts;
+    const size_t first_column = column_part * units / column_parts * kColumnsPerUnit;
     const size_t end_row = std::min(rows, first_row + rows_per_part);
-    const size_t end_column = std::min(n, first_column + units_per_part * kColumnsPerUnit);
+    const size_t end_column = std::min(n, (column_part + 1) * units / column_parts * kColumnsPerUnit);
     const ProductOperand rows_of_a{a.data + first_row * a.row_stride, a.row_stride, a.column_stride};
     const ProductOperand columns_of_b{b.data + first_column * b.column_stride, b.row_stride, b.column_stride};
     product(rows_of_a, end_row - first_row, inner, columns_of_b, end_column - first_column, c + first_row * n + first_column,

@@ -51,8 +51,10 @@ void add_rows_times_matrix(const float* a, size_t rows, size_t inner, const floa
 void add_scaled_scalar(float a, const float* x, float* y, size_t n);
 void add_scaled_avx2(float a, const float* x, float* y, size_t n);
 void add_scaled_avx512(float a, const float* x, float* y, size_t n);
-void add_product_scalar(ProductOperand a, size_t rows, size_t inner, ProductOperand b, size_t n, float* c);
-void add_product_avx2(ProductOperand a, size_t rows, size_t inner, ProductOperand b, size_t n, float* c);
-void add_product_avx512(ProductOperand a, size_t rows, size_t inner, ProductOperand b, size_t n, float* c);
+// The products' paths write C's n columns in rows `ldc` floats apart (ldc >= n: a block of a
+// wider C, as a thread's share is).
+void add_product_scalar(ProductOperand a, size_t rows, size_t inner, ProductOperand b, size_t n, float* c, size_t ldc);
+void add_product_avx2(ProductOperand a, size_t rows, size_t inner, ProductOperand b, size_t n, float* c, size_t ldc);
+void add_product_avx512(ProductOperand a, size_t rows, size_t inner, ProductOperand b, size_t n, float* c, size_t ldc);
 
 }  // namespace zerosim
