@@ -52,7 +52,9 @@ TEST(Dataset, ABatchsLabelsAreEachSamplesLabel) {
       EXPECT_EQ(labels[s], dataset.label(static_cast<int64_t>(100 + s))) << "sample " << s << " of " << samples;
       classes.insert(labels[s]);
     }
-    if (samples == 37) EXPECT_GT(classes.size(), 3u) << "labels that differ between samples";
+    if (samples == 37) {
+      EXPECT_GT(classes.size(), 3u) << "labels that differ between samples";
+    }
   }
 }
 

@@ -162,8 +162,9 @@ TEST(Gpt, TheFloatPathIsDeterministicAndCloseToDouble) {
 // The float path's bits are the element-by-element scalar folds' (each product's element a fused
 // left fold in order, vector_ops' add_product_scalar): a model wide enough for the blocked
 // products' paired strips, their narrower last strips and the head's transposed operands. The
-// digest of the loss and every gradient was recorded with add_product forced onto its scalar
-// path (and is the same on the AVX-512 path); a faster kernel that changes one bit changes it.
+// digest of the loss and every gradient was recorded with add_product temporarily forced onto
+// its scalar path, and the AVX-512 path gives it too; vector_ops_test holds every path to the
+// scalar fold, so a kernel that changes one bit here changes the digest.
 TEST(Gpt, TheFloatPathKeepsTheScalarLoopsBits) {
   Problem wide;
   wide.spec = GptSpec{2, 48, 4, 100, 16};
@@ -190,7 +191,7 @@ TEST(Gpt, TheFloatPathKeepsTheScalarLoopsBits) {
   EXPECT_EQ(digest, 0x5402cb83d98458bfull) << std::hex << "digest 0x" << digest << ", loss bits 0x" << loss_bits;
 }
 
-// A micro-batch large enough that every stage splits among threads (each product's rows, the
+// A micro-batch large enough that every stage splits among threads (each product's result, the
 // attention's (sequence, head) pairs, GELU's values, the loss's rows) gives one thread's loss
 // and gradients, bit for bit, at 2 and 3 threads.
 TEST(Gpt, SeveralThreadsGiveOneThreadsBits) {
@@ -228,7 +229,7 @@ TEST(Gpt, SeveralThreadsGiveOneThreadsBits) {
 // computed by PyTorch on the GPU machine (tests/data/gpt/hf_gpt2_losses.json says how), on its
 // CPU and on CUDA. The three fold the same sums in three orders (PyTorch's two already differ by
 // one ulp on the larger case), so the check is the distance to each: at most 2 ulps (a LayerNorm
-// epsilon of 2e-5 for GPT-2's 1e-5 moves the loss by 180 to 300).
+// epsilon of 2e-5 for GPT-2's 1e-5 moves the loss by 180 to 300 ulps).
 TEST(Gpt, TheLossIsHuggingFacesGpt2LossOnTheSameWeightsAndBatch) {
   std::ifstream file(std::string(ZEROSIM_TEST_DATA_DIR) + "/gpt/hf_gpt2_losses.json");
   const nlohmann::json golden = nlohmann::json::parse(file);

@@ -11,9 +11,10 @@ namespace zerosim {
 namespace {
 
 // The ordered product: each output is one left fold over the inner index in order, from C's
-// value, each step one fused multiply-add (rounded once, __fmaf_rn: the CPU's add_product bits);
-// tiling only decides which thread holds which outputs. A block of 256 threads holds a kRows x kColumns tile of outputs, each thread a
-// kThreadRows x kThreadColumns patch of adjacent ones (so its operands come out of shared
+// value, each step one fused multiply-add (rounded once, __fmaf_rn: the CPU's add_product
+// bits); tiling only decides which thread holds which outputs. A block of 256 threads holds a
+// kRows x kColumns tile of outputs, each thread a kThreadRows x kThreadColumns patch of
+// adjacent ones (so its operands come out of shared
 // memory as 16-byte vectors); the inner index is staged kInnerTile at a time, the next tile's
 // operands loaded into registers while the current one is folded. Two shapes: 128 x
 // 128 (8 x 8 a thread) where the product has enough tiles to fill the GPU twice over, else 64 x

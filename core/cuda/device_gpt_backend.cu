@@ -2,8 +2,9 @@
 //
 // Every kernel below spells one of gpt.cpp's loops with the same operations in the same order:
 // separately rounded multiplies and adds (__fmul_rn, __fadd_rn: the build also forbids nvcc's
-// contraction) where gpt.cpp has them, fused ones in the dense products, exp and log through device_portable_math.cuh, and each sum a left fold in the
-// CPU's index order, kept by one thread from its start value. Parallelism is only across
+// contraction) where gpt.cpp has them, fused ones in the dense products; exp and log through
+// device_portable_math.cuh; each sum a left fold in the CPU's index order, kept by one thread
+// from its start value. Parallelism is only across
 // outputs that the CPU computes independently: the dense products through the ordered product
 // (cuda_backend_base.h), per-row statistics one block per row (the row staged in shared
 // memory, one thread folding it), per-column sums one thread per column, attention one block

@@ -62,8 +62,8 @@ class SyntheticDataset {
   // of the batch with the teacher (a 1024-class label is a million multiply-adds).
   void labels_of(std::span<const float> features, std::span<int32_t> labels) const;
   // The teacher's weights, [feature_count, class_count] row-major: label(i) is the first class
-  // with the greatest score, score[c] = 0 + x[0] * w[0][c] + x[1] * w[1][c] + ... (a left fold,
-  // each product and sum rounded on its own).
+  // with the greatest score, score[c] = fma(x[j], w[j][c], score[c]) for j = 0, 1, ... from 0
+  // (a left fold, each step one fused multiply-add: vector_ops' add_product).
   std::span<const float> teacher_by_feature() const { return teacher_by_feature_; }
 
  private:

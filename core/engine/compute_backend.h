@@ -153,8 +153,8 @@ class ComputeBackend {
 // The CPU backend: the kernels of core/model/mlp.h or core/model/gpt.h, and core/optim/adamw.h
 // on `simd_path`.
 // Each rank's compute uses up to `threads` threads (the same bits for any count): AdamW split
-// into ranges, the transformer's dense products by rows of their result, its attention by
-// (sequence, head) and its loss by rows.
+// into ranges, the transformer's dense products by columns, then rows, of their result, its
+// attention by (sequence, head) and its loss by rows.
 std::unique_ptr<ComputeBackend> make_cpu_compute_backend(const ModelSpec& model, SimdPath simd_path,
                                                          int threads = 1);
 

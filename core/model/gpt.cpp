@@ -70,19 +70,21 @@ Operand<Real> transpose_of(const Real* stored, int64_t stored_columns) {
 // fold's start: zero, or a bias): for float, vector_ops' add_product on up to `threads` threads
 // (the same bits as this loop); the double loop is the gradient checks' reference.
 template <typename Real>
-void add_product(Operand<Real> a, int64_t rows, int64_t inner, Operand<Real> b, int64_t n, Real* c,
-                 int /*threads*/) {
+void fold_product(Operand<Real> a, int64_t rows, int64_t inner, Operand<Real> b, int64_t n, Real* c,
+                  int /*threads*/) {
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t k = 0; k < inner; ++k) {
       const Real a_value = a.data[r * a.row_stride + k * a.column_stride];
-      for (int64_t j = 0; j < n; ++j) c[r * n + j] = std::fma(a_value, b.data[k * b.row_stride + j * b.column_stride], c[r * n + j]);
+      for (int64_t j = 0; j < n; ++j) {
+        c[r * n + j] = std::fma(a_value, b.data[k * b.row_stride + j * b.column_stride], c[r * n + j]);
+      }
     }
   }
 }
 
 template <>
-void add_product<float>(Operand<float> a, int64_t rows, int64_t inner, Operand<float> b, int64_t n, float* c,
-                        int threads) {
+void fold_product<float>(Operand<float> a, int64_t rows, int64_t inner, Operand<float> b, int64_t n, float* c,
+                         int threads) {
   auto view = [](Operand<float> m) {
     return ProductOperand{m.data, static_cast<size_t>(m.row_stride), static_cast<size_t>(m.column_stride)};
   };
@@ -95,7 +97,7 @@ template <typename Real>
 void conv1d(const Real* in, int64_t rows, int64_t in_width, const Real* weight, const Real* bias, int64_t out_width,
             Real* out, int threads) {
   for (int64_t r = 0; r < rows; ++r) std::copy(bias, bias + out_width, out + r * out_width);
-  add_product(row_major(in, in_width), rows, in_width, row_major(weight, out_width), out_width, out, threads);
+  fold_product(row_major(in, in_width), rows, in_width, row_major(weight, out_width), out_width, out, threads);
 }
 
 // The backward of conv1d: weight_gradient += in^T d_out, bias_gradient += column sums of
@@ -104,10 +106,11 @@ void conv1d(const Real* in, int64_t rows, int64_t in_width, const Real* weight, 
 template <typename Real>
 void conv1d_backward(const Real* in, int64_t rows, int64_t in_width, const Real* weight, int64_t out_width,
                      const Real* d_out, Real* weight_gradient, Real* bias_gradient, Real* d_in, int threads) {
-  add_product(transpose_of(in, in_width), in_width, rows, row_major(d_out, out_width), out_width, weight_gradient, threads);
+  fold_product(transpose_of(in, in_width), in_width, rows, row_major(d_out, out_width), out_width, weight_gradient,
+               threads);
   for (int64_t r = 0; r < rows; ++r) axpy(Real(1), d_out + r * out_width, bias_gradient, out_width);
   std::fill(d_in, d_in + rows * in_width, Real(0));
-  add_product(row_major(d_out, out_width), rows, out_width, transpose_of(weight, out_width), in_width, d_in, threads);
+  fold_product(row_major(d_out, out_width), rows, out_width, transpose_of(weight, out_width), in_width, d_in, threads);
 }
 
 template <typename Real>
@@ -578,7 +581,7 @@ void gpt_head_forward(const GptSpec& spec, std::span<const std::vector<Real>> pa
   const Real* wte = parameters[0].data();
   // The tied head: logits = normalized wte^T, each logit a fold in i from zero, wte^T read in place.
   a.logits.assign(static_cast<size_t>(rows * v), Real(0));
-  add_product(row_major(a.final_normalized.data(), e), rows, e, transpose_of(wte, e), v, a.logits.data(), a.threads);
+  fold_product(row_major(a.final_normalized.data(), e), rows, e, transpose_of(wte, e), v, a.logits.data(), a.threads);
 }
 
 template <typename Real>
@@ -627,9 +630,9 @@ void gpt_head_backward(const GptSpec& spec, std::span<const std::vector<Real>> p
   Real* d_wte = gradients[0].data();
   // d_wte += d_logits^T normalized (the head's use, first; folds over the rows); d_normalized =
   // d_logits wte (folds over the vocabulary).
-  add_product(transpose_of(a.logits.data(), v), v, rows, row_major(a.final_normalized.data(), e), e, d_wte, a.threads);
+  fold_product(transpose_of(a.logits.data(), v), v, rows, row_major(a.final_normalized.data(), e), e, d_wte, a.threads);
   a.d_scratch.assign(static_cast<size_t>(rows * e), Real(0));
-  add_product(row_major(a.logits.data(), v), rows, v, row_major(wte, e), e, a.d_scratch.data(), a.threads);
+  fold_product(row_major(a.logits.data(), v), rows, v, row_major(wte, e), e, a.d_scratch.data(), a.threads);
 }
 
 template <typename Real>

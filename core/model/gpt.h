@@ -13,9 +13,9 @@
 // layers and the head) step it with fused multiply-adds; everything else (attention, the
 // norms, the sums) with separate multiply and add (the build forbids the compiler's FMA
 // contraction, so every fused step is an explicit one). exp and log are portable_math's, tanh
-// is built from portable exp, so the same inputs give the same bits on any machine. The forward and backward
-// are templated on the arithmetic type: float is the engine's, double is the finite-difference
-// oracle's (tests/gpt_test.cpp).
+// is built from portable exp, so the same inputs give the same bits on any machine. The
+// forward and backward are templated on the arithmetic type: float is the engine's, double is
+// the finite-difference oracle's (tests/gpt_test.cpp).
 //
 // The forward and backward are split into stages, one per group of parameters that ZeRO-3
 // gathers together (model_plan in model_spec.h): the embeddings, each block, the final
@@ -95,7 +95,8 @@ struct GptActivations {
   std::vector<Real> d_x;            // the residual stream's gradient in the backward
   std::vector<Real> d_scratch, d_wide, d_qkv, d_attended, d_p;
   // Threads a micro-batch's stages may use (the caller's among them): the dense products split
-  // the rows of their result, attention the (sequence, head) pairs, the loss its rows; each
+  // their result's columns, then its rows (vector_ops' add_product_threads), attention the
+  // (sequence, head) pairs, the loss its rows; each
   // thread computes outputs of its own and the loss's sum folds its rows in order afterwards,
   // so the bits do not depend on the count.
   int threads = 1;
