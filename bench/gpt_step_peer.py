@@ -33,9 +33,11 @@ args = parser.parse_args()
 if args.threads < 1:
     raise SystemExit(f"--threads {args.threads}: must be at least 1")
 # OpenBLAS (Debian's PyTorch calls it through libblas.so.3) sizes its own pool from these when it
-# loads and ignores torch.set_num_threads: without them it takes every core whatever --threads says.
-for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ[variable] = str(args.threads)
+# loads and ignores torch.set_num_threads: without them it takes every core whatever --threads
+# says. The GPU peers keep what their launcher set (torchrun sets OMP_NUM_THREADS=1).
+if args.device == "cpu":
+    for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[variable] = str(args.threads)
 import torch  # after the thread variables, which the BLAS reads when it loads
 
 torch.set_num_threads(args.threads)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine: a training step of a GPT-2-shaped transformer in zerosim's CPU engine (W
-# ranks on the host's cores, one sequence each) beside the same model, batch and sequence length
+# ranks on the host's cores, BATCH / W sequences each) beside the same model, batch and sequence length
 # in PyTorch on the CPU (fp32, all threads); and zerosim on one GPU (W = 1, bf16 parameters,
 # deterministic kernels and cuda-fast) beside PyTorch on that GPU four ways (FSDP2 in bf16; plain
 # PyTorch eager with bf16 parameters; fp32 parameters under bf16 autocast; the same compiled; each
@@ -15,15 +15,21 @@
 #   bench/gpt_step_vs_torch.sh BUILD_DIR [MODEL] [BATCH] [SEQUENCE_LENGTH]
 set -euo pipefail
 build=${1:?usage: gpt_step_vs_torch.sh BUILD_DIR [MODEL] [BATCH] [SEQUENCE_LENGTH]}
-model=${2:-gpt:layers=12,embd=768,heads=12,vocab=50257,block=1024}
-batch=${3:-8}
-length=${4:-128}
+model=${2-gpt:layers=12,embd=768,heads=12,vocab=50257,block=1024}
+batch=${3-8}
+length=${4-128}
 here=$(dirname "$0")
 python=${PYTHON:-python3}  # the Python whose torch is the peer
 cpu_ranks=${CPU_WORLD_SIZE-$batch}
-case "$cpu_ranks" in
-  ''|*[!0-9]*|0) echo "CPU_WORLD_SIZE must be a positive whole number, got '$cpu_ranks'" >&2; exit 2 ;;
-esac
+# A count is digits without a leading zero (bash's arithmetic would read 010 as octal 8).
+positive_count() {
+  case "$2" in
+    ''|*[!0-9]*|0*) echo "$1 must be a positive whole number without leading zeros, got '$2'" >&2; exit 2 ;;
+  esac
+}
+positive_count BATCH "$batch"
+positive_count SEQUENCE_LENGTH "$length"
+positive_count CPU_WORLD_SIZE "$cpu_ranks"
 if [ $(( batch % cpu_ranks )) -ne 0 ]; then
   echo "CPU_WORLD_SIZE $cpu_ranks does not divide the batch of $batch sequences" >&2; exit 2
 fi

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # zerosim's CPU product (product_bench) beside torch.mm (product_peer.py) on one GPT-2 training
 # step's product shapes, on the same threads, in one run: each shape's GFLOP/s both ways and the
-# ratio zerosim / torch (>= 1.0: zerosim faster), then the step's products in all. PYTHON names
-# the peer's interpreter (default python3).
+# ratio zerosim / torch (>= 1.0: zerosim faster), then the step's products in all. THREADS
+# defaults to 1, TOKENS (the rows of a step's activations) to 1024; PYTHON names the peer's
+# interpreter (default python3). Both programs refuse a count that is not a positive number.
 #   bench/product_vs_torch.sh BUILD_DIR [THREADS] [TOKENS]
 set -euo pipefail
 build=${1:?usage: product_vs_torch.sh BUILD_DIR [THREADS] [TOKENS]}
-threads=${2:-1}
-tokens=${3:-1024}
+threads=${2-1}
+tokens=${3-1024}
 here=$(dirname "$0")
 ours=$("$build/bench/product_bench" --threads "$threads" --tokens "$tokens")
 peer=$("${PYTHON:-python3}" "$here/product_peer.py" --threads "$threads" --tokens "$tokens")
