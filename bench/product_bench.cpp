@@ -1,8 +1,8 @@
 // The dense products of one GPT-2 training step on the CPU (vector_ops' add_product_threads, the
 // kernel of every Conv1D layer and of the tied head), shape by shape, at a chosen token count and
 // thread count: milliseconds and GFLOP/s per shape and for the step's products in all, as JSON
-// lines. bench/product_vs_torch.sh runs it beside torch.mm on the same shapes, layouts and
-// threads; this alone prints zerosim's side.
+// lines. bench/product_vs_torch.sh runs it beside torch.mm (product_peer.py, which times the
+// shapes these lines name) on the same threads; this alone prints zerosim's side.
 //
 //   product_bench [--tokens N] [--embd E] [--vocab V] [--layers L] [--threads T] [--repeat R]
 //

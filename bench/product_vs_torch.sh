@@ -11,7 +11,7 @@ threads=${2-1}
 tokens=${3-1024}
 here=$(dirname "$0")
 ours=$("$build/bench/product_bench" --threads "$threads" --tokens "$tokens")
-peer=$("${PYTHON:-python3}" "$here/product_peer.py" --threads "$threads" --tokens "$tokens")
+peer=$(printf '%s\n' "$ours" | "${PYTHON:-python3}" "$here/product_peer.py" --threads "$threads")
 echo "$ours"
 echo "$peer"
 python3 - "$ours" "$peer" <<'PY'
