@@ -15,6 +15,17 @@ the uninterrupted run against zerosim's export of the same run.
       two DeepSpeed runs of the same export that should agree bit for bit (the optimizer on the
       CPU and on NVMe, say): each step's loss, lr, scale, skipped, grad norm, and the states
       state-LABEL of both for each label of LABELS (comma-separated: 1,2,final).
+  ds_compare.py across EXPORT_DIR SAVED_DIR K LOADED_DIR OUT_JSON
+      a load on another world size: SAVED_DIR/rank*/state-K (each rank's partition, flat) joined
+      in rank order, against LOADED_DIR's state-loaded (whole parameters, one rank): how many
+      loaded masters equal the saved ones, the saved ones rounded to fp16 / bf16, and the
+      export's initial weights; the counters of both.
+  ds_compare.py data UNINTERRUPTED_DIR SAVED_DIR RESUMED_DIR K OUT_JSON
+      runs of ds_train.py --data engine-loader: the rows each resumed step took against the
+      uninterrupted run's rows of the same step and of every step; what the checkpoint holds of
+      the data position (SAVED/checkpoint-keys.json: data_sampler, random_ltd); torch's
+      generator after the load against the saving process's at the save and the uninterrupted
+      run's after step K (UNINTERRUPTED/state-K: ds_train.py --capture-at K).
 """
 
 import json
@@ -234,6 +245,78 @@ def pair(run_a, run_b, labels, out_json):
     write(out_json, report)
 
 
+def across(export_dir, saved, k, loaded_dir, out_json):
+    ranks = sorted((d for d in os.listdir(saved) if d.startswith("rank") and d[4:].isdigit()), key=lambda d: int(d[4:]))
+    if not ranks:
+        sys.exit(f"error: {saved} holds no rank directories (rank0, rank1, ...)")
+    parts = [load_state(os.path.join(saved, d, f"state-{k}.safetensors")) for d in ranks]
+    loaded, loaded_scalars = load_state(os.path.join(loaded_dir, "state-loaded.safetensors"))
+    with safe_open(os.path.join(export_dir, "initial.safetensors"), framework="np") as f:
+        initial = {key: f.get_tensor(key) for key in f.keys()}
+    names = sorted(key for key in loaded if key.startswith("master/"))
+    joined, found, start = [], [], []
+    for key in names:
+        whole = loaded[key].ravel()
+        flat = np.concatenate([tensors[key].ravel() for tensors, _ in parts])
+        if flat.size < whole.size:
+            sys.exit(f"error: {key}: the saved partitions hold {flat.size} elements, the loaded parameter {whole.size}")
+        joined.append(flat[:whole.size])  # the last partition's padding dropped
+        found.append(whole)
+        start.append(initial[key.split("/", 1)[1]].ravel())
+    saved_master, loaded_master, initial_master = (np.concatenate(x).astype(np.float32) for x in (joined, found, start))
+    bits = loaded_master.view(np.uint32)
+    report = {
+        "elements": int(loaded_master.size),
+        "equal_to_saved": int(np.count_nonzero(saved_master.view(np.uint32) == bits)),
+        "equal_to_saved_rounded": {p: int(np.count_nonzero(rounded(saved_master, p).view(np.uint32) == bits))
+                                   for p in ("fp16", "bf16")},
+        "equal_to_initial": int(np.count_nonzero(initial_master.view(np.uint32) == bits)),
+        "saved_scalars": [scalars for _, scalars in parts],
+        "loaded_scalars": loaded_scalars,
+    }
+    print(f"loaded on 1 rank from {len(ranks)} ranks' checkpoint (step {k}): of {report['elements']} masters, equal to "
+          f"the saved: {report['equal_to_saved']}; to the saved rounded to fp16 / bf16: "
+          f"{report['equal_to_saved_rounded']['fp16']} / {report['equal_to_saved_rounded']['bf16']}; to the initial "
+          f"weights: {report['equal_to_initial']}")
+    for key in ("global_steps", "global_samples", "optimizer_steps", "scheduler_last_batch_iteration"):
+        print(f"  {key}: saved {parts[0][1].get(key)}, loaded {loaded_scalars.get(key)}")
+    write(out_json, report)
+
+
+def data(uninterrupted, saved, resumed, k, out_json):
+    expected = {r["step"]: r for r in load_records(uninterrupted)}
+    found = load_records(resumed)
+    if any("samples" not in r for r in list(expected.values()) + found):
+        sys.exit("error: the records hold no rows per step: run ds_train.py with --data engine-loader")
+    by_rows = {tuple(r["samples"]): r["step"] for r in expected.values()}
+    steps = [{"step": r["step"], "rows": r["samples"], "same_rows_as_uninterrupted": r["samples"] ==
+              expected[r["step"]]["samples"], "rows_of_uninterrupted_step": by_rows.get(tuple(r["samples"]))}
+             for r in found]
+    keys_path = os.path.join(saved, "checkpoint-keys.json")
+    with open(keys_path, encoding="utf-8") as f:
+        keys = json.load(f)
+    model_states = {name: held for name, held in keys.items() if name.endswith("model_states.pt")}
+    _, at_save = load_state(os.path.join(saved, f"state-{k}.safetensors"))
+    _, uninterrupted_at_k = load_state(os.path.join(uninterrupted, f"state-{k}.safetensors"))
+    _, after_load = load_state(os.path.join(resumed, "state-loaded.safetensors"))
+    report = {"steps": steps,
+              "checkpoint": {name: {key: held.get(key, "absent") for key in ("data_sampler", "random_ltd")}
+                             for name, held in model_states.items()},
+              "torch_rng": {"uninterrupted_at_k": uninterrupted_at_k.get("torch_rng"), "at_save": at_save.get("torch_rng"),
+                            "after_load": after_load.get("torch_rng")}}
+    for row in steps:
+        if row["same_rows_as_uninterrupted"]:
+            verdict = "the uninterrupted run's"
+        else:
+            verdict = f"not the uninterrupted run's; its step {row['rows_of_uninterrupted_step']}'s"
+        print(f"step {row['step']:>3}: rows {row['rows']}: {verdict}")
+    for name, held in report["checkpoint"].items():
+        print(f"{name}: data_sampler {held['data_sampler']}, random_ltd {held['random_ltd']}")
+    print(f"torch's generator after step {k}: uninterrupted {report['torch_rng']['uninterrupted_at_k']}, the saving "
+          f"process {report['torch_rng']['at_save']}; the resumed process after the load {report['torch_rng']['after_load']}")
+    write(out_json, report)
+
+
 def write(path, report):
     with open(path, "w", encoding="utf-8") as f:
         json.dump(json_safe(report), f, indent=1, allow_nan=False)
@@ -248,6 +331,10 @@ def main():
         numbers(sys.argv[2], sys.argv[3], sys.argv[4])
     elif len(sys.argv) == 6 and sys.argv[1] == "pair" and all(sys.argv[4].split(",")):
         pair(sys.argv[2], sys.argv[3], sys.argv[4].split(","), sys.argv[5])
+    elif len(sys.argv) == 7 and sys.argv[1] == "across":
+        across(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6])
+    elif len(sys.argv) == 7 and sys.argv[1] == "data":
+        data(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6])
     else:
         sys.exit(__doc__)
 

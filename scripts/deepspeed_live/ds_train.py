@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Trains a zerosim --export-run with DeepSpeed's own engine (ZeRO-3), one process, one GPU.
+"""Trains a zerosim --export-run with DeepSpeed's own engine (ZeRO-3), one process per rank.
 
 The model is the run's MLP (Linear layers, ReLU between them) returning its fp32 cross-entropy
 loss, built from the run's initial fp32 weights; the batches are the run's, in its global order.
@@ -24,14 +24,27 @@ out through safe_get_full_*, with the counters and the loss scaler in their meta
                   save written once the save returned, with "checkpoint": true. "{pid}" in OUT_DIR
                   and --nvme-path becomes the process id (resumes run side by side).
 
+Ranks: one process by default; a launcher that sets RANK and WORLD_SIZE (and MASTER_PORT) in each
+of W processes runs W ranks, each writing OUT_DIR/rank{R}. The export's world size must be W,
+except for a resume (--resume), which may ask a checkpoint of another world size to load: after
+such a load rank r trains on the export's rank-r rows of each step (the point is the load).
+With more than one rank the states hold each rank's partition (flat), not whole parameters.
+
+--data engine-loader gives DeepSpeed the export's rows as a Dataset (features, labels, the row's
+index) through deepspeed.initialize(training_data=...), and the loop iterates the engine's own
+loader from its start, in every process, as a plain loop does (records name each step's rows).
+The states also carry a digest of torch's default generator; --save-at writes the checkpoint's
+top-level keys (checkpoint-keys.json).
+
 Usage: ds_train.py EXPORT_DIR CONFIG OUT_DIR --offload nvme|cpu|none [--nvme-path DIR]
                    [--capture-at K[,K...]] [--save-at K [--save-also J] --ckpt DIR | --save-every S --ckpt DIR]
                    [--resume DIR [--tag T]
                    [--load-optimizer-states 0|1] [--load-lr-scheduler-states 0|1]
-                   [--load-module-only 0|1]] [--set KEY=JSON ...]
+                   [--load-module-only 0|1]] [--data export|engine-loader] [--set KEY=JSON ...]
 """
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -66,6 +79,7 @@ def parse_args():
     parser.add_argument("--load-optimizer-states", type=int, choices=(0, 1), default=1)
     parser.add_argument("--load-lr-scheduler-states", type=int, choices=(0, 1), default=1)
     parser.add_argument("--load-module-only", type=int, choices=(0, 1), default=0)
+    parser.add_argument("--data", choices=("export", "engine-loader"), default="export")
     parser.add_argument("--set", action="append", default=[], help="KEY=JSON, a dotted path into the config")
     args = parser.parse_args()
     if args.offload == "nvme" and not args.nvme_path:
@@ -89,7 +103,7 @@ def parse_args():
     return args
 
 
-def fill_config(path, run, args):
+def fill_config(path, run, args, world_size):
     """The config with every "auto" filled from run.json, as the HF Trainer's DeepSpeed
     integration fills it (hidden size: the widest layer)."""
     with open(path, encoding="utf-8") as f:
@@ -106,7 +120,7 @@ def fill_config(path, run, args):
         "optimizer.params.weight_decay": c["optimizer"]["weight_decay"],
         "gradient_accumulation_steps": run.accumulation,
         "gradient_clipping": c["gradient_clipping"],
-        "train_batch_size": run.train_batch,
+        "train_batch_size": run.micro_batch * run.accumulation * world_size,
         "train_micro_batch_size_per_gpu": run.micro_batch,
         "zero_optimization.reduce_bucket_size": hidden * hidden,
         "zero_optimization.stage3_prefetch_bucket_size": int(0.9 * hidden * hidden),
@@ -184,9 +198,9 @@ class MLP(torch.nn.Module):
         return F.cross_entropy(h.float(), labels)
 
 
-def full_fp32_states(engine, param):
-    """The fp32 master, exp_avg and exp_avg_sq of one parameter, at one rank (the partition is
-    the whole parameter). DeepSpeed's safe_get_full_fp32_param does this, but in 0.14.5 it
+def full_fp32_states(engine, param, whole):
+    """The fp32 master, exp_avg and exp_avg_sq of one parameter's partition at this rank, shaped
+    as the parameter when `whole` (one rank: the partition is the whole parameter). DeepSpeed's safe_get_full_fp32_param does this, but in 0.14.5 it
     fails on a sub-group swapped to NVMe (it calls _optimizer_states_and_gradient_swap_in
     without its timer_names argument: a TypeError); so the same reads are made here, through
     the optimizer's own swap-in and swap-out."""
@@ -197,7 +211,7 @@ def full_fp32_states(engine, param):
         optimizer._optimizer_states_and_gradient_swap_in(group, set())
     flat = optimizer.fp32_partitioned_groups_flat[group]
     state = optimizer.optimizer.state.get(flat, {})
-    shape = param.ds_shape
+    shape = param.ds_shape if whole else (count,)
     result = {"master": flat.narrow(0, offset, count).detach().float().cpu().clone().view(shape)}
     for key in ("exp_avg", "exp_avg_sq"):
         # A step never taken leaves no moment: zeros, as zerosim writes them.
@@ -208,19 +222,27 @@ def full_fp32_states(engine, param):
     return result
 
 
+def rng_digest():
+    """torch's default generator, as a digest of its state bytes."""
+    return hashlib.sha256(torch.get_rng_state().numpy().tobytes()).hexdigest()[:16]
+
+
 def engine_state(engine, model, run):
     """Every fp32 master and moment, by the run's names, and the counters and scalers."""
+    whole = torch.distributed.get_world_size() == 1
     tensors = {}
     for index, (name, param) in enumerate(model.named_parameters()):
         expected = run.names[index]
         if name != expected:
             sys.exit(f"error: the module's parameter {index} is {name}, the run's {expected}")
-        for key, tensor in full_fp32_states(engine, param).items():
+        for key, tensor in full_fp32_states(engine, param, whole).items():
             tensors[f"{key}/{name}"] = tensor.contiguous()
         # The 16-bit parameter the next forward computes with: the rank's partition (one rank:
         # the whole parameter), widened to fp32 exactly.
-        tensors[f"param16/{name}"] = param.ds_tensor.detach().narrow(0, 0, param.ds_numel).float().cpu().clone().view(
-            param.ds_shape).contiguous()
+        _, _, count = engine.optimizer.grad_position[engine.optimizer.get_param_id(param)]
+        partition = param.ds_tensor.detach().narrow(0, 0, count)
+        tensors[f"param16/{name}"] = partition.float().cpu().clone().view(
+            param.ds_shape if whole else (-1,)).contiguous()
     optimizer = engine.optimizer
     inner = getattr(optimizer, "optimizer", None)
     steps = sorted({int(s["step"]) for s in inner.state.values() if "step" in s}) if inner is not None else []
@@ -236,6 +258,9 @@ def engine_state(engine, model, run):
         "scaler_cur_iter": getattr(scaler, "cur_iter", None),
         "scaler_last_overflow_iter": getattr(scaler, "last_overflow_iter", None),
         "scaler_cur_hysteresis": getattr(scaler, "cur_hysteresis", None),
+        "torch_rng": rng_digest(),
+        "rank": torch.distributed.get_rank(),
+        "world_size": torch.distributed.get_world_size(),
     }
     return tensors, scalars
 
@@ -270,6 +295,20 @@ def write_state(engine, model, run, out_dir, label):
     print(f"ds_train: state-{label}: {json.dumps(scalars)}", flush=True)
 
 
+def write_checkpoint_keys(tag_dir, out_dir):
+    """The top-level keys of each file of a saved tag: what the checkpoint holds."""
+    keys = {}
+    for name in sorted(os.listdir(tag_dir)):
+        if name.endswith(".pt"):
+            state = torch.load(os.path.join(tag_dir, name), map_location="cpu", weights_only=False)
+            # Each key with its value where that is a plain value (None says nothing was saved
+            # there), else its type.
+            keys[name] = ({key: value if isinstance(value, (bool, int, float, str, type(None))) else type(value).__name__
+                           for key, value in sorted(state.items())} if isinstance(state, dict) else type(state).__name__)
+    with open(os.path.join(out_dir, "checkpoint-keys.json"), "w", encoding="utf-8") as f:
+        json.dump(keys, f, indent=1)
+
+
 def main():
     args = parse_args()
     dump_seconds = int(os.environ.get("DS_TRAIN_DUMP_SECONDS", "0") or "0")
@@ -277,9 +316,18 @@ def main():
         # A run that hangs (inside DeepSpeed) prints every thread's stack before it is ended.
         import faulthandler
         faulthandler.dump_traceback_later(dump_seconds, exit=False)
+    if os.environ.get("DS_ACCELERATOR") == "cpu":
+        # DeepSpeed's CPU accelerator on Debian's PyTorch 1.13: cpu-env.sh puts this on the path.
+        import torch_compat  # noqa: F401
     import deepspeed
     from deepspeed.accelerator import get_accelerator
+    if os.environ.get("DS_ACCELERATOR") == "cpu" and args.offload == "nvme":
+        import cpu_aio  # noqa: F401
 
+    # PyTorch seeds its default generator differently in every process; from one seed, its
+    # state (torch_rng in the states) says what a run did to it, so that a resumed process's can
+    # be held against the saving one's.
+    torch.manual_seed(0)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.use_deterministic_algorithms(True)
@@ -289,20 +337,38 @@ def main():
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             os.environ["MASTER_PORT"] = str(probe.getsockname()[1])
-    for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1")):
+    for key, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1")):
         os.environ.setdefault(key, value)
-    device = get_accelerator().device_name(0)
+    try:
+        rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    except ValueError:
+        sys.exit(f"error: RANK {os.environ['RANK']!r} and WORLD_SIZE {os.environ['WORLD_SIZE']!r} must be integers")
+    if not 0 <= rank < world_size:
+        sys.exit(f"error: RANK {rank} is not a rank of WORLD_SIZE {world_size}")
+    # One process per rank on one machine: each its own device (the CPU accelerator counts
+    # LOCAL_SIZE devices).
+    os.environ.setdefault("LOCAL_RANK", str(rank))
+    os.environ.setdefault("LOCAL_SIZE", str(world_size))
+    device = get_accelerator().device_name(int(os.environ["LOCAL_RANK"]))
     run = Run(args.export_dir, device)
-    if run.world_size != 1:
-        sys.exit(f"error: the run has world size {run.world_size}; this driver runs one rank")
+    if run.world_size != world_size and not args.resume:
+        sys.exit(f"error: the export has world size {run.world_size}, this launch {world_size}; only a resume "
+                 f"(--resume) may run on another world size")
+    if world_size > 1:
+        args.out_dir = os.path.join(args.out_dir, f"rank{rank}")
     os.makedirs(args.out_dir, exist_ok=True)
-    config = fill_config(args.config, run, args)
+    config = fill_config(args.config, run, args, world_size)
     with open(os.path.join(args.out_dir, "ds_config.json"), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=1)
     # NCCL on the GPU; DS_DIST_BACKEND=gloo lets the script itself be tried on a CPU machine.
     deepspeed.init_distributed(dist_backend=os.environ.get("DS_DIST_BACKEND", "nccl"))
     model = MLP(run)
-    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+    training_data = None
+    if args.data == "engine-loader":
+        training_data = torch.utils.data.TensorDataset(run.features.cpu(), run.labels.cpu(),
+                                                       torch.arange(run.features.shape[0]))
+    engine, _, loader, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config,
+                                                training_data=training_data)
     print(f"ds_train: DeepSpeed {deepspeed.__version__} ({deepspeed.git_version_info.git_hash}), torch "
           f"{torch.__version__}, {run.precision}, offload {args.offload}, optimizer "
           f"{type(engine.optimizer.optimizer).__name__}", flush=True)
@@ -324,19 +390,27 @@ def main():
             sys.exit(f"error: load_checkpoint({args.resume}) found no checkpoint")
         print(f"ds_train: loaded {path}", flush=True)
         write_state(engine, model, run, args.out_dir, "loaded")
-        # The data position from the engine's own counter, as a careful plain loop takes it.
+        # The data position from the engine's own counter, as a careful plain loop takes it
+        # (with --data engine-loader the loop takes the loader as the engine hands it back).
         first_step = int(engine.global_steps)
     last_step = args.save_at if args.save_at else run.steps
 
     records = []
+    batches = iter(loader) if loader is not None else None
     for step in range(first_step, last_step):
         lr = float(engine.get_lr()[0])
         scale = float(engine.optimizer.loss_scale) if run.precision == "fp16" else 1.0
         skipped_before = int(engine.skipped_steps)
         losses = []
+        samples = []
         for k in range(run.accumulation):
-            rows = run.micro_batch_rows(step, k, 0)
-            loss = engine(run.features[rows], run.labels[rows])
+            if batches is not None:
+                features, labels, indices = next(batches)
+                samples += indices.tolist()
+                loss = engine(features.to(device), labels.to(device))
+            else:
+                rows = run.micro_batch_rows(step, k, rank % run.world_size)
+                loss = engine(run.features[rows], run.labels[rows])
             engine.backward(loss)
             engine.step()
             losses.append(loss.detach().float())
@@ -344,6 +418,8 @@ def main():
         norm = engine.get_global_grad_norm()
         records.append({"step": step + 1, "loss": folded_loss(losses), "lr": lr, "loss_scale": scale,
                         "skipped": skipped, "grad_norm": -1.0 if skipped or norm is None else float(norm)})
+        if batches is not None:
+            records[-1]["samples"] = samples
         if args.save_also == step + 1:
             engine.save_checkpoint(args.ckpt, tag=f"global_step{step + 1}")
         if step + 1 in args.capture_at:
@@ -357,10 +433,12 @@ def main():
     if args.save_at:
         engine.save_checkpoint(args.ckpt, tag=f"global_step{args.save_at}")
         write_state(engine, model, run, args.out_dir, f"{args.save_at}")
+        write_checkpoint_keys(os.path.join(args.ckpt, f"global_step{args.save_at}"), args.out_dir)
     else:
         write_state(engine, model, run, args.out_dir, "final")
     with open(os.path.join(args.out_dir, "records.json"), "w", encoding="utf-8") as f:
-        json.dump({"first_step": first_step + 1, "records": records}, f, indent=1)
+        json.dump({"first_step": first_step + 1, "rank": rank, "world_size": world_size, "records": records}, f,
+                  indent=1)
     print(f"ds_train: {len(records)} step(s) from step {first_step + 1}", flush=True)
     # Everything is written; the engine's exit (NCCL, the NVMe op's threads) has hung this
     # process at interpreter shutdown, so it ends here.

@@ -52,7 +52,7 @@ export USE_LIBUV=${USE_LIBUV:-0}
 started=$SECONDS
 "$zerosim" exec --watch "$scratch/ckpt" --at-saves --crash-points "${POINTS:-2}" --states-per-point "${STATES:-2}" \
   --jobs "${JOBS:-8}" --timeout "${RESUME_SECONDS:-300}" --work-dir "$out/work" -- \
-  python3 "$root/scripts/deepspeed_live/ds_train.py" "$scratch/export" "$seed_config" "$scratch/out-{pid}" \
+  "${PYTHON:-python3}" "$root/scripts/deepspeed_live/ds_train.py" "$scratch/export" "$seed_config" "$scratch/out-{pid}" \
   --offload "$offload" --nvme-path "$scratch/swap-{pid}" --save-every "${SAVE_EVERY:-4}" --ckpt "$scratch/ckpt" \
   > "$out/exec.txt" 2>&1
 status=$?

@@ -27,7 +27,9 @@
 #                     fp16-cpu (small model) saved at steps 5 and 10 (`latest` names 10), resumed
 #                     from the tag of step 5 with load_optimizer_states=False; the state right
 #                     after the load is compared with the saving run's at 5 and at 10
-# env STEPS (20), K (10), SEED_CONFIG (tests/data/seed_ds_config.json), ZEROSIM (build-gpu/tools/zerosim),
+# On the CPU machine (scripts/deepspeed_live/cpu-env.sh sourced) the same cases run with bf16
+# (DeepSpeed's CPU accelerator has no fp16) and ranks over gloo.
+# env PYTHON (python3: one with PyTorch), STEPS (20), K (10), SEED_CONFIG (tests/data/seed_ds_config.json), ZEROSIM (build-gpu/tools/zerosim),
 # PROCESS_SECONDS (180: one DeepSpeed process's limit; 10 s before it, every thread's stack is printed),
 # CASES_AT_ONCE (every case: how many run side by side), OMP_NUM_THREADS (4: each DeepSpeed
 # process's CPU Adam and PyTorch threads; 16 each, the machine's cores, starved the NVMe swapper's
@@ -50,6 +52,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 seed_config=${SEED_CONFIG:-$root/tests/data/seed_ds_config.json}
 zerosim=${ZEROSIM:-$root/build-gpu/tools/zerosim}
 here=$root/scripts/deepspeed_live
+python=${PYTHON:-python3}
 [ -f "$seed_config" ] || { echo "run_on_gpu: no DeepSpeed config $seed_config" >&2; exit 2; }
 [ -x "$zerosim" ] || { echo "run_on_gpu: no zerosim binary $zerosim" >&2; exit 2; }
 # zerosim follows the release's behaviour where releases differ (ds-env.sh names it).
@@ -65,7 +68,7 @@ mkdir -p "$scratch"
 ds() {
   local port=$1 name=$2
   shift 2
-  MASTER_PORT=$port DS_TRAIN_DUMP_SECONDS=$((${PROCESS_SECONDS:-180} - 10)) timeout "${PROCESS_SECONDS:-180}" python3 "$here/ds_train.py" "$@" > "$out/$name.log" 2>&1
+  MASTER_PORT=$port DS_TRAIN_DUMP_SECONDS=$((${PROCESS_SECONDS:-180} - 10)) timeout "${PROCESS_SECONDS:-180}" "$python" "$here/ds_train.py" "$@" > "$out/$name.log" 2>&1
   local status=$?
   [ $status -eq 0 ] || { echo "== $name failed ($status):"; grep -v "INFO" "$out/$name.log" | tail -6; }
   return $status
@@ -116,7 +119,7 @@ run_case() {
   local resumed=$?
   wait $first || return 1
   # DeepSpeed's uninterrupted run against zerosim's, whatever became of the resume.
-  python3 "$here/ds_compare.py" numbers "$export" "$scratch/$name/uninterrupted" "$out/$name.numbers.json" \
+  "$python" "$here/ds_compare.py" numbers "$export" "$scratch/$name/uninterrupted" "$out/$name.numbers.json" \
     > "$out/$name.numbers.txt" 2>&1 || { tail -5 "$out/$name.numbers.txt"; return 1; }
   ls -R "$scratch/$name/ckpt" > "$out/$name.ckpt-files.txt" 2>&1
   if [ $resumed -ne 0 ]; then
@@ -128,7 +131,7 @@ run_case() {
   for at in "${compare_steps[@]}"; do
     report=$name.resume
     [ "$at" = "$k" ] || report=$name.resume-vs-step-$at
-    python3 "$here/ds_compare.py" resume "$scratch/$name/uninterrupted" "$scratch/$name/save" "$scratch/$name/resume" "$at" \
+    "$python" "$here/ds_compare.py" resume "$scratch/$name/uninterrupted" "$scratch/$name/save" "$scratch/$name/resume" "$at" \
       "$out/$report.json" > "$out/$report.txt" 2>&1 || { tail -5 "$out/$report.txt"; return 1; }
   done
   cp "$scratch/$name/resume/ds_config.json" "$out/$name.ds_config.json"
@@ -154,9 +157,9 @@ run_pair() {
     --nvme-path "$scratch/$name/swap-nvme-again" --capture-at 1,2,5 || { wait $cpu $nvme; return 1; }
   wait $cpu || { wait $nvme; return 1; }
   wait $nvme || return 1
-  python3 "$here/ds_compare.py" pair "$scratch/$name/cpu" "$scratch/$name/nvme" 1,2,5,final "$out/$name.json" \
+  "$python" "$here/ds_compare.py" pair "$scratch/$name/cpu" "$scratch/$name/nvme" 1,2,5,final "$out/$name.json" \
     > "$out/$name.txt" 2>&1 || { tail -5 "$out/$name.txt"; return 1; }
-  python3 "$here/ds_compare.py" pair "$scratch/$name/nvme" "$scratch/$name/nvme-again" 1,2,5,final \
+  "$python" "$here/ds_compare.py" pair "$scratch/$name/nvme" "$scratch/$name/nvme-again" 1,2,5,final \
     "$out/$name.nvme-again.json" > "$out/$name.nvme-again.txt" 2>&1 || { tail -5 "$out/$name.nvme-again.txt"; return 1; }
   echo "== $name done"
 }
@@ -165,8 +168,13 @@ big=512,2048,1024,10
 small=64,256,256,10
 started=$SECONDS
 # The ops build just in time once per machine: first, alone.
-python3 - <<'PY' > "$out/ops-build.log" 2>&1 || { echo "== the ops did not build"; tail -30 "$out/ops-build.log"; exit 1; }
-import time, deepspeed
+"$python" - <<'PY' > "$out/ops-build.log" 2>&1 || { echo "== the ops did not build"; tail -30 "$out/ops-build.log"; exit 1; }
+import os, time
+if os.environ.get("DS_ACCELERATOR") == "cpu":
+    import torch_compat  # noqa: F401 (DeepSpeed on the CPU machine: cpu-env.sh)
+import deepspeed
+if os.environ.get("DS_ACCELERATOR") == "cpu":
+    import cpu_aio  # noqa: F401
 from deepspeed.ops.op_builder import CPUAdamBuilder, AsyncIOBuilder
 for builder in (CPUAdamBuilder(), AsyncIOBuilder()):
     t = time.time()
