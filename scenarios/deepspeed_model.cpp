@@ -64,10 +64,17 @@ const std::vector<DeepSpeedModelEntry>& deepspeed_model_entries() {
        "refused: 'The checkpoint being loaded used a DP world size of W but the current world size is W2. "
        "Automatic adjustment of ZeRO's optimizer state partitioning with a new world size is not currently "
        "supported.' On more ranks the new ranks fail earlier, finding no model-states file of theirs (an "
-       "AssertionError; inferred from the loader's file list)",
+       "AssertionError in the loader's check of its file list)",
        {Defect::kOtherWorldSizeRefused},
        "engine.py:4212-4227, 4259-4269, 4627-4633; checkpoint/state_dict_factory.py:166-168",
-       "not run: the GPU machine has one GPU"},
+       "confirmed by running DeepSpeed 0.14.5 on the CPU machine (2026-12-05, PyTorch 1.13, its CPU accelerator, "
+       "ranks over gloo, bf16, optimizer on the CPU; docs/deepspeed-live.md): saved by 2 ranks at step 10, "
+       "loaded by 1 rank: refused with this message (world size 2, current 1); by 3 ranks: ranks 0 and 1 "
+       "refused the same way, rank 2 stopped first at an AssertionError (state_dict_factory.py "
+       "check_ckpt_list: no model-states file of its own); by 2 ranks: bit for bit. On 1 rank, "
+       "load_module_only=True and load_optimizer_states=False loaded without the check (module-only: no "
+       "weight, counters 0; fresh optimizer: every master the saved one rounded to bf16, the counters of "
+       "step 10, no moments). Not run with the optimizer on NVMe"},
       {"fresh-optimizer-reads-latest", "load_optimizer_states=False and the restart asks for a tag other than latest",
        "the weights are consolidated from the tag `latest` names (get_fp32_state_dict_from_zero_checkpoint is "
        "called without the tag), not from the tag asked for",
@@ -97,12 +104,19 @@ const std::vector<DeepSpeedModelEntry>& deepspeed_model_entries() {
        "confirmed by running DeepSpeed 0.14.5 under zerosim exec (2026-12-04, fp16, optimizer on NVMe, saves at "
        "steps 4, 8, 12): its save writes shards, offloaded_tensors and `latest` in place with no fsync and no "
        "rename; every crash state that drops the unsynced writes lost every save (a resume from step 0 after "
-       "step 12's save had returned). A state that keeps `latest` and drops its shards was not sampled"},
+       "step 12's save had returned). On the CPU machine (2026-12-05, bf16, optimizer on the CPU, 6 states "
+       "per point) the states that keep `latest` and drop or tear its shards were sampled: the restarted job "
+       "stops at the load (an AssertionError: no model-states file; a KeyError: a torn torch.save archive) at "
+       "every point, and stays stopped until someone deletes the tag"},
       {"plain-loop-data-position", "a plain training loop over a DataLoader (not the Hugging Face Trainer)",
        "DeepSpeed saves no data-sampler position and no RNG state outside curriculum learning: the loop starts "
        "again at the first sample, in the first epoch's order",
        {Defect::kSamplerPositionLost, Defect::kShuffleEpochNotRestored}, "engine.py:4592, 4908-4915",
-       "not run: the driver positions the data from the engine's global_steps, as a careful loop does"},
+       "confirmed by running DeepSpeed 0.14.5 on the CPU machine (2026-12-05, PyTorch 1.13; "
+       "docs/deepspeed-live.md): a loop over the engine's own loader (deepspeed.initialize(training_data=...)), "
+       "saved at step 10 and resumed in a new process, took at steps 11 to 20 the rows of steps 1 to 10 in "
+       "their order; the model-states file's data_sampler and random_ltd are None, and torch's generator "
+       "after the load is not the saving process's (which equalled the uninterrupted run's)"},
   };
   return kEntries;
 }
