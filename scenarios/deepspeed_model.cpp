@@ -74,7 +74,7 @@ const std::vector<DeepSpeedModelEntry>& deepspeed_model_entries() {
        "check_ckpt_list: no model-states file of its own); by 2 ranks: bit for bit. On 1 rank, "
        "load_module_only=True and load_optimizer_states=False loaded without the check (module-only: no "
        "weight, counters 0; fresh optimizer: every master the saved one rounded to bf16, the counters of "
-       "step 10, no moments). Not run with the optimizer on NVMe"},
+       "step 10, no optimizer state). Not run with the optimizer on NVMe"},
       {"fresh-optimizer-reads-latest", "load_optimizer_states=False and the restart asks for a tag other than latest",
        "the weights are consolidated from the tag `latest` names (get_fp32_state_dict_from_zero_checkpoint is "
        "called without the tag), not from the tag asked for",
@@ -107,7 +107,7 @@ const std::vector<DeepSpeedModelEntry>& deepspeed_model_entries() {
        "step 12's save had returned). On the CPU machine (2026-12-05, bf16, optimizer on the CPU, 6 states "
        "per point) the states that keep `latest` and drop or tear its shards were sampled: the restarted job "
        "stops at the load (an AssertionError: no model-states file; a KeyError: a torn torch.save archive) at "
-       "every point, and stays stopped until someone deletes the tag"},
+       "every point, and finds the same files at every restart: `latest` must be edited or removed by hand"},
       {"plain-loop-data-position", "a plain training loop over a DataLoader (not the Hugging Face Trainer)",
        "DeepSpeed saves no data-sampler position and no RNG state outside curriculum learning: the loop starts "
        "again at the first sample, in the first epoch's order",
@@ -116,7 +116,8 @@ const std::vector<DeepSpeedModelEntry>& deepspeed_model_entries() {
        "docs/deepspeed-live.md): a loop over the engine's own loader (deepspeed.initialize(training_data=...)), "
        "saved at step 10 and resumed in a new process, took at steps 11 to 20 the rows of steps 1 to 10 in "
        "their order; the model-states file's data_sampler and random_ltd are None, and torch's generator "
-       "after the load is not the saving process's (which equalled the uninterrupted run's)"},
+       "after the load is not the saving process's (which equalled the uninterrupted run's); the shuffle "
+       "order comes from the sampler's seed and an epoch nothing saves"},
   };
   return kEntries;
 }

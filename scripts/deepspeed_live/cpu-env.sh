@@ -3,8 +3,13 @@
 # .device-deps/deepspeed, and with Debian 12's packages installed once:
 #   apt-get install python3-torch libtorch-dev pybind11-dev ninja-build libaio-dev \
 #                   python3-packaging python3-psutil python3-tqdm python3-msgpack
-# Then run_on_gpu.sh, run_ranks.sh and exec_on_gpu.sh run as they do on the GPU machine, with
-# DeepSpeed's CPU accelerator and ranks over gloo (bf16 or fp32: that accelerator has no fp16).
+# Then run_on_gpu.sh (its bf16 cases: that accelerator has no fp16), run_ranks.sh and
+# exec_on_gpu.sh run as they do on the GPU machine, with DeepSpeed's CPU accelerator and ranks
+# over gloo.
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+  echo "cpu-env.sh: source it (source scripts/deepspeed_live/cpu-env.sh), do not run it" >&2
+  exit 2
+fi
 _cpu_env_here=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
 _cpu_env_root=$(cd "$_cpu_env_here/../.." && pwd)
 if [ ! -f "$_cpu_env_root/.device-deps/deepspeed/ds-env.sh" ]; then
@@ -20,6 +25,6 @@ if ! "$PYTHON" -c "import torch" 2>/dev/null; then
 fi
 # ninja and safetensors stand-ins (Debian has neither Python package), torch_compat, cpu_aio.
 export PYTHONPATH="$_cpu_env_here/cpu_env:$PYTHONPATH"
+# One process per rank on this machine: ds_train.py sets LOCAL_SIZE (the CPU accelerator's
+# device count) to the launch's world size.
 export DS_ACCELERATOR=cpu DS_DIST_BACKEND=gloo
-# One process per rank on this machine (the CPU accelerator counts LOCAL_SIZE devices).
-export LOCAL_SIZE=${LOCAL_SIZE:-1}

@@ -250,7 +250,14 @@ def across(export_dir, saved, k, loaded_dir, out_json):
     if not ranks:
         sys.exit(f"error: {saved} holds no rank directories (rank0, rank1, ...)")
     parts = [load_state(os.path.join(saved, d, f"state-{k}.safetensors")) for d in ranks]
+    for index, (directory, (_, scalars)) in enumerate(zip(ranks, parts)):
+        if scalars.get("rank") != index or scalars.get("world_size") != len(ranks):
+            sys.exit(f"error: {saved}/{directory} holds rank {scalars.get('rank')} of world size "
+                     f"{scalars.get('world_size')}, not rank {index} of the {len(ranks)} rank directories there")
     loaded, loaded_scalars = load_state(os.path.join(loaded_dir, "state-loaded.safetensors"))
+    if loaded_scalars.get("world_size") != 1:
+        sys.exit(f"error: {loaded_dir} was loaded on {loaded_scalars.get('world_size')} ranks; across compares a load "
+                 f"on one rank")
     with safe_open(os.path.join(export_dir, "initial.safetensors"), framework="np") as f:
         initial = {key: f.get_tensor(key) for key in f.keys()}
     names = sorted(key for key in loaded if key.startswith("master/"))
@@ -258,9 +265,9 @@ def across(export_dir, saved, k, loaded_dir, out_json):
     for key in names:
         whole = loaded[key].ravel()
         flat = np.concatenate([tensors[key].ravel() for tensors, _ in parts])
-        if flat.size < whole.size:
+        if flat.size != whole.size:
             sys.exit(f"error: {key}: the saved partitions hold {flat.size} elements, the loaded parameter {whole.size}")
-        joined.append(flat[:whole.size])  # the last partition's padding dropped
+        joined.append(flat)
         found.append(whole)
         start.append(initial[key.split("/", 1)[1]].ravel())
     saved_master, loaded_master, initial_master = (np.concatenate(x).astype(np.float32) for x in (joined, found, start))
@@ -286,6 +293,9 @@ def across(export_dir, saved, k, loaded_dir, out_json):
 def data(uninterrupted, saved, resumed, k, out_json):
     expected = {r["step"]: r for r in load_records(uninterrupted)}
     found = load_records(resumed)
+    missing = [r["step"] for r in found if r["step"] not in expected]
+    if missing:
+        sys.exit(f"error: {uninterrupted} has no record of step(s) {missing}, which the resumed run took")
     if any("samples" not in r for r in list(expected.values()) + found):
         sys.exit("error: the records hold no rows per step: run ds_train.py with --data engine-loader")
     by_rows = {tuple(r["samples"]): r["step"] for r in expected.values()}
@@ -324,17 +334,23 @@ def write(path, report):
     print(f"wrote {path}")
 
 
+def step_argument(text):
+    if not text.isdigit() or text.startswith("0"):
+        sys.exit(f"error: K {text!r}: a step, a positive integer")
+    return int(text)
+
+
 def main():
     if len(sys.argv) == 7 and sys.argv[1] == "resume":
-        resume(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6])
+        resume(sys.argv[2], sys.argv[3], sys.argv[4], step_argument(sys.argv[5]), sys.argv[6])
     elif len(sys.argv) == 5 and sys.argv[1] == "numbers":
         numbers(sys.argv[2], sys.argv[3], sys.argv[4])
     elif len(sys.argv) == 6 and sys.argv[1] == "pair" and all(sys.argv[4].split(",")):
         pair(sys.argv[2], sys.argv[3], sys.argv[4].split(","), sys.argv[5])
     elif len(sys.argv) == 7 and sys.argv[1] == "across":
-        across(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6])
+        across(sys.argv[2], sys.argv[3], step_argument(sys.argv[4]), sys.argv[5], sys.argv[6])
     elif len(sys.argv) == 7 and sys.argv[1] == "data":
-        data(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6])
+        data(sys.argv[2], sys.argv[3], sys.argv[4], step_argument(sys.argv[5]), sys.argv[6])
     else:
         sys.exit(__doc__)
 

@@ -27,8 +27,9 @@ out through safe_get_full_*, with the counters and the loss scaler in their meta
 Ranks: one process by default; a launcher that sets RANK and WORLD_SIZE (and MASTER_PORT) in each
 of W processes runs W ranks, each writing OUT_DIR/rank{R}. The export's world size must be W,
 except for a resume (--resume), which may ask a checkpoint of another world size to load: after
-such a load rank r trains on the export's rank-r rows of each step (the point is the load).
-With more than one rank the states hold each rank's partition (flat), not whole parameters.
+such a load rank r trains on the export's rows of rank r modulo the export's world size (the
+point is the load). With more than one rank the states hold each rank's partition (flat, without
+ZeRO's padding), not whole parameters.
 
 --data engine-loader gives DeepSpeed the export's rows as a Dataset (features, labels, the row's
 index) through deepspeed.initialize(training_data=...), and the loop iterates the engine's own
@@ -198,6 +199,13 @@ class MLP(torch.nn.Module):
         return F.cross_entropy(h.float(), labels)
 
 
+def partition_elements(param, partition_numel):
+    """How many of this rank's `partition_numel` elements are the parameter's: the last ranks'
+    partitions end in padding, which DeepSpeed leaves uninitialised (torch.empty)."""
+    rank = torch.distributed.get_rank()
+    return max(0, min(partition_numel, param.ds_numel - rank * partition_numel))
+
+
 def full_fp32_states(engine, param, whole):
     """The fp32 master, exp_avg and exp_avg_sq of one parameter's partition at this rank, shaped
     as the parameter when `whole` (one rank: the partition is the whole parameter). DeepSpeed's safe_get_full_fp32_param does this, but in 0.14.5 it
@@ -205,7 +213,8 @@ def full_fp32_states(engine, param, whole):
     without its timer_names argument: a TypeError); so the same reads are made here, through
     the optimizer's own swap-in and swap-out."""
     optimizer = engine.optimizer
-    group, offset, count = optimizer.grad_position[optimizer.get_param_id(param)]
+    group, offset, partition_numel = optimizer.grad_position[optimizer.get_param_id(param)]
+    count = partition_elements(param, partition_numel)
     swapped = optimizer._swappable_optimizer_subgroup(group)
     if swapped:
         optimizer._optimizer_states_and_gradient_swap_in(group, set())
@@ -239,8 +248,8 @@ def engine_state(engine, model, run):
             tensors[f"{key}/{name}"] = tensor.contiguous()
         # The 16-bit parameter the next forward computes with: the rank's partition (one rank:
         # the whole parameter), widened to fp32 exactly.
-        _, _, count = engine.optimizer.grad_position[engine.optimizer.get_param_id(param)]
-        partition = param.ds_tensor.detach().narrow(0, 0, count)
+        _, _, partition_numel = engine.optimizer.grad_position[engine.optimizer.get_param_id(param)]
+        partition = param.ds_tensor.detach().narrow(0, 0, partition_elements(param, partition_numel))
         tensors[f"param16/{name}"] = partition.float().cpu().clone().view(
             param.ds_shape if whole else (-1,)).contiguous()
     optimizer = engine.optimizer
@@ -349,6 +358,8 @@ def main():
     # LOCAL_SIZE devices).
     os.environ.setdefault("LOCAL_RANK", str(rank))
     os.environ.setdefault("LOCAL_SIZE", str(world_size))
+    if not os.environ["LOCAL_RANK"].isdigit():
+        sys.exit(f"error: LOCAL_RANK {os.environ['LOCAL_RANK']!r} must be a non-negative integer")
     device = get_accelerator().device_name(int(os.environ["LOCAL_RANK"]))
     run = Run(args.export_dir, device)
     if run.world_size != world_size and not args.resume:

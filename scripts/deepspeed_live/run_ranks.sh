@@ -16,7 +16,7 @@
 # env PRECISION (bf16: the CPU accelerator has no fp16), MODEL (64,256,256,10), STEPS (20),
 # K (10), PYTHON (python3), ZEROSIM (build/tools/zerosim), SEED_CONFIG
 # (tests/data/seed_ds_config.json), PROCESS_SECONDS (180: a launch's limit), SCRATCH
-# (/tmp/deepspeed-live-ranks)
+# (/tmp/deepspeed-live-ranks: emptied first). The exit status is 1 when any case failed.
 set -uo pipefail
 if [ $# -lt 1 ] || [ -z "$1" ]; then
   echo "usage: $0 OUT_DIR [CASE...]" >&2
@@ -37,13 +37,17 @@ steps=${STEPS:-20}
 k=${K:-10}
 release=${DEEPSPEED_VERSION:?run_ranks: DEEPSPEED_VERSION is not set: source cpu-env.sh (or ds-env.sh) first}
 [ -x "$zerosim" ] || { echo "run_ranks: no zerosim binary $zerosim" >&2; exit 2; }
-for value in "$steps" "$k"; do
-  [[ "$value" =~ ^[1-9][0-9]*$ ]] || { echo "run_ranks: STEPS and K must be positive integers, not '$value'" >&2; exit 2; }
+for value in "$steps" "$k" "${PROCESS_SECONDS:-180}"; do
+  [[ "$value" =~ ^[1-9][0-9]*$ ]] ||
+    { echo "run_ranks: STEPS, K and PROCESS_SECONDS must be positive integers, not '$value'" >&2; exit 2; }
 done
+case $precision in bf16|fp32) ;; *) echo "run_ranks: PRECISION must be bf16 or fp32 (the CPU accelerator has no fp16), not '$precision'" >&2; exit 2 ;; esac
+[[ "$model" =~ ^[1-9][0-9]*(,[1-9][0-9]*)+$ ]] || { echo "run_ranks: MODEL must be widths W0,W1,..., not '$model'" >&2; exit 2; }
 [ "$k" -lt "$steps" ] || { echo "run_ranks: K ($k) must come before STEPS ($steps)" >&2; exit 2; }
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-scratch=${SCRATCH:-/tmp/deepspeed-live-ranks}
+scratch=${SCRATCH-/tmp/deepspeed-live-ranks}
+case $scratch in /*/*) ;; *) echo "run_ranks: SCRATCH must be an absolute directory below /, not '$scratch'" >&2; exit 2 ;; esac
 rm -rf "$scratch"
 mkdir -p "$scratch"
 export TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1
@@ -60,8 +64,11 @@ launch() {
       timeout "${PROCESS_SECONDS:-180}" "$python" "$here/ds_train.py" "$@" > "$out/$name.rank$rank.log" 2>&1 &
     pids+=($!)
   done
+  local code
   for rank in "${!pids[@]}"; do
-    wait "${pids[$rank]}" || { [ $status -ne 0 ] || status=$?; }
+    wait "${pids[$rank]}"
+    code=$?
+    [ $code -eq 0 ] || [ $status -ne 0 ] || status=$code
   done
   return $status
 }
@@ -94,16 +101,21 @@ other_world_size() {
   launch 2 $name.save "${common[@]}" "$scratch/$name/save" --offload cpu --save-at "$k" --ckpt "$ckpt" ||
     { echo "== $name: the save failed"; return 1; }
   ls -R "$ckpt" > "$out/$name.ckpt-files.txt"
-  local world
+  local world code failed=0
   for world in 1 3 2; do
     launch $world $name.resume-w$world "${common[@]}" "$scratch/$name/resume-w$world" --offload cpu --resume "$ckpt"
-    echo "$name: saved by 2 ranks, loaded by $world (exit status $?):"
+    code=$?
+    echo "$name: saved by 2 ranks, loaded by $world (exit status $code):"
     outcome $name.resume-w$world $world
   done
   for rank in 0 1; do
-    "$python" "$here/ds_compare.py" resume "$scratch/$name/uninterrupted/rank$rank" "$scratch/$name/save/rank$rank" \
+    if ! "$python" "$here/ds_compare.py" resume "$scratch/$name/uninterrupted/rank$rank" "$scratch/$name/save/rank$rank" \
       "$scratch/$name/resume-w2/rank$rank" "$k" "$out/$name.resume-w2.rank$rank.json" \
-      > "$out/$name.resume-w2.rank$rank.txt" 2>&1 || echo "  rank $rank: no comparison (see $name.resume-w2.rank$rank.txt)"
+      > "$out/$name.resume-w2.rank$rank.txt" 2>&1; then
+      echo "  rank $rank: no comparison (see $name.resume-w2.rank$rank.txt)"
+      failed=1
+      continue
+    fi
     echo "  the 2-rank resume, rank $rank, against the uninterrupted run: $(grep "first differing step" "$out/$name.resume-w2.rank$rank.txt")"
   done
   local option label flag
@@ -115,10 +127,11 @@ other_world_size() {
     outcome $name.resume-w1-$label 1
     if [ -f "$scratch/$name/resume-w1-$label/state-loaded.safetensors" ]; then
       "$python" "$here/ds_compare.py" across "$export" "$scratch/$name/save" "$k" "$scratch/$name/resume-w1-$label" \
-        "$out/$name.resume-w1-$label.json" > "$out/$name.resume-w1-$label.txt" 2>&1
+        "$out/$name.resume-w1-$label.json" > "$out/$name.resume-w1-$label.txt" 2>&1 || failed=1
       sed 's/^/  /' "$out/$name.resume-w1-$label.txt" | grep -v "^  wrote"
     fi
   done
+  return $failed
 }
 
 data_position() {
@@ -140,9 +153,13 @@ data_position() {
 }
 
 for case in "${cases[@]}"; do
+  case $case in other-world-size|data-position) ;; *) echo "run_ranks: unknown case '$case'" >&2; exit 2 ;; esac
+done
+status=0
+for case in "${cases[@]}"; do
   case $case in
-    other-world-size) other_world_size ;;
-    data-position) data_position ;;
-    *) echo "run_ranks: unknown case $case" >&2; exit 2 ;;
+    other-world-size) other_world_size || status=1 ;;
+    data-position) data_position || status=1 ;;
   esac
 done
+exit $status

@@ -88,6 +88,33 @@ def safetensors_cases(zerosim, directory):
     with open(short, "wb") as f:
         f.write(b"\x01\x02")
     expect_refusal(short, "8-byte header length")
+    trailing = os.path.join(directory, "trailing.safetensors")
+    with open(trailing, "wb") as f:
+        f.write(blob + b"\x00" * 4)
+    expect_refusal(trailing, "after the last tensor")
+
+    def rewritten(name, change):
+        edited = json.loads(blob[8:8 + length])
+        change(edited)
+        text = json.dumps(edited).encode()
+        path = os.path.join(directory, name)
+        with open(path, "wb") as f:
+            f.write(struct.pack("<Q", len(text)) + text + blob[8 + length:])
+        return path
+
+    def gap(edited):  # a's bytes moved one element on: a gap before it, an overlap after
+        begin, end = edited["a"]["data_offsets"]
+        edited["a"]["data_offsets"] = [begin + 4, end + 4]
+    expect_refusal(rewritten("gap.safetensors", gap), "tile")
+    expect_refusal(rewritten("dtype.safetensors", lambda e: e["a"].update(dtype="F8_E4M3")), "F8_E4M3")
+    expect_refusal(rewritten("shape.safetensors", lambda e: e["a"].update(shape=[-3, -4])), "non-negative")
+    expect_refusal(rewritten("count.safetensors", lambda e: e["a"].update(shape=[4, 4])), "16 F32 elements")
+    expect_refusal(rewritten("metadata.safetensors", lambda e: e["__metadata__"].update(x=1)), "strings to strings")
+
+
+def values(rank):
+    # Sums that bf16 cannot hold exactly (1 + 2^-9 + 2^-8 rounds), so the rounding is exercised.
+    return torch.arange(6, dtype=torch.float32) * (1 + 2.0 ** -7) + 10 * rank + 1 + 2.0 ** -8 * (rank + 1)
 
 
 def collective_rank(rank, world, port, results):
@@ -97,10 +124,16 @@ def collective_rank(rank, world, port, results):
     dist.init_process_group("gloo", rank=rank, world_size=world)
     out = {}
     for dtype in (torch.float32, torch.bfloat16):
-        mine = (torch.arange(6, dtype=torch.float32) + 10 * rank + 0.5).to(dtype)
+        mine = values(rank).to(dtype)
         gathered = torch.empty(6 * world, dtype=dtype)
         dist.all_gather_into_tensor(gathered, mine)
         out[f"gather-{dtype}"] = gathered.float().tolist()
+        stacked = torch.empty(world, 6, dtype=dtype)
+        dist._all_gather_base(stacked, mine, async_op=True).wait()
+        out[f"gather-stacked-{dtype}"] = stacked.reshape(-1).float().tolist()
+        summed = mine.clone()
+        dist.all_reduce(summed)
+        out[f"reduce-{dtype}"] = summed.float().tolist()
         scattered = torch.empty(3, dtype=dtype)
         work = dist.reduce_scatter_tensor(scattered, mine, async_op=True)
         work.wait()
@@ -120,12 +153,15 @@ def collective_cases():
     results = mp.Manager().dict()
     mp.spawn(collective_rank, args=(world, port, results), nprocs=world, join=True)
     for dtype in (torch.float32, torch.bfloat16):
-        parts = [(torch.arange(6, dtype=torch.float32) + 10 * r + 0.5).to(dtype) for r in range(world)]
+        parts = [values(r).to(dtype) for r in range(world)]
         gathered = torch.cat(parts).float().tolist()
         total = sum(p.float() for p in parts).to(dtype).float()
         for rank in range(world):
             got = results[rank]
             check(got[f"gather-{dtype}"] == gathered, f"rank {rank}: all_gather_into_tensor {dtype} in rank order")
+            check(got[f"gather-stacked-{dtype}"] == gathered,
+                  f"rank {rank}: _all_gather_base {dtype}, asynchronous, into a [W, N] output")
+            check(got[f"reduce-{dtype}"] == total.tolist(), f"rank {rank}: all_reduce {dtype}")
             check(got[f"scatter-{dtype}"] == total[3 * rank:3 * rank + 3].tolist(),
                   f"rank {rank}: reduce_scatter_tensor {dtype} gives its chunk of the sum")
             check(got[f"broadcast-{dtype}"] == parts[1].float().tolist(), f"rank {rank}: broadcast {dtype} from rank 1")

@@ -14,8 +14,9 @@ has, so that DeepSpeed's own engine runs unmodified on the CPU machine (docs/dee
 - DeepSpeed's CPU ops are C++17 (`std::is_same_v`) and PyTorch 1.13's extension builder passes
   -std=c++14: the builds get -std=c++17 after it (the last one counts).
 
-Nothing here touches DeepSpeed's code: with one rank every collective is a copy, and with more
-the results are the collectives' own.
+No DeepSpeed source is touched: with one rank every collective is a copy, and with more the
+results are the collectives' own. Not supplied (ZeRO-3's path does not call them): bf16 in the
+list all_gather, reduce and all_reduce_coalesced.
 """
 
 import torch
@@ -58,12 +59,14 @@ _broadcast = dist.broadcast
 
 
 def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
+    """The output, flat, in W equal chunks (the concatenated or the stacked [W, ...] form alike)."""
     world = dist.get_world_size(group)
     output = _bytes_if_bf16(output_tensor)
-    if not output.is_contiguous() or output.numel() != world * _bytes_if_bf16(input_tensor).numel():
+    source = _bytes_if_bf16(input_tensor.contiguous())
+    if not output.is_contiguous() or output.numel() != world * source.numel():
         raise RuntimeError(f"torch_compat: all_gather_into_tensor: output of {output_tensor.numel()} elements "
                            f"is not {world} contiguous copies of the input's {input_tensor.numel()}")
-    return _all_gather(list(output.chunk(world)), _bytes_if_bf16(input_tensor), group=group, async_op=async_op)
+    return _all_gather(list(output.view(-1).chunk(world)), source.view(-1), group=group, async_op=async_op)
 
 
 def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
@@ -80,9 +83,9 @@ def reduce_scatter_tensor(output, input, op=dist.ReduceOp.SUM, group=None, async
     if input.numel() != world * output.numel():
         raise RuntimeError(f"torch_compat: reduce_scatter_tensor: input of {input.numel()} elements is not "
                            f"{world} times the output's {output.numel()}")
-    total = input.detach().clone()
+    total = input.detach().clone(memory_format=torch.contiguous_format)
     all_reduce(total, op=op, group=group)
-    output.copy_(total.reshape(-1).chunk(world)[dist.get_rank(group)].view_as(output))
+    output.copy_(total.view(-1).chunk(world)[dist.get_rank(group)].view_as(output))
     return _Done() if async_op else None
 
 

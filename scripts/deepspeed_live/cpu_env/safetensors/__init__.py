@@ -43,15 +43,25 @@ def read_header(path):
     if not isinstance(header, dict):
         raise SafetensorsError(f"{path}: header is not a JSON object")
     metadata = header.pop("__metadata__", None) or {}
+    if not isinstance(metadata, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+        raise SafetensorsError(f"{path}: __metadata__ is not a map of strings to strings")
     start = 8 + length
     data_bytes = len(blob) - start
     spans = []
     for name, entry in header.items():
+        if not isinstance(entry, dict):
+            raise SafetensorsError(f"{path}: tensor {name}: its header entry is not an object")
+        shape = entry.get("shape")
+        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                                  for d in shape):
+            raise SafetensorsError(f"{path}: tensor {name}: shape {shape!r} is not a list of non-negative integers")
         dtype = entry.get("dtype")
         if dtype not in DTYPES:
             raise SafetensorsError(f"{path}: tensor {name}: dtype {dtype!r} is not one this reader knows")
         begin, end = entry.get("data_offsets", (None, None))
-        count = int(np.prod(entry.get("shape", []), dtype=np.int64))
+        count = 1
+        for dimension in shape:  # Python integers: no overflow
+            count *= dimension
         if not (isinstance(begin, int) and isinstance(end, int) and 0 <= begin <= end <= data_bytes):
             raise SafetensorsError(f"{path}: tensor {name}: data_offsets {entry.get('data_offsets')} "
                                    f"outside the {data_bytes} data bytes")
