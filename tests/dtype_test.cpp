@@ -143,5 +143,28 @@ TEST(Dtype, BulkCastsRoundTrip) {
   }
 }
 
+// The threaded cast covers every element once, whatever the split: sizes around the split's
+// minimum and its 64-element alignment, 1 to 7 threads, each dtype; the bytes past the end
+// are left alone.
+TEST(Dtype, ThreadedCastGivesTheSerialCastsBitsForAnySplit) {
+  const size_t minimum = kCastElementsPerThread;
+  for (DType dtype : {DType::kFp32, DType::kFp16, DType::kBf16}) {
+    for (size_t count : {size_t{0}, size_t{1}, minimum - 1, 2 * minimum + 63, 3 * minimum + 65, 7 * minimum + 1}) {
+      std::vector<std::byte> storage(count * dtype_size_bytes(dtype));
+      for (size_t i = 0; i < storage.size(); ++i) storage[i] = static_cast<std::byte>((i * 2654435761u) >> 13);
+      std::vector<float> expected(count + 1, -7.0f);
+      cast_to_fp32(dtype, storage.data(), expected.data(), count);
+      for (int threads : {1, 2, 3, 7}) {
+        std::vector<float> got(count + 1, -7.0f);
+        cast_to_fp32_threads(dtype, storage.data(), got.data(), count, threads);
+        bool same = true;
+        for (size_t i = 0; i <= count && same; ++i) same = float_bits(got[i]) == float_bits(expected[i]);
+        EXPECT_TRUE(same) << dtype_name(dtype) << " count " << count << " threads " << threads
+                          << "; replay: tests/dtype_test --gtest_filter=Dtype.ThreadedCast*";
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace zerosim

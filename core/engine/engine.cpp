@@ -537,7 +537,8 @@ Status RankEngine::gather_parameters(ParameterRange range, std::vector<std::vect
       if (count == 0) continue;
       const std::byte* slice = gather_receive_.data() + static_cast<size_t>(source) * chunk_bytes +
                                static_cast<size_t>(partition.flat_offset - range_flat_offset) * element_bytes;
-      cast_to_fp32(model_dtype_, slice, full.data() + partition.owned_begin(source), static_cast<size_t>(count));
+      cast_to_fp32_threads(model_dtype_, slice, full.data() + partition.owned_begin(source), static_cast<size_t>(count),
+                           options_.threads_per_rank);
     }
   }
   return Status();

@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include "core/tensor/dtype_bits.h"
+#include "core/tensor/thread_split.h"
 
 namespace zerosim {
 
@@ -130,6 +131,15 @@ void cast_to_fp32(DType dtype, const std::byte* source, float* destination, size
       destination[i] = bf16_bits_to_fp32(in[i]);
     }
   }
+}
+
+void cast_to_fp32_threads(DType dtype, const std::byte* source, float* destination, size_t element_count,
+                          int threads) {
+  const size_t element_bytes = dtype_size_bytes(dtype);
+  run_in_ranges(element_count, part_count(element_count, threads, kCastElementsPerThread), 64,
+                [&](size_t first, size_t end, size_t) {
+                  cast_to_fp32(dtype, source + first * element_bytes, destination + first, end - first);
+                });
 }
 
 }  // namespace zerosim

@@ -74,5 +74,11 @@ float round_through(DType dtype, float value);
 // Bulk casts between fp32 arrays and raw storage of `dtype` (element counts, not bytes).
 void cast_from_fp32(DType dtype, const float* source, std::byte* destination, size_t element_count);
 void cast_to_fp32(DType dtype, const std::byte* source, float* destination, size_t element_count);
+// The same cast split into ranges over up to `threads` threads (thread_split.h), none shorter
+// than kCastElementsPerThread: each element is cast on its own, so the bits are cast_to_fp32's
+// for any thread count.
+inline constexpr size_t kCastElementsPerThread = size_t{1} << 18;
+void cast_to_fp32_threads(DType dtype, const std::byte* source, float* destination, size_t element_count,
+                          int threads);
 
 }  // namespace zerosim
