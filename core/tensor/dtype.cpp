@@ -98,6 +98,7 @@ float round_through(DType dtype, float value) {
 }
 
 void cast_from_fp32(DType dtype, const float* source, std::byte* destination, size_t element_count) {
+  if (element_count == 0) return;  // an empty vector's data() may be null, which memcpy may not take
   if (dtype == DType::kFp32) {
     std::memcpy(destination, source, element_count * sizeof(float));
     return;
@@ -116,6 +117,7 @@ void cast_from_fp32(DType dtype, const float* source, std::byte* destination, si
 }
 
 void cast_to_fp32(DType dtype, const std::byte* source, float* destination, size_t element_count) {
+  if (element_count == 0) return;  // an empty vector's data() may be null, which memcpy may not take
   if (dtype == DType::kFp32) {
     std::memcpy(destination, source, element_count * sizeof(float));
     return;
