@@ -261,23 +261,24 @@ def across(export_dir, saved, k, loaded_dir, out_json):
     with safe_open(os.path.join(export_dir, "initial.safetensors"), framework="np") as f:
         initial = {key: f.get_tensor(key) for key in f.keys()}
     names = sorted(key for key in loaded if key.startswith("master/"))
-    joined, found, start = [], [], []
+    joined, start = {}, {}
     for key in names:
-        whole = loaded[key].ravel()
-        flat = np.concatenate([tensors[key].ravel() for tensors, _ in parts])
-        if flat.size != whole.size:
-            sys.exit(f"error: {key}: the saved partitions hold {flat.size} elements, the loaded parameter {whole.size}")
-        joined.append(flat)
-        found.append(whole)
-        start.append(initial[key.split("/", 1)[1]].ravel())
-    saved_master, loaded_master, initial_master = (np.concatenate(x).astype(np.float32) for x in (joined, found, start))
-    bits = loaded_master.view(np.uint32)
+        joined[key] = np.concatenate([tensors[key].ravel() for tensors, _ in parts])
+        if joined[key].size != loaded[key].size:
+            sys.exit(f"error: {key}: the saved partitions hold {joined[key].size} elements, the loaded parameter "
+                     f"{loaded[key].size}")
+        start[key] = initial[key.split("/", 1)[1]]
+    bits = np.concatenate([loaded[key].ravel() for key in names]).astype(np.float32).view(np.uint32)
+
+    def equal_bits(expected):
+        return int(np.count_nonzero(np.concatenate([expected[key].ravel() for key in names]).astype(np.float32)
+                                    .view(np.uint32) == bits))
+
     report = {
-        "elements": int(loaded_master.size),
-        "equal_to_saved": int(np.count_nonzero(saved_master.view(np.uint32) == bits)),
-        "equal_to_saved_rounded": {p: int(np.count_nonzero(rounded(saved_master, p).view(np.uint32) == bits))
-                                   for p in ("fp16", "bf16")},
-        "equal_to_initial": int(np.count_nonzero(initial_master.view(np.uint32) == bits)),
+        "elements": int(bits.size),
+        "equal_to_saved": equal_bits(joined),
+        "equal_to_saved_rounded": masters_equal_rounded(joined, loaded),
+        "equal_to_initial": equal_bits(start),
         "saved_scalars": [scalars for _, scalars in parts],
         "loaded_scalars": loaded_scalars,
     }

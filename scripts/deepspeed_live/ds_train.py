@@ -206,9 +206,11 @@ def partition_elements(param, partition_numel):
     return max(0, min(partition_numel, param.ds_numel - rank * partition_numel))
 
 
-def full_fp32_states(engine, param, whole):
-    """The fp32 master, exp_avg and exp_avg_sq of one parameter's partition at this rank, shaped
-    as the parameter when `whole` (one rank: the partition is the whole parameter). DeepSpeed's safe_get_full_fp32_param does this, but in 0.14.5 it
+def partition_states(engine, param, whole):
+    """The fp32 master, exp_avg and exp_avg_sq of one parameter's partition at this rank, and the
+    16-bit parameter the next forward computes with (param16, widened to fp32 exactly), shaped
+    as the parameter when `whole` (one rank: the partition is the whole parameter). DeepSpeed's
+    safe_get_full_fp32_param reads the fp32 states, but in 0.14.5 it
     fails on a sub-group swapped to NVMe (it calls _optimizer_states_and_gradient_swap_in
     without its timer_names argument: a TypeError); so the same reads are made here, through
     the optimizer's own swap-in and swap-out."""
@@ -228,6 +230,7 @@ def full_fp32_states(engine, param, whole):
                        if key in state else torch.zeros(shape))
     if swapped:
         optimizer._optimizer_states_and_gradient_swap_out(group, set())
+    result["param16"] = param.ds_tensor.detach().narrow(0, 0, count).float().cpu().clone().view(shape)
     return result
 
 
@@ -244,14 +247,8 @@ def engine_state(engine, model, run):
         expected = run.names[index]
         if name != expected:
             sys.exit(f"error: the module's parameter {index} is {name}, the run's {expected}")
-        for key, tensor in full_fp32_states(engine, param, whole).items():
+        for key, tensor in partition_states(engine, param, whole).items():
             tensors[f"{key}/{name}"] = tensor.contiguous()
-        # The 16-bit parameter the next forward computes with: the rank's partition (one rank:
-        # the whole parameter), widened to fp32 exactly.
-        _, _, partition_numel = engine.optimizer.grad_position[engine.optimizer.get_param_id(param)]
-        partition = param.ds_tensor.detach().narrow(0, 0, partition_elements(param, partition_numel))
-        tensors[f"param16/{name}"] = partition.float().cpu().clone().view(
-            param.ds_shape if whole else (-1,)).contiguous()
     optimizer = engine.optimizer
     inner = getattr(optimizer, "optimizer", None)
     steps = sorted({int(s["step"]) for s in inner.state.values() if "step" in s}) if inner is not None else []
