@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
+#include <utility>
 
 namespace zerosim {
 
@@ -41,6 +43,31 @@ inline void require_value(int index, int argc, const char* flag) {
   if (index + 1 < argc) return;
   std::fprintf(stderr, "%s: expected a value after it\n", flag);
   std::exit(2);
+}
+
+// Reads `--name value` pairs into the named numbers, each a positive whole number; exits with
+// status 2 naming an unknown flag (with the known ones), a missing value or a bad value.
+inline void read_positive_flags(int argc, char** argv,
+                                std::initializer_list<std::pair<const char*, int64_t*>> flags) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    int64_t* target = nullptr;
+    for (const auto& [name, value] : flags) {
+      if (flag == name) target = value;
+    }
+    if (target == nullptr) {
+      std::string known;
+      for (const auto& entry : flags) known += std::string(known.empty() ? "" : " ") + entry.first;
+      std::fprintf(stderr, "unknown flag %s (flags: %s)\n", argv[i], known.c_str());
+      std::exit(2);
+    }
+    require_value(i, argc, argv[i]);
+    *target = whole_number(flag, argv[++i]);
+    if (*target <= 0) {
+      std::fprintf(stderr, "%s %lld: must be positive\n", flag.c_str(), static_cast<long long>(*target));
+      std::exit(2);
+    }
+  }
 }
 
 }  // namespace zerosim

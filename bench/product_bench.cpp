@@ -17,17 +17,11 @@
 #include <vector>
 
 #include "bench/flag_value.h"
+#include "bench/gpt_product_shapes.h"
 #include "core/tensor/vector_ops.h"
 
 namespace zerosim {
 namespace {
-
-struct Shape {
-  std::string name;  // what the product is in the step
-  size_t rows, inner, n;
-  bool a_transposed, b_transposed;  // the operand is read from the row-major array of its transpose
-  int64_t per_step;                 // how many times a step computes it
-};
 
 double seconds_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -35,48 +29,15 @@ double seconds_now() {
 
 int run(int argc, char** argv) {
   int64_t tokens = 1024, embd = 768, vocab = 50257, layers = 12, threads = 1, repeat = 3;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    int64_t* target = flag == "--tokens"    ? &tokens
-                      : flag == "--embd"    ? &embd
-                      : flag == "--vocab"   ? &vocab
-                      : flag == "--layers"  ? &layers
-                      : flag == "--threads" ? &threads
-                      : flag == "--repeat"  ? &repeat
-                                            : nullptr;
-    if (target == nullptr) {
-      std::fprintf(stderr, "unknown flag %s (flags: --tokens --embd --vocab --layers --threads --repeat)\n", argv[i]);
-      return 2;
-    }
-    require_value(i, argc, argv[i]);
-    *target = whole_number(flag, argv[++i]);
-    if (*target <= 0) {
-      std::fprintf(stderr, "%s %lld: must be positive\n", flag.c_str(), static_cast<long long>(*target));
-      return 2;
-    }
-  }
-  const size_t t = static_cast<size_t>(tokens), e = static_cast<size_t>(embd), v = static_cast<size_t>(vocab);
-  const std::vector<Shape> shapes = {
-      {"qkv forward", t, e, 3 * e, false, false, layers},
-      {"attention projection forward", t, e, e, false, false, layers},
-      {"MLP up forward", t, e, 4 * e, false, false, layers},
-      {"MLP down forward", t, 4 * e, e, false, false, layers},
-      {"head forward (wte^T in place)", t, e, v, false, true, 1},
-      {"qkv weight gradient (in^T in place)", e, t, 3 * e, true, false, layers},
-      {"attention projection weight gradient", e, t, e, true, false, layers},
-      {"MLP up weight gradient", e, t, 4 * e, true, false, layers},
-      {"MLP down weight gradient", 4 * e, t, e, true, false, layers},
-      {"head wte gradient (logits^T in place)", v, t, e, true, false, 1},
-      {"qkv input gradient (weight^T in place)", t, 3 * e, e, false, true, layers},
-      {"attention projection input gradient", t, e, e, false, true, layers},
-      {"MLP up input gradient", t, 4 * e, e, false, true, layers},
-      {"MLP down input gradient", t, e, 4 * e, false, true, layers},
-      {"head input gradient", t, v, e, false, false, 1},
-  };
+  read_positive_flags(argc, argv,
+                      {{"--tokens", &tokens}, {"--embd", &embd}, {"--vocab", &vocab}, {"--layers", &layers},
+                       {"--threads", &threads}, {"--repeat", &repeat}});
+  const std::vector<GptProductShape> shapes = gpt_step_product_shapes(
+      static_cast<size_t>(tokens), static_cast<size_t>(embd), static_cast<size_t>(vocab), layers);
   std::mt19937 generator(12345);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   double step_seconds = 0.0, step_flops = 0.0;
-  for (const Shape& shape : shapes) {
+  for (const GptProductShape& shape : shapes) {
     std::vector<float> a(shape.rows * shape.inner), b(shape.inner * shape.n), c(shape.rows * shape.n, 0.0f);
     for (float& value : a) value = uniform(generator);
     for (float& value : b) value = uniform(generator);

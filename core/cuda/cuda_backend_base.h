@@ -16,15 +16,9 @@
 #include "core/cuda/cublas_library.h"
 #include "core/cuda/device_array.h"
 #include "core/cuda/device_compute_backend.h"
+#include "core/cuda/ordered_product.h"
 
 namespace zerosim {
-
-// A row-major operand of a product: `transposed` says that the matrix is stored as its
-// transpose (so element (row, column) is at data[column * rows + row]).
-struct DeviceOperand {
-  const float* data = nullptr;
-  bool transposed = false;
-};
 
 class CudaResidentState;
 
