@@ -2,9 +2,13 @@
 // folds in rank order, and abort releases ranks blocked in a collective.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <thread>
+#include <utility>
 
 #include "core/env/comm.h"
+#include "core/tensor/parallel_copy.h"
 
 namespace zerosim {
 namespace {
@@ -66,6 +70,69 @@ TEST(ThreadComm, ReduceScatterWidensSixteenBitChunks) {
   });
   EXPECT_EQ(results[0], (std::vector<float>{1.0f, 3.0f}));
   EXPECT_EQ(results[1], (std::vector<float>{5.0f, 7.0f}));
+}
+
+// A world whose ranks split their copies and sums over several threads gives the bytes and the
+// rank-order sums of a world that does not: chunks long enough to be split, values whose sums
+// round differently in another order, fp32 and bf16 chunks.
+TEST(ThreadComm, RanksThreadsChangeNoByteOfAGatherOrASum) {
+  const int world_size = 3;
+  const size_t chunk = 3 * kCastElementsPerThread + 65;
+  const size_t gather_bytes = kParallelCopyMinBytes + 4099;
+  // Rank r's contribution, element i of its W chunks, as stored in `dtype`.
+  auto contribution = [&](int rank, DType dtype) {
+    std::vector<float> values(chunk * world_size);
+    for (size_t i = 0; i < values.size(); ++i) {
+      const uint64_t bits = (i + 1) * 0x9e3779b97f4a7c15ull ^ static_cast<uint64_t>(rank + 1) * 0xbf58476d1ce4e5b9ull;
+      values[i] = std::ldexp(static_cast<float>(bits >> 40) / 16777216.0f - 0.5f, static_cast<int>(bits % 40) - 20);
+    }
+    std::vector<std::byte> stored(values.size() * dtype_size_bytes(dtype));
+    cast_from_fp32(dtype, values.data(), stored.data(), values.size());
+    return stored;
+  };
+  auto run = [&](int threads, DType dtype) {
+    ThreadCommWorld world(world_size, threads);
+    std::vector<std::vector<float>> sums(world_size);
+    std::vector<std::vector<std::byte>> gathered(world_size);
+    run_ranks(world, [&](Comm& comm) {
+      const std::vector<std::byte> send = contribution(comm.rank(), dtype);
+      std::vector<float> accumulator(chunk, 0.25f);
+      ASSERT_TRUE(comm.reduce_scatter_accumulate(send, dtype, chunk, accumulator).ok());
+      sums[comm.rank()] = accumulator;
+      std::vector<std::byte> mine(gather_bytes), all(gather_bytes * world_size);
+      for (size_t i = 0; i < mine.size(); ++i) mine[i] = static_cast<std::byte>((i * 131 + comm.rank() * 7) >> 3);
+      ASSERT_TRUE(comm.all_gather(mine, all).ok());
+      gathered[comm.rank()] = all;
+    });
+    return std::make_pair(sums, gathered);
+  };
+  for (DType dtype : {DType::kFp32, DType::kBf16}) {
+    const auto serial = run(1, dtype);
+    // The serial world against the fold written out: 0.25, then rank 0's value, rank 1's, ...
+    std::vector<std::vector<float>> widened(world_size, std::vector<float>(chunk * world_size));
+    for (int rank = 0; rank < world_size; ++rank) {
+      cast_to_fp32(dtype, contribution(rank, dtype).data(), widened[rank].data(), chunk * world_size);
+    }
+    for (int owner = 0; owner < world_size; ++owner) {
+      size_t differing = 0;
+      for (size_t i = 0; i < chunk; ++i) {
+        float sum = 0.25f;
+        for (int rank = 0; rank < world_size; ++rank) sum = sum + widened[rank][owner * chunk + i];
+        differing += std::memcmp(&sum, &serial.first[owner][i], sizeof(float)) != 0;
+      }
+      EXPECT_EQ(differing, 0u) << dtype_name(dtype) << " owner " << owner;
+    }
+    for (int threads : {2, 5}) {
+      const auto split = run(threads, dtype);
+      for (int rank = 0; rank < world_size; ++rank) {
+        EXPECT_EQ(std::memcmp(split.first[rank].data(), serial.first[rank].data(), chunk * sizeof(float)), 0)
+            << dtype_name(dtype) << " sums differ on rank " << rank << " with " << threads
+            << " threads; replay: tests/comm_test --gtest_filter=ThreadComm.RanksThreads*";
+        EXPECT_TRUE(split.second[rank] == serial.second[rank])
+            << "the gather differs on rank " << rank << " with " << threads << " threads";
+      }
+    }
+  }
 }
 
 TEST(ThreadComm, AllReduceMaxAndBroadcast) {

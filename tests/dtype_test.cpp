@@ -5,6 +5,7 @@
 
 #include <immintrin.h>
 
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -162,6 +163,33 @@ TEST(Dtype, ThreadedCastGivesTheSerialCastsBitsForAnySplit) {
         EXPECT_TRUE(same) << dtype_name(dtype) << " count " << count << " threads " << threads
                           << "; replay: tests/dtype_test --gtest_filter=Dtype.ThreadedCast*";
       }
+    }
+  }
+}
+
+TEST(Dtype, ThreadedNarrowingAndZeroFillGiveTheSerialBytesForAnySplit) {
+  const size_t minimum = kCastElementsPerThread;
+  for (size_t count : {size_t{0}, size_t{1}, minimum - 1, 2 * minimum + 63, 3 * minimum + 65, 7 * minimum + 1}) {
+    std::vector<float> source(count);
+    for (size_t i = 0; i < count; ++i) source[i] = std::bit_cast<float>(static_cast<uint32_t>(i * 2654435761u));
+    for (DType dtype : {DType::kFp32, DType::kFp16, DType::kBf16}) {
+      const size_t bytes = count * dtype_size_bytes(dtype);
+      std::vector<std::byte> expected(bytes + 1, std::byte{0x5a});
+      cast_from_fp32(dtype, source.data(), expected.data(), count);
+      for (int threads : {1, 2, 3, 7}) {
+        std::vector<std::byte> got(bytes + 1, std::byte{0x5a});
+        cast_from_fp32_threads(dtype, source.data(), got.data(), count, threads);
+        EXPECT_TRUE(got == expected) << dtype_name(dtype) << " count " << count << " threads " << threads
+                                     << "; replay: tests/dtype_test --gtest_filter=Dtype.ThreadedNarrowing*";
+      }
+    }
+    for (int threads : {1, 2, 3, 7}) {
+      std::vector<float> filled(count + 1, -7.0f);
+      fill_zeros_threads(filled.data(), count, threads);
+      size_t nonzero = 0;
+      for (size_t i = 0; i < count; ++i) nonzero += float_bits(filled[i]) != 0u;
+      EXPECT_EQ(nonzero, 0u) << "count " << count << " threads " << threads;
+      EXPECT_EQ(filled[count], -7.0f) << "the fill ran past its end; count " << count << " threads " << threads;
     }
   }
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "core/model/gpt.h"
@@ -590,31 +591,40 @@ Status RankEngine::reduce_scatter_layer(int64_t layer_index, int64_t micro_step_
   // Every byte of the send buffer is written below (padding included), so it is only resized.
   scatter_send_.resize(chunk_elements * element_bytes * static_cast<size_t>(world_size));
   std::vector<float>& padded_slice = padded_slice_scratch_;
+  const int threads = options_.threads_per_rank;
   for (int owner = 0; owner < world_size; ++owner) {
     for (int64_t p = layer.first_parameter; p < layer.end_parameter; ++p) {
       const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
       const std::vector<float>& full = full_gradients[static_cast<size_t>(p - layer.first_parameter)];
-      padded_slice.resize(static_cast<size_t>(partition.partition_size));
       // A frozen parameter's gradient is not kept (requires_grad=False): its partition of the
       // accumulator stays zero, so it adds nothing to the norm or the overflow check.
       const int64_t owned = parameters_[static_cast<size_t>(p)].requires_grad ? partition.owned_count(owner) : 0;
-      std::copy_n(full.begin() + partition.owned_begin(owner), owned, padded_slice.begin());
-      std::fill(padded_slice.begin() + owned, padded_slice.end(), 0.0f);
-      if (options_.config.numerics == NumericsMode::kDeepSpeed) {
-        // param.grad in the model dtype, cast to the communication dtype, then
-        // reduce_scatter_coalesced's div_(W) in that dtype, before the sum. Each op computed
-        // in fp32 and rounded once is the dtype's own correctly rounded op (fp32 has more than
-        // 2p + 2 bits for fp16 and bf16), as PyTorch computes half ops.
-        const float world = static_cast<float>(world_size);
-        for (float& value : padded_slice) {
-          const float in_comm_dtype = round_through(communication_dtype_, round_through(model_dtype_, value));
-          value = round_through(communication_dtype_, in_comm_dtype / world);
-        }
-      }
       std::byte* destination = scatter_send_.data() +
                                (static_cast<size_t>(owner) * chunk_elements +
                                 static_cast<size_t>(partition.flat_offset - layer.flat_offset)) *
                                    element_bytes;
+      if (options_.config.numerics == NumericsMode::kPortable) {
+        // The owned gradient cast straight into the send buffer, then the padding's zeros: the
+        // bytes of the padded slice's cast, without the slice (a pass over the whole model's
+        // gradients a micro-step).
+        cast_from_fp32_threads(communication_dtype_, full.data() + partition.owned_begin(owner),
+                               destination, static_cast<size_t>(owned), threads);
+        std::memset(destination + static_cast<size_t>(owned) * element_bytes, 0,
+                    static_cast<size_t>(partition.partition_size - owned) * element_bytes);
+        continue;
+      }
+      padded_slice.resize(static_cast<size_t>(partition.partition_size));
+      std::copy_n(full.begin() + partition.owned_begin(owner), owned, padded_slice.begin());
+      std::fill(padded_slice.begin() + owned, padded_slice.end(), 0.0f);
+      // param.grad in the model dtype, cast to the communication dtype, then
+      // reduce_scatter_coalesced's div_(W) in that dtype, before the sum. Each op computed in
+      // fp32 and rounded once is the dtype's own correctly rounded op (fp32 has more than
+      // 2p + 2 bits for fp16 and bf16), as PyTorch computes half ops.
+      const float world = static_cast<float>(world_size);
+      for (float& value : padded_slice) {
+        const float in_comm_dtype = round_through(communication_dtype_, round_through(model_dtype_, value));
+        value = round_through(communication_dtype_, in_comm_dtype / world);
+      }
       cast_from_fp32(communication_dtype_, padded_slice.data(), destination, padded_slice.size());
     }
   }
@@ -777,7 +787,8 @@ Result<float> RankEngine::micro_step(int64_t micro_step_index, StepRecord& recor
         gradient.swap(gradient_buffer_pool_.back());
         gradient_buffer_pool_.pop_back();
       }
-      gradient.assign(static_cast<size_t>(parameters_[static_cast<size_t>(p)].element_count), 0.0f);
+      gradient.resize(static_cast<size_t>(parameters_[static_cast<size_t>(p)].element_count));
+      fill_zeros_threads(gradient.data(), gradient.size(), options_.threads_per_rank);
       full_gradient_live_[static_cast<size_t>(p)] = 1;
     }
     ZEROSIM_RETURN_IF_ERROR(compute_->backward(

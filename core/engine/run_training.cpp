@@ -279,9 +279,9 @@ Result<TrainingRun> run_training(const TrainingOptions& options, int64_t step_co
                                  const CheckpointPlan& checkpoints) {
   ZEROSIM_CHECK(static_cast<bool>(seams.env_for_rank), "run_training needs every rank's Env");
   ZEROSIM_RETURN_IF_ERROR(validate_run_request(options, step_count, checkpoints));
-  ThreadCommWorld world(options.world_size);
+  ThreadCommWorld world(options.world_size, options.threads_per_rank);
   // Async saves commit on their own communicator (see RankEngine).
-  ThreadCommWorld checkpoint_world(options.world_size);
+  ThreadCommWorld checkpoint_world(options.world_size, options.threads_per_rank);
   std::mutex result_mutex;
   Status first_error;
   int first_error_rank = -1;

@@ -56,9 +56,12 @@ class Comm {
 
 // W ranks on threads in one process. Create the world once; hand comm(r) to the thread
 // that runs rank r. abort() makes every pending and later collective return kAborted.
+// `threads_per_rank`: the threads each rank's collectives may split their copies and sums
+// over (a rank's compute waits for its collectives, so they are the rank's own threads); the
+// bytes and sums are the same for any count.
 class ThreadCommWorld {
  public:
-  explicit ThreadCommWorld(int world_size);
+  explicit ThreadCommWorld(int world_size, int threads_per_rank = 1);
   ~ThreadCommWorld();
   ThreadCommWorld(const ThreadCommWorld&) = delete;
   ThreadCommWorld& operator=(const ThreadCommWorld&) = delete;

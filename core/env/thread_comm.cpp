@@ -4,6 +4,8 @@
 #include <mutex>
 
 #include "core/env/comm.h"
+#include "core/tensor/parallel_copy.h"
+#include "core/tensor/thread_split.h"
 
 namespace zerosim {
 
@@ -51,7 +53,8 @@ namespace {
 
 class ThreadComm final : public Comm {
  public:
-  ThreadComm(ThreadCommWorld::Shared& shared, int rank) : shared_(shared), rank_(rank) {}
+  ThreadComm(ThreadCommWorld::Shared& shared, int rank, int threads)
+      : shared_(shared), rank_(rank), threads_(threads) {}
 
   int rank() const override { return rank_; }
   int world_size() const override { return shared_.world_size; }
@@ -61,7 +64,8 @@ class ThreadComm final : public Comm {
     ZEROSIM_RETURN_IF_ERROR(publish(send.data(), send.size()));
     for (int source = 0; source < world_size(); ++source) {
       ZEROSIM_CHECK(shared_.send_sizes[source] == send.size(), "all_gather: ranks disagree on the size");
-      if (!send.empty()) std::memcpy(receive.data() + source * send.size(), shared_.send_slots[source], send.size());
+      copy_in_parallel(receive.data() + source * send.size(), static_cast<const std::byte*>(shared_.send_slots[source]),
+                       send.size(), threads_);
     }
     return finish();
   }
@@ -71,15 +75,27 @@ class ThreadComm final : public Comm {
     const size_t element_bytes = dtype_size_bytes(dtype);
     ZEROSIM_CHECK(send.size() == chunk_element_count * element_bytes * world_size(), "reduce_scatter send size");
     ZEROSIM_CHECK(accumulator.size() == chunk_element_count, "reduce_scatter accumulator size");
-    widened_.resize(chunk_element_count);  // allocate before publishing: nothing may fail after
+    chunks_.resize(static_cast<size_t>(world_size()));  // allocate before publishing: nothing may fail after
     ZEROSIM_RETURN_IF_ERROR(publish(send.data(), send.size()));
     for (int source = 0; source < world_size(); ++source) {
       ZEROSIM_CHECK(shared_.send_sizes[source] == send.size(), "reduce_scatter: ranks disagree on the size");
-      const auto* chunk = static_cast<const std::byte*>(shared_.send_slots[source]) +
-                          static_cast<size_t>(rank_) * chunk_element_count * element_bytes;
-      cast_to_fp32(dtype, chunk, widened_.data(), chunk_element_count);
-      for (size_t i = 0; i < chunk_element_count; ++i) accumulator[i] = accumulator[i] + widened_[i];
+      chunks_[static_cast<size_t>(source)] = static_cast<const std::byte*>(shared_.send_slots[source]) +
+                                             static_cast<size_t>(rank_) * chunk_element_count * element_bytes;
     }
+    // Ranges of the slice on the rank's threads, each a block at a time: the block's value from
+    // every source widened and added in rank order, so each element's fold is the one above.
+    run_in_ranges(chunk_element_count, part_count(chunk_element_count, threads_, kCastElementsPerThread), 64,
+                  [&](size_t first, size_t end, size_t) {
+                    constexpr size_t kBlock = 2048;
+                    float widened[kBlock];
+                    for (size_t block = first; block < end; block += kBlock) {
+                      const size_t count = std::min(kBlock, end - block);
+                      for (const std::byte* chunk : chunks_) {
+                        cast_to_fp32(dtype, chunk + block * element_bytes, widened, count);
+                        for (size_t i = 0; i < count; ++i) accumulator[block + i] = accumulator[block + i] + widened[i];
+                      }
+                    }
+                  });
     return finish();
   }
 
@@ -92,7 +108,8 @@ class ThreadComm final : public Comm {
     if (rank_ == root_rank) {
       for (int source = 0; source < world_size(); ++source) {
         ZEROSIM_CHECK(shared_.send_sizes[source] == send.size(), "gather: ranks disagree on the size");
-        if (!send.empty()) std::memcpy(receive.data() + source * send.size(), shared_.send_slots[source], send.size());
+          copy_in_parallel(receive.data() + source * send.size(), static_cast<const std::byte*>(shared_.send_slots[source]),
+                         send.size(), threads_);
       }
     }
     return finish();
@@ -152,15 +169,19 @@ class ThreadComm final : public Comm {
 
   ThreadCommWorld::Shared& shared_;
   const int rank_;
-  std::vector<float> widened_;
+  const int threads_;  // the rank's threads, which its copies and sums may use
+  std::vector<const std::byte*> chunks_;
   std::vector<double> result_;
 };
 
 }  // namespace
 
-ThreadCommWorld::ThreadCommWorld(int world_size) : shared_(std::make_unique<Shared>(world_size)) {
+ThreadCommWorld::ThreadCommWorld(int world_size, int threads_per_rank) : shared_(std::make_unique<Shared>(world_size)) {
   ZEROSIM_CHECK(world_size >= 1, "world size must be positive");
-  for (int rank = 0; rank < world_size; ++rank) comms_.push_back(std::make_unique<ThreadComm>(*shared_, rank));
+  ZEROSIM_CHECK(threads_per_rank >= 1, "threads per rank must be positive");
+  for (int rank = 0; rank < world_size; ++rank) {
+    comms_.push_back(std::make_unique<ThreadComm>(*shared_, rank, threads_per_rank));
+  }
 }
 
 ThreadCommWorld::~ThreadCommWorld() = default;

@@ -2,6 +2,8 @@
 
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "core/tensor/dtype_bits.h"
 #include "core/tensor/thread_split.h"
 
@@ -142,6 +144,20 @@ void cast_to_fp32_threads(DType dtype, const std::byte* source, float* destinati
                 [&](size_t first, size_t end, size_t) {
                   cast_to_fp32(dtype, source + first * element_bytes, destination + first, end - first);
                 });
+}
+
+void cast_from_fp32_threads(DType dtype, const float* source, std::byte* destination, size_t element_count,
+                            int threads) {
+  const size_t element_bytes = dtype_size_bytes(dtype);
+  run_in_ranges(element_count, part_count(element_count, threads, kCastElementsPerThread), 64,
+                [&](size_t first, size_t end, size_t) {
+                  cast_from_fp32(dtype, source + first, destination + first * element_bytes, end - first);
+                });
+}
+
+void fill_zeros_threads(float* destination, size_t element_count, int threads) {
+  run_in_ranges(element_count, part_count(element_count, threads, kCastElementsPerThread), 64,
+                [&](size_t first, size_t end, size_t) { std::memset(destination + first, 0, (end - first) * sizeof(float)); });
 }
 
 }  // namespace zerosim

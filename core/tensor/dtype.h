@@ -80,5 +80,10 @@ void cast_to_fp32(DType dtype, const std::byte* source, float* destination, size
 inline constexpr size_t kCastElementsPerThread = size_t{1} << 18;
 void cast_to_fp32_threads(DType dtype, const std::byte* source, float* destination, size_t element_count,
                           int threads);
+void cast_from_fp32_threads(DType dtype, const float* source, std::byte* destination, size_t element_count,
+                            int threads);
+// `element_count` zeros from `destination` on, split as the casts are. One thread's memset moves
+// a fraction of what the host's memory can (the state arrays are hundreds of MiB).
+void fill_zeros_threads(float* destination, size_t element_count, int threads);
 
 }  // namespace zerosim
