@@ -72,6 +72,65 @@ TEST(ThreadComm, ReduceScatterWidensSixteenBitChunks) {
   EXPECT_EQ(results[1], (std::vector<float>{5.0f, 7.0f}));
 }
 
+// Forwards every collective to a ThreadComm but all_gather_visit, which it leaves to Comm's
+// default (a gather into scratch, then its slices), as a communicator without shared memory does.
+class DefaultVisitComm final : public Comm {
+ public:
+  explicit DefaultVisitComm(Comm& inner) : inner_(inner) {}
+  int rank() const override { return inner_.rank(); }
+  int world_size() const override { return inner_.world_size(); }
+  Status all_gather(std::span<const std::byte> send, std::span<std::byte> receive) override {
+    return inner_.all_gather(send, receive);
+  }
+  Status gather(std::span<const std::byte> send, std::span<std::byte> receive, int root) override {
+    return inner_.gather(send, receive, root);
+  }
+  Status reduce_scatter_accumulate(std::span<const std::byte> send, DType dtype, size_t count,
+                                   std::span<float> accumulator) override {
+    return inner_.reduce_scatter_accumulate(send, dtype, count, accumulator);
+  }
+  Status all_reduce_max(std::span<double> values) override { return inner_.all_reduce_max(values); }
+  Status broadcast(std::span<std::byte> buffer, int root) override { return inner_.broadcast(buffer, root); }
+  Status barrier() override { return inner_.barrier(); }
+
+ private:
+  Comm& inner_;
+};
+
+// all_gather_visit hands every rank's bytes over in rank order, in place (ThreadComm) or through
+// the default's scratch; a rank sees what all_gather would have put at that source's place.
+TEST(ThreadComm, AllGatherVisitHandsEveryRanksBytesInRankOrder) {
+  const int world_size = 4;
+  for (const bool through_default : {false, true}) {
+    ThreadCommWorld world(world_size, 2);
+    std::vector<std::vector<std::pair<int, std::vector<uint8_t>>>> visits(world_size);
+    run_ranks(world, [&](Comm& thread_comm) {
+      DefaultVisitComm wrapped(thread_comm);
+      Comm& comm = through_default ? static_cast<Comm&>(wrapped) : thread_comm;
+      std::vector<uint8_t> send(37);
+      for (size_t i = 0; i < send.size(); ++i) send[i] = static_cast<uint8_t>(comm.rank() * 50 + i);
+      std::vector<std::byte> scratch;
+      const Status status = comm.all_gather_visit(std::as_bytes(std::span(send)), scratch,
+                                                  [&](int source, std::span<const std::byte> bytes) {
+                                                    const auto* first = reinterpret_cast<const uint8_t*>(bytes.data());
+                                                    visits[comm.rank()].emplace_back(
+                                                        source, std::vector<uint8_t>(first, first + bytes.size()));
+                                                  });
+      ASSERT_TRUE(status.ok()) << status.to_string();
+      EXPECT_EQ(scratch.empty(), !through_default) << "only the default gathers into the scratch";
+    });
+    for (int rank = 0; rank < world_size; ++rank) {
+      ASSERT_EQ(visits[rank].size(), static_cast<size_t>(world_size)) << "rank " << rank;
+      for (int source = 0; source < world_size; ++source) {
+        EXPECT_EQ(visits[rank][source].first, source) << "rank " << rank << (through_default ? ", default" : "");
+        std::vector<uint8_t> expected(37);
+        for (size_t i = 0; i < expected.size(); ++i) expected[i] = static_cast<uint8_t>(source * 50 + i);
+        EXPECT_EQ(visits[rank][source].second, expected) << "rank " << rank << ", source " << source;
+      }
+    }
+  }
+}
+
 // A world whose ranks split their copies and sums over several threads gives the bytes and the
 // rank-order sums of a world that does not: chunks long enough to be split, values whose sums
 // round differently in another order, fp32 and bf16 chunks.

@@ -526,23 +526,24 @@ Status RankEngine::gather_parameters(ParameterRange range, std::vector<std::vect
   } else {
     send = std::span<const std::byte>(param_partition_.data() + range_flat_offset * element_bytes, chunk_bytes);
   }
-  gather_receive_.resize(chunk_bytes * static_cast<size_t>(comm_.world_size()));
-  ZEROSIM_RETURN_IF_ERROR(comm_.all_gather(send, gather_receive_));
   full_parameters.resize(static_cast<size_t>(range.size()));
   for (int64_t p = range.first; p < range.end; ++p) {
-    const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
-    std::vector<float>& full = full_parameters[static_cast<size_t>(p - range.first)];
-    full.resize(static_cast<size_t>(partition.element_count));
-    for (int source = 0; source < comm_.world_size(); ++source) {
+    full_parameters[static_cast<size_t>(p - range.first)].resize(
+        static_cast<size_t>(layout_.parameters[static_cast<size_t>(p)].element_count));
+  }
+  // Each rank's partitions are widened into the full tensors straight from what the gather
+  // hands over (in place of the senders' buffers where the ranks share memory).
+  return comm_.all_gather_visit(send, gather_receive_, [&](int source, std::span<const std::byte> chunk) {
+    for (int64_t p = range.first; p < range.end; ++p) {
+      const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
       const int64_t count = partition.owned_count(source);
       if (count == 0) continue;
-      const std::byte* slice = gather_receive_.data() + static_cast<size_t>(source) * chunk_bytes +
-                               static_cast<size_t>(partition.flat_offset - range_flat_offset) * element_bytes;
-      cast_to_fp32_threads(model_dtype_, slice, full.data() + partition.owned_begin(source), static_cast<size_t>(count),
-                           options_.threads_per_rank);
+      const std::byte* slice = chunk.data() + static_cast<size_t>(partition.flat_offset - range_flat_offset) * element_bytes;
+      cast_to_fp32_threads(model_dtype_, slice,
+                           full_parameters[static_cast<size_t>(p - range.first)].data() + partition.owned_begin(source),
+                           static_cast<size_t>(count), options_.threads_per_rank);
     }
-  }
-  return Status();
+  });
 }
 
 Status RankEngine::exchange_layer_gradient(int64_t micro_step_index, size_t chunk_elements,

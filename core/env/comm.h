@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -30,6 +31,21 @@ class Comm {
 
   // receive = concatenation over ranks 0..W-1 of every rank's `send` (all the same size).
   virtual Status all_gather(std::span<const std::byte> send, std::span<std::byte> receive) = 0;
+
+  // all_gather for a caller that consumes each rank's bytes once: `visit(source, bytes)` is
+  // called for source = 0..W-1 in order with every rank's `send`, the spans valid only during
+  // the call. This default gathers into `scratch` (resized to W x send) and visits its slices;
+  // a communicator whose ranks share memory visits the senders' own buffers, so the caller's
+  // cast or copy out of them is the only pass over the bytes.
+  virtual Status all_gather_visit(std::span<const std::byte> send, std::vector<std::byte>& scratch,
+                                  const std::function<void(int source, std::span<const std::byte> bytes)>& visit) {
+    scratch.resize(send.size() * static_cast<size_t>(world_size()));
+    ZEROSIM_RETURN_IF_ERROR(all_gather(send, scratch));
+    for (int source = 0; source < world_size(); ++source) {
+      visit(source, std::span<const std::byte>(scratch).subspan(static_cast<size_t>(source) * send.size(), send.size()));
+    }
+    return Status();
+  }
 
   // On root_rank: receive = concatenation over ranks of every rank's `send`. Other ranks
   // pass an empty `receive`. Memory is W x send on the root only.

@@ -70,6 +70,16 @@ class ThreadComm final : public Comm {
     return finish();
   }
 
+  Status all_gather_visit(std::span<const std::byte> send, std::vector<std::byte>&,
+                          const std::function<void(int, std::span<const std::byte>)>& visit) override {
+    ZEROSIM_RETURN_IF_ERROR(publish(send.data(), send.size()));
+    for (int source = 0; source < world_size(); ++source) {
+      ZEROSIM_CHECK(shared_.send_sizes[source] == send.size(), "all_gather: ranks disagree on the size");
+      visit(source, std::span<const std::byte>(static_cast<const std::byte*>(shared_.send_slots[source]), send.size()));
+    }
+    return finish();
+  }
+
   Status reduce_scatter_accumulate(std::span<const std::byte> send, DType dtype, size_t chunk_element_count,
                                    std::span<float> accumulator) override {
     const size_t element_bytes = dtype_size_bytes(dtype);
