@@ -4,6 +4,7 @@
 // spread over many binades so that a fold taken in another order would round differently.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>

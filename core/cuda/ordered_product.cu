@@ -8,7 +8,7 @@ constexpr int kInnerTile = 16;
 // index is contiguous in memory writes 16 inner indices of one row or column at once, which
 // without the pad all fall in one bank (a 16-way conflict), with it in 2-way pairs. Four keeps
 // the patches' 16-byte reads aligned.
-constexpr int kPad = 4;
+constexpr int kPadFloats = 4;
 
 // `kCount` floats from 16-byte aligned shared memory.
 template <int kCount>
@@ -28,8 +28,8 @@ __device__ inline void load_vector(const float* from, float* to) {
 // previous tile is folded, then into shared memory (stage). Consecutive threads take the
 // operand's contiguous index, so the loads coalesce: the inner index when kInnerContiguous
 // (A row-major, B stored transposed), else the rows or columns. A thread's elements lie a fixed
-// step apart, so it keeps one pointer and one stride, not an address per element (which
-// spilled the narrow tiles' registers).
+// step apart, so it keeps one pointer and one stride, not an address per element: the 8 x 8
+// patches already hold 64 sums and the next tile's operands in registers.
 template <int kExtent, int kThreads, bool kInnerContiguous>
 struct OperandStager {
   static constexpr int kLoads = kInnerTile * kExtent / kThreads;
@@ -91,8 +91,8 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kColumnThreads = kColumns / kThreadColumns;
   static_assert(kThreadRows * kThreadColumns * kThreads == kRows * kColumns, "one patch per thread");
   static_assert(kThreadRows % 4 == 0 && kThreadColumns % 4 == 0, "patches are read as 16-byte vectors");
-  __shared__ __align__(16) float a_tile[2][kInnerTile][kRows + kPad];
-  __shared__ __align__(16) float b_tile[2][kInnerTile][kColumns + kPad];
+  __shared__ __align__(16) float a_tile[2][kInnerTile][kRows + kPadFloats];
+  __shared__ __align__(16) float b_tile[2][kInnerTile][kColumns + kPadFloats];
   const int thread = static_cast<int>(threadIdx.x);
   const int tx = thread % kColumnThreads, ty = thread / kColumnThreads;
   const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kRows, column0 = static_cast<int64_t>(blockIdx.x) * kColumns;

@@ -51,7 +51,8 @@ inline constexpr int64_t kOrderedProductMaxRows = int64_t{64} * 65535;
 OrderedProductTile ordered_product_tile(int64_t rows, int64_t columns, int multiprocessors);
 
 // Enqueues the product on `stream` in `tile`; returns the launch's error. rows must be at most
-// kOrderedProductMaxRows (cudaErrorInvalidValue otherwise); an empty product enqueues nothing.
+// kOrderedProductMaxRows and the columns fit 2^31 - 1 tiles of 64 (cudaErrorInvalidValue
+// otherwise); an empty product enqueues nothing.
 cudaError_t launch_ordered_product(OrderedProductTile tile, int64_t rows, int64_t columns, int64_t inner,
                                    DeviceOperand a, DeviceOperand b, float* c, cudaStream_t stream);
 

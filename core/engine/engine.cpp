@@ -532,7 +532,9 @@ Status RankEngine::gather_parameters(ParameterRange range, std::vector<std::vect
         static_cast<size_t>(layout_.parameters[static_cast<size_t>(p)].element_count));
   }
   // Each rank's partitions are widened into the full tensors straight from what the gather
-  // hands over (in place of the senders' buffers where the ranks share memory).
+  // hands over (straight out of the senders' buffers where the ranks share memory). The
+  // tensors are sized above: the visit runs between the collective's barriers, where nothing
+  // may fail.
   return comm_.all_gather_visit(send, gather_receive_, [&](int source, std::span<const std::byte> chunk) {
     for (int64_t p = range.first; p < range.end; ++p) {
       const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
@@ -605,9 +607,9 @@ Status RankEngine::reduce_scatter_layer(int64_t layer_index, int64_t micro_step_
                                 static_cast<size_t>(partition.flat_offset - layer.flat_offset)) *
                                    element_bytes;
       if (options_.config.numerics == NumericsMode::kPortable) {
-        // The owned gradient cast straight into the send buffer, then the padding's zeros: the
-        // bytes of the padded slice's cast, without the slice (a pass over the whole model's
-        // gradients a micro-step).
+        // The owned gradient cast straight into the send buffer, then the padding's zeros (a
+        // cast 0.0f is all-zero bytes in every dtype): the bytes a padded fp32 slice would
+        // give, without a pass over the whole model's gradients to make the slice.
         cast_from_fp32_threads(communication_dtype_, full.data() + partition.owned_begin(owner),
                                destination, static_cast<size_t>(owned), threads);
         std::memset(destination + static_cast<size_t>(owned) * element_bytes, 0,

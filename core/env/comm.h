@@ -34,9 +34,11 @@ class Comm {
 
   // all_gather for a caller that consumes each rank's bytes once: `visit(source, bytes)` is
   // called for source = 0..W-1 in order with every rank's `send`, the spans valid only during
-  // the call. This default gathers into `scratch` (resized to W x send) and visits its slices;
-  // a communicator whose ranks share memory visits the senders' own buffers, so the caller's
-  // cast or copy out of them is the only pass over the bytes.
+  // the call. `visit` must neither throw nor fail: it may run between a collective's barriers,
+  // where a rank that leaves early would strand the others. This default gathers into
+  // `scratch` (resized to W x send) and visits its slices; a communicator whose ranks share
+  // memory visits the senders' own buffers, so the caller's cast or copy out of them is the
+  // only pass over the bytes.
   virtual Status all_gather_visit(std::span<const std::byte> send, std::vector<std::byte>& scratch,
                                   const std::function<void(int source, std::span<const std::byte> bytes)>& visit) {
     scratch.resize(send.size() * static_cast<size_t>(world_size()));
@@ -73,8 +75,8 @@ class Comm {
 // W ranks on threads in one process. Create the world once; hand comm(r) to the thread
 // that runs rank r. abort() makes every pending and later collective return kAborted.
 // `threads_per_rank`: the threads each rank's collectives may split their copies and sums
-// over (a rank's compute waits for its collectives, so they are the rank's own threads); the
-// bytes and sums are the same for any count.
+// over (the rank's share of the cores: the training loop's compute waits for its collectives);
+// the bytes and sums are the same for any count.
 class ThreadCommWorld {
  public:
   explicit ThreadCommWorld(int world_size, int threads_per_rank = 1);

@@ -86,20 +86,22 @@ class ThreadComm final : public Comm {
     ZEROSIM_CHECK(send.size() == chunk_element_count * element_bytes * world_size(), "reduce_scatter send size");
     ZEROSIM_CHECK(accumulator.size() == chunk_element_count, "reduce_scatter accumulator size");
     chunks_.resize(static_cast<size_t>(world_size()));  // allocate before publishing: nothing may fail after
+    // (run_in_ranges below throws nothing: a thread it cannot have leaves the range to this one)
     ZEROSIM_RETURN_IF_ERROR(publish(send.data(), send.size()));
     for (int source = 0; source < world_size(); ++source) {
       ZEROSIM_CHECK(shared_.send_sizes[source] == send.size(), "reduce_scatter: ranks disagree on the size");
       chunks_[static_cast<size_t>(source)] = static_cast<const std::byte*>(shared_.send_slots[source]) +
                                              static_cast<size_t>(rank_) * chunk_element_count * element_bytes;
     }
-    // Ranges of the slice on the rank's threads, each a block at a time: the block's value from
-    // every source widened and added in rank order, so each element's fold is the one above.
+    // Ranges of the slice on the rank's threads, each a block at a time: the block's values from
+    // every source widened and added in rank order, so each element is the left fold over the
+    // ranks that comm.h promises, whatever the split.
     run_in_ranges(chunk_element_count, part_count(chunk_element_count, threads_, kCastElementsPerThread), 64,
                   [&](size_t first, size_t end, size_t) {
-                    constexpr size_t kBlock = 2048;
-                    float widened[kBlock];
-                    for (size_t block = first; block < end; block += kBlock) {
-                      const size_t count = std::min(kBlock, end - block);
+                    constexpr size_t kBlockElements = 2048;
+                    float widened[kBlockElements];
+                    for (size_t block = first; block < end; block += kBlockElements) {
+                      const size_t count = std::min(kBlockElements, end - block);
                       for (const std::byte* chunk : chunks_) {
                         cast_to_fp32(dtype, chunk + block * element_bytes, widened, count);
                         for (size_t i = 0; i < count; ++i) accumulator[block + i] = accumulator[block + i] + widened[i];
@@ -118,7 +120,7 @@ class ThreadComm final : public Comm {
     if (rank_ == root_rank) {
       for (int source = 0; source < world_size(); ++source) {
         ZEROSIM_CHECK(shared_.send_sizes[source] == send.size(), "gather: ranks disagree on the size");
-          copy_in_parallel(receive.data() + source * send.size(), static_cast<const std::byte*>(shared_.send_slots[source]),
+        copy_in_parallel(receive.data() + source * send.size(), static_cast<const std::byte*>(shared_.send_slots[source]),
                          send.size(), threads_);
       }
     }

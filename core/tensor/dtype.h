@@ -80,6 +80,7 @@ void cast_to_fp32(DType dtype, const std::byte* source, float* destination, size
 inline constexpr size_t kCastElementsPerThread = size_t{1} << 18;
 void cast_to_fp32_threads(DType dtype, const std::byte* source, float* destination, size_t element_count,
                           int threads);
+// cast_from_fp32 split the same way (each element narrowed on its own: the serial cast's bytes).
 void cast_from_fp32_threads(DType dtype, const float* source, std::byte* destination, size_t element_count,
                             int threads);
 // `element_count` zeros from `destination` on, split as the casts are. One thread's memset moves

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -18,14 +19,20 @@ void copy_in_parallel(std::byte* destination, const std::byte* source, size_t by
   // 4 KiB-aligned slice boundaries (whole pages to each thread), the last slice takes the rest.
   const size_t slice_bytes = (bytes / slices + 4095) / 4096 * 4096;
   std::vector<std::thread> helpers;
-  helpers.reserve(slices - 1);
+  try {
+    helpers.reserve(slices - 1);
+  } catch (const std::bad_alloc&) {
+    // No room to track helpers: one memcpy (callers inside a collective rely on no failure).
+    std::memcpy(destination, source, bytes);
+    return;
+  }
   for (size_t slice = 1; slice < slices; ++slice) {
     const size_t begin = std::min(bytes, slice * slice_bytes);
     const size_t end = slice + 1 == slices ? bytes : std::min(bytes, begin + slice_bytes);
     if (begin == end) continue;
     try {
       helpers.emplace_back([=] { std::memcpy(destination + begin, source + begin, end - begin); });
-    } catch (const std::system_error&) {
+    } catch (const std::exception&) {  // std::system_error, or std::bad_alloc for its state
       // No thread to be had: the caller copies this slice itself.
       std::memcpy(destination + begin, source + begin, end - begin);
     }

@@ -1,7 +1,8 @@
 // Running a computation's independent parts on a few threads of one rank.
 //
 // What it promises: part(k) runs once for each k in 0..parts-1, part 0 on the caller and the
-// others on threads started for this call, and run_in_parts returns when all have. Whether a
+// others on threads started for this call, and run_in_parts returns when all have; it throws
+// nothing of its own (a thread or memory it cannot have leaves the part to the caller). Whether a
 // part runs on its own thread or on the caller (when the system has no thread to give) changes
 // nothing but the time: the callers give each part outputs of its own and fold any shared result
 // afterwards in a fixed order, so the bits never depend on the thread count. Threads are started
@@ -10,6 +11,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <new>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -19,11 +21,18 @@ namespace zerosim {
 template <typename Part>
 void run_in_parts(size_t parts, Part&& part) {
   std::vector<std::thread> helpers;
-  helpers.reserve(parts > 0 ? parts - 1 : 0);
+  try {
+    helpers.reserve(parts > 0 ? parts - 1 : 0);
+  } catch (const std::bad_alloc&) {
+    // No room to track helpers: the caller runs every part. Callers inside a collective
+    // (between its barriers) rely on this never failing.
+    for (size_t k = 0; k < parts; ++k) part(k);
+    return;
+  }
   for (size_t k = 1; k < parts; ++k) {
     try {
       helpers.emplace_back([&part, k] { part(k); });
-    } catch (const std::system_error&) {
+    } catch (const std::exception&) {  // std::system_error, or std::bad_alloc for its state
       part(k);  // no thread to be had: the caller runs this part itself
     }
   }
