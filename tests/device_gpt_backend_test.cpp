@@ -123,6 +123,8 @@ std::vector<Case> cases() {
       {{2, 10, 5, 19, 7}, 3, 7, MaskKind::kScattered},           // keys that are not a prefix
       {{2, 96, 4, 301, 70}, 3, 70, MaskKind::kCausal},           // past one product tile and 64 threads
       {{1, 32, 2, 20000, 128}, 2, 128, MaskKind::kCausal},       // the head's product in 128 x 128 tiles
+      {{1, 136, 2, 50, 40}, 2, 40, MaskKind::kScattered},        // heads wider than one pass of 64 dimensions
+      {{1, 16, 1, 20, 1000}, 1, 1000, MaskKind::kCausal},        // too long for the attention's tiles: its row kernels
   };
 }
 

@@ -28,6 +28,7 @@
 #include "core/cuda/device_fast_attention.h"
 #include "core/cuda/device_portable_math.cuh"
 #include "core/cuda/device_softmax_row.cuh"
+#include "core/cuda/device_tiled_attention.h"
 #include "core/model/gpt.h"
 
 namespace zerosim {
@@ -451,6 +452,12 @@ class CudaGptBackend final : public CudaBackendBase {
     ZEROSIM_RETURN_IF_ERROR(copy_in(mask_, batch.causal_mask.data(), batch.causal_mask.size_bytes(), "causal mask"));
     ZEROSIM_RETURN_IF_ERROR(copy_in(uniform_rows_, uniform_rows.data(), uniform_rows.size() * sizeof(int32_t),
                                     "uniform attention rows"));
+    // The tiled attention where its tiles fit the shared memory a block may have; a longer
+    // sequence keeps the row kernels.
+    int shared_bytes_limit = 0;
+    ZEROSIM_RETURN_IF_ERROR(cuda("cudaDeviceGetAttribute (shared memory per block)",
+                                 cudaDeviceGetAttribute(&shared_bytes_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_)));
+    tiled_attention_ = tiled_attention_shared_bytes(length_, spec_.embd / spec_.heads) <= shared_bytes_limit;
     for (DeviceBlock& block : blocks_) {
       for (DeviceLayerNorm* norm : {&block.ln_1, &block.ln_2}) ZEROSIM_RETURN_IF_ERROR(reserve_norm(*norm, rows, e));
       ZEROSIM_RETURN_IF_ERROR(reserve(block.qkv, rows * 3 * e, "qkv"));
@@ -720,6 +727,21 @@ class CudaGptBackend final : public CudaBackendBase {
     return AttentionShape{sequences_, length_, spec_.heads, d, spec_.embd, spec_.block, scale};
   }
 
+  TiledAttentionShape tiled_attention_shape() const {
+    const AttentionShape shape = attention_shape();
+    TiledAttentionShape tiled;
+    tiled.sequences = shape.sequences;
+    tiled.length = shape.length;
+    tiled.heads = shape.heads;
+    tiled.head_size = shape.head_size;
+    tiled.embd = shape.e;
+    tiled.block = shape.block;
+    tiled.scale = shape.scale;
+    tiled.mask = mask_.as<float>();
+    tiled.uniform_rows = uniform_rows_.as<int32_t>();
+    return tiled;
+  }
+
   // attended = softmax(mask(q k^T scale)) v for every sequence and head of block `block`.
   Status attention_forward(int64_t block) {
     DeviceBlock& c = blocks_[static_cast<size_t>(block)];
@@ -734,6 +756,11 @@ class CudaGptBackend final : public CudaBackendBase {
                                    launch_fast_attention_softmax(fast_attention_rows(), c.probabilities.as<float>(), stream_)));
       return batched_product(length_, d, length_, {pointers.p, length_, false}, {pointers.v, 3 * e, false},
                              pointers.o, e, batch, 1.0f);
+    }
+    if (tiled_attention_) {
+      return cuda("tiled attention forward",
+                  launch_tiled_attention_forward(tiled_attention_shape(), c.qkv.as<float>(), c.probabilities.as<float>(),
+                                                 c.attended.as<float>(), stream_));
     }
     const bool staged = attention_rows_fit(1);
     attention_forward_kernel<<<static_cast<unsigned>(sequences_ * spec_.heads * length_), kRowThreads,
@@ -763,6 +790,12 @@ class CudaGptBackend final : public CudaBackendBase {
                                               3 * e, batch, 1.0f));
       return batched_product(length_, d, length_, {g.d_s, length_, true}, {layer.q, 3 * e, false}, g.d_k, 3 * e, batch,
                              1.0f);
+    }
+    if (tiled_attention_) {
+      return cuda("tiled attention backward",
+                  launch_tiled_attention_backward(tiled_attention_shape(), c.qkv.as<float>(), c.probabilities.as<float>(),
+                                                  d_attended_.as<float>(), d_scores_.as<float>(), d_qkv_.as<float>(),
+                                                  stream_));
     }
     const unsigned attention_rows = static_cast<unsigned>(sequences_ * spec_.heads * length_);
     const bool staged = attention_rows_fit(3);
@@ -902,6 +935,7 @@ class CudaGptBackend final : public CudaBackendBase {
   std::vector<int64_t> element_counts_;
   GptActivations<float> host_check_;  // begin_micro_batch's checks only
   int64_t sequences_ = 0, length_ = 0;
+  bool tiled_attention_ = false;  // the deterministic mode's attention in tiles (device_tiled_attention.h)
   DeviceArray tokens_, mask_, uniform_rows_;
   DeviceArray group_tokens_, token_starts_, token_rows_;  // the rows by token (group_rows_by_token)
   int64_t distinct_tokens_ = 0;
