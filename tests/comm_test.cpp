@@ -195,6 +195,82 @@ TEST(ThreadComm, RanksThreadsChangeNoByteOfAGatherOrASum) {
   }
 }
 
+// reduce_scatter_pieces gives the bits of the send buffer its pieces describe, in place
+// (ThreadComm, split over 1 or 3 threads) and through Comm's default (a wrapper that leaves it
+// to the base class): pieces of zeros between pieces of values, pieces that cross the threads'
+// ranges and the 2,048-value blocks, -0.0 (a zero piece's +0.0 turns it to +0.0), and values
+// that a 16-bit dtype rounds.
+TEST(ThreadComm, ReduceScatterPiecesGiveTheBitsOfTheBufferTheyDescribe) {
+  const int world_size = 3;
+  const std::vector<size_t> piece_counts = {kCastElementsPerThread + 3, 5, 2047, 2049, 1, kCastElementsPerThread - 9, 11};
+  size_t chunk_elements = 0;
+  for (size_t count : piece_counts) chunk_elements += count;
+  // Rank r's values for chunk j. Piece k of every chunk is zeros (null) when k % 3 == 1, the
+  // same on every rank, as a parameter's padding is.
+  auto values_of = [&](int rank, int chunk) {
+    std::vector<float> values(chunk_elements);
+    for (size_t i = 0; i < values.size(); ++i) {
+      const uint64_t bits = (i + 1) * 0x9e3779b97f4a7c15ull ^ static_cast<uint64_t>(rank * 7 + chunk + 1) * 0xbf58476d1ce4e5b9ull;
+      values[i] = i % 97 == 0 ? -0.0f : std::ldexp(static_cast<float>(bits >> 40) / 16777216.0f - 0.5f, static_cast<int>(bits % 40) - 20);
+    }
+    return values;
+  };
+  auto is_zeros = [](size_t piece) { return piece % 3 == 1; };
+  for (DType dtype : {DType::kFp32, DType::kBf16, DType::kFp16}) {
+    for (const int threads : {1, 3}) {
+      for (const bool through_default : {false, true}) {
+        ThreadCommWorld world(world_size, threads);
+        std::vector<std::vector<float>> from_pieces(world_size), from_buffer(world_size);
+        run_ranks(world, [&](Comm& thread_comm) {
+          DefaultVisitComm wrapped(thread_comm);
+          Comm& comm = through_default ? static_cast<Comm&>(wrapped) : thread_comm;
+          const int rank = comm.rank();
+          std::vector<std::vector<float>> values(world_size);
+          std::vector<Comm::GradientPiece> pieces;
+          std::vector<size_t> first_piece;
+          std::vector<std::byte> send(chunk_elements * world_size * dtype_size_bytes(dtype));
+          for (int chunk = 0; chunk < world_size; ++chunk) {
+            values[chunk] = values_of(rank, chunk);
+            first_piece.push_back(pieces.size());
+            size_t offset = 0;
+            for (size_t k = 0; k < piece_counts.size(); ++k) {
+              const float* piece_values = is_zeros(k) ? nullptr : values[chunk].data() + offset;
+              pieces.push_back({piece_values, piece_counts[k]});
+              std::byte* at = send.data() + (chunk * chunk_elements + offset) * dtype_size_bytes(dtype);
+              if (piece_values == nullptr) {
+                std::memset(at, 0, piece_counts[k] * dtype_size_bytes(dtype));
+              } else {
+                cast_from_fp32(dtype, piece_values, at, piece_counts[k]);
+              }
+              offset += piece_counts[k];
+            }
+          }
+          first_piece.push_back(pieces.size());
+          std::vector<float> accumulator(chunk_elements, -0.0f), expected(chunk_elements, -0.0f);
+          std::vector<std::byte> scratch;
+          // EXPECT, not ASSERT: a rank that left here would strand the others in the next collective.
+          const Status status = comm.reduce_scatter_pieces(pieces, first_piece, dtype, chunk_elements, scratch,
+                                                           accumulator, threads);
+          EXPECT_TRUE(status.ok()) << status.to_string();
+          EXPECT_EQ(scratch.empty(), !through_default) << "only the default builds the buffer";
+          EXPECT_TRUE(comm.reduce_scatter_accumulate(send, dtype, chunk_elements, expected).ok());
+          from_pieces[rank] = accumulator;
+          from_buffer[rank] = expected;
+        });
+        for (int rank = 0; rank < world_size; ++rank) {
+          size_t differing = 0;
+          for (size_t i = 0; i < chunk_elements; ++i) {
+            differing += std::memcmp(&from_pieces[rank][i], &from_buffer[rank][i], sizeof(float)) != 0;
+          }
+          EXPECT_EQ(differing, 0u) << dtype_name(dtype) << ", rank " << rank << ", " << threads << " threads"
+                                   << (through_default ? ", Comm's default" : ", in place")
+                                   << "; replay: tests/comm_test --gtest_filter=ThreadComm.ReduceScatterPieces*";
+        }
+      }
+    }
+  }
+}
+
 TEST(ThreadComm, AllReduceMaxAndBroadcast) {
   ThreadCommWorld world(4);
   run_ranks(world, [&](Comm& comm) {

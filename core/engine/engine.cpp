@@ -551,7 +551,8 @@ Status RankEngine::gather_parameters(ParameterRange range, std::vector<std::vect
 Status RankEngine::exchange_layer_gradient(int64_t micro_step_index, size_t chunk_elements,
                                            std::span<float> accumulator) {
   if (options_.config.numerics == NumericsMode::kPortable) {
-    return comm_.reduce_scatter_accumulate(scatter_send_, communication_dtype_, chunk_elements, accumulator);
+    return comm_.reduce_scatter_pieces(gradient_pieces_, chunk_first_piece_, communication_dtype_, chunk_elements,
+                                       scatter_send_, accumulator, options_.threads_per_rank);
   }
   // DeepSpeed's reduce-scatter: every rank's chunk for this rank, summed in the communication
   // dtype, one rounding per add. The chunks reach their owner by one gather per owner (an
@@ -588,47 +589,63 @@ Status RankEngine::exchange_layer_gradient(int64_t micro_step_index, size_t chun
 Status RankEngine::reduce_scatter_layer(int64_t layer_index, int64_t micro_step_index,
                                         std::span<const std::vector<float>> full_gradients) {
   const LayerRange& layer = layout_.layers[static_cast<size_t>(layer_index)];
-  const size_t element_bytes = dtype_size_bytes(communication_dtype_);
   const size_t chunk_elements = static_cast<size_t>(layer.element_count);
   const int world_size = comm_.world_size();
-  // Every byte of the send buffer is written below (padding included), so it is only resized.
-  scatter_send_.resize(chunk_elements * element_bytes * static_cast<size_t>(world_size));
-  std::vector<float>& padded_slice = padded_slice_scratch_;
-  const int threads = options_.threads_per_rank;
-  for (int owner = 0; owner < world_size; ++owner) {
-    for (int64_t p = layer.first_parameter; p < layer.end_parameter; ++p) {
-      const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
-      const std::vector<float>& full = full_gradients[static_cast<size_t>(p - layer.first_parameter)];
-      // A frozen parameter's gradient is not kept (requires_grad=False): its partition of the
-      // accumulator stays zero, so it adds nothing to the norm or the overflow check.
-      const int64_t owned = parameters_[static_cast<size_t>(p)].requires_grad ? partition.owned_count(owner) : 0;
-      std::byte* destination = scatter_send_.data() +
-                               (static_cast<size_t>(owner) * chunk_elements +
-                                static_cast<size_t>(partition.flat_offset - layer.flat_offset)) *
-                                   element_bytes;
-      if (options_.config.numerics == NumericsMode::kPortable) {
-        // The owned gradient cast straight into the send buffer, then the padding's zeros (a
-        // cast 0.0f is all-zero bytes in every dtype): the bytes a padded fp32 slice would
-        // give, without a pass over the whole model's gradients to make the slice.
-        cast_from_fp32_threads(communication_dtype_, full.data() + partition.owned_begin(owner),
-                               destination, static_cast<size_t>(owned), threads);
-        std::memset(destination + static_cast<size_t>(owned) * element_bytes, 0,
-                    static_cast<size_t>(partition.partition_size - owned) * element_bytes);
-        continue;
+  // A frozen parameter's gradient is not kept (requires_grad=False): its partition of the
+  // accumulator stays zero, so it adds nothing to the norm or the overflow check.
+  auto owned_by = [&](int64_t p, int owner) {
+    return parameters_[static_cast<size_t>(p)].requires_grad ? layout_.parameters[static_cast<size_t>(p)].owned_count(owner)
+                                                              : int64_t{0};
+  };
+  if (options_.config.numerics == NumericsMode::kPortable) {
+    // Each owner's chunk described, not copied: its slice of every gradient, then the
+    // padding's zeros. The communicator narrows them as a send buffer would hold them (in
+    // place where the ranks share memory: no pass over the whole model's gradients).
+    gradient_pieces_.clear();
+    chunk_first_piece_.clear();
+    for (int owner = 0; owner < world_size; ++owner) {
+      chunk_first_piece_.push_back(gradient_pieces_.size());
+      for (int64_t p = layer.first_parameter; p < layer.end_parameter; ++p) {
+        const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
+        const std::vector<float>& full = full_gradients[static_cast<size_t>(p - layer.first_parameter)];
+        const int64_t owned = owned_by(p, owner);
+        if (owned > 0) {
+          gradient_pieces_.push_back({full.data() + partition.owned_begin(owner), static_cast<size_t>(owned)});
+        }
+        if (partition.partition_size > owned) {
+          gradient_pieces_.push_back({nullptr, static_cast<size_t>(partition.partition_size - owned)});
+        }
       }
-      padded_slice.resize(static_cast<size_t>(partition.partition_size));
-      std::copy_n(full.begin() + partition.owned_begin(owner), owned, padded_slice.begin());
-      std::fill(padded_slice.begin() + owned, padded_slice.end(), 0.0f);
-      // param.grad in the model dtype, cast to the communication dtype, then
-      // reduce_scatter_coalesced's div_(W) in that dtype, before the sum. Each op computed in
-      // fp32 and rounded once is the dtype's own correctly rounded op (fp32 has more than
-      // 2p + 2 bits for fp16 and bf16), as PyTorch computes half ops.
-      const float world = static_cast<float>(world_size);
-      for (float& value : padded_slice) {
-        const float in_comm_dtype = round_through(communication_dtype_, round_through(model_dtype_, value));
-        value = round_through(communication_dtype_, in_comm_dtype / world);
+    }
+    chunk_first_piece_.push_back(gradient_pieces_.size());
+  } else {
+    const size_t element_bytes = dtype_size_bytes(communication_dtype_);
+    // Every byte of the send buffer is written below (padding included), so it is only resized.
+    scatter_send_.resize(chunk_elements * element_bytes * static_cast<size_t>(world_size));
+    std::vector<float>& padded_slice = padded_slice_scratch_;
+    for (int owner = 0; owner < world_size; ++owner) {
+      for (int64_t p = layer.first_parameter; p < layer.end_parameter; ++p) {
+        const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
+        const std::vector<float>& full = full_gradients[static_cast<size_t>(p - layer.first_parameter)];
+        const int64_t owned = owned_by(p, owner);
+        std::byte* destination = scatter_send_.data() +
+                                 (static_cast<size_t>(owner) * chunk_elements +
+                                  static_cast<size_t>(partition.flat_offset - layer.flat_offset)) *
+                                     element_bytes;
+        padded_slice.resize(static_cast<size_t>(partition.partition_size));
+        std::copy_n(full.begin() + partition.owned_begin(owner), owned, padded_slice.begin());
+        std::fill(padded_slice.begin() + owned, padded_slice.end(), 0.0f);
+        // param.grad in the model dtype, cast to the communication dtype, then
+        // reduce_scatter_coalesced's div_(W) in that dtype, before the sum. Each op computed in
+        // fp32 and rounded once is the dtype's own correctly rounded op (fp32 has more than
+        // 2p + 2 bits for fp16 and bf16), as PyTorch computes half ops.
+        const float world = static_cast<float>(world_size);
+        for (float& value : padded_slice) {
+          const float in_comm_dtype = round_through(communication_dtype_, round_through(model_dtype_, value));
+          value = round_through(communication_dtype_, in_comm_dtype / world);
+        }
+        cast_from_fp32(communication_dtype_, padded_slice.data(), destination, padded_slice.size());
       }
-      cast_from_fp32(communication_dtype_, padded_slice.data(), destination, padded_slice.size());
     }
   }
   if (!gradient_swapper_) {

@@ -209,8 +209,9 @@ class RankEngine {
                               std::span<const std::vector<float>> full_gradients);
   // The micro-batch's inputs for the backend (features or token windows) at its samples.
   Result<MicroBatchInput> load_micro_batch(int64_t first_position);
-  // scatter_send_ (W chunks) into this rank's accumulator, as the numerics mode says
-  // (ds_config.h NumericsMode). Collective.
+  // The layer's contributions (portable numerics: gradient_pieces_; DeepSpeed's: scatter_send_,
+  // W chunks) into this rank's accumulator, as the numerics mode says (ds_config.h
+  // NumericsMode). Collective.
   Status exchange_layer_gradient(int64_t micro_step_index, size_t chunk_elements, std::span<float> accumulator);
   // Adds the micro-step's data, forward and backward times to `record`.
   Result<float> micro_step(int64_t micro_step_index, StepRecord& record);
@@ -304,6 +305,9 @@ class RankEngine {
   std::vector<int32_t> micro_batch_tokens_;
   bool backend_makes_batches_ = false;  // compute_ makes the MLP's samples from their indices
   std::vector<std::byte> gather_send_, gather_receive_, scatter_send_;
+  // The portable exchange's chunks as pieces of the full gradients (Comm::reduce_scatter_pieces).
+  std::vector<Comm::GradientPiece> gradient_pieces_;
+  std::vector<size_t> chunk_first_piece_;
   std::vector<std::vector<float>> stage_parameters_scratch_;
   // Full gradient tensors by parameter, live from their first use in a micro-batch's backward
   // to their layer's exchange; a released tensor's buffer returns to the pool for the next.

@@ -65,6 +65,24 @@ class Comm {
   virtual Status reduce_scatter_accumulate(std::span<const std::byte> send, DType dtype,
                                            size_t chunk_element_count, std::span<float> accumulator) = 0;
 
+  // One piece of a rank's gradient contribution, described instead of copied: `count` fp32
+  // values from `values`, or `count` zeros where `values` is null.
+  struct GradientPiece {
+    const float* values = nullptr;
+    size_t count = 0;
+  };
+  // reduce_scatter_accumulate with the send buffer described: chunk j (this rank's contribution
+  // to rank j's slice) is the concatenation of pieces[chunk_first_piece[j] ..
+  // chunk_first_piece[j + 1]) (W + 1 entries), each value narrowed to `dtype` as a send buffer
+  // written by cast_from_fp32 holds it; every chunk holds chunk_element_count values, and every
+  // rank's pieces have the same counts. The bits are those of building that buffer and calling
+  // reduce_scatter_accumulate, which this default does (in `scratch`, narrowing on up to
+  // `threads` threads); a communicator whose ranks share memory reads each rank's pieces in
+  // place, so the pass that narrows the whole model's gradients into a buffer is not made.
+  virtual Status reduce_scatter_pieces(std::span<const GradientPiece> pieces, std::span<const size_t> chunk_first_piece,
+                                       DType dtype, size_t chunk_element_count, std::vector<std::byte>& scratch,
+                                       std::span<float> accumulator, int threads);
+
   // Elementwise maximum over ranks (exact, order-free).
   virtual Status all_reduce_max(std::span<double> values) = 0;
   // Copies root's buffer into every rank's buffer.

@@ -111,6 +111,73 @@ class ThreadComm final : public Comm {
     return finish();
   }
 
+  // The pieces in place: each rank publishes where its pieces are, and the owner of a chunk
+  // reads every rank's values for it straight from their gradients, narrowed and widened a
+  // block at a time (fp32 values are added as they are: the narrowing and the widening would
+  // copy their bits), then added in rank order as reduce_scatter_accumulate adds its chunks.
+  Status reduce_scatter_pieces(std::span<const GradientPiece> pieces, std::span<const size_t> chunk_first_piece,
+                               DType dtype, size_t chunk_element_count, std::vector<std::byte>&,
+                               std::span<float> accumulator, int) override {
+    const size_t world = static_cast<size_t>(world_size());
+    ZEROSIM_CHECK(chunk_first_piece.size() == world + 1 && chunk_first_piece.back() == pieces.size(),
+                  "reduce_scatter_pieces: a first piece per chunk and the end");
+    ZEROSIM_CHECK(accumulator.size() == chunk_element_count, "reduce_scatter_pieces accumulator size");
+    const size_t mine = chunk_first_piece[static_cast<size_t>(rank_)];
+    const size_t my_pieces = chunk_first_piece[static_cast<size_t>(rank_) + 1] - mine;
+    // Allocate before publishing: nothing may fail after.
+    piece_starts_.resize(my_pieces + 1);
+    piece_starts_[0] = 0;
+    for (size_t k = 0; k < my_pieces; ++k) piece_starts_[k + 1] = piece_starts_[k] + pieces[mine + k].count;
+    ZEROSIM_CHECK(piece_starts_.back() == chunk_element_count, "reduce_scatter_pieces: a chunk's pieces fill it");
+    source_pieces_.resize(world);
+    const PiecesInPlace published{pieces.data(), chunk_first_piece.data(), pieces.size()};
+    ZEROSIM_RETURN_IF_ERROR(publish(&published, sizeof published));
+    for (size_t source = 0; source < world; ++source) {
+      ZEROSIM_CHECK(shared_.send_sizes[source] == sizeof published, "reduce_scatter_pieces: ranks disagree on the call");
+      const auto* theirs = static_cast<const PiecesInPlace*>(shared_.send_slots[source]);
+      const size_t first = theirs->chunk_first_piece[static_cast<size_t>(rank_)];
+      ZEROSIM_CHECK(theirs->chunk_first_piece[static_cast<size_t>(rank_) + 1] - first == my_pieces,
+                    "reduce_scatter_pieces: ranks disagree on a chunk's pieces");
+      source_pieces_[source] = theirs->pieces + first;
+      for (size_t k = 0; k < my_pieces; ++k) {
+        ZEROSIM_CHECK(source_pieces_[source][k].count == pieces[mine + k].count,
+                      "reduce_scatter_pieces: ranks disagree on a piece's size");
+      }
+    }
+    run_in_ranges(chunk_element_count, part_count(chunk_element_count, threads_, kCastElementsPerThread), 64,
+                  [&](size_t first, size_t end, size_t) {
+                    constexpr size_t kBlockElements = 2048;
+                    std::byte narrowed[kBlockElements * sizeof(float)];
+                    float widened[kBlockElements];
+                    // The piece holding `first`, then each piece that overlaps [first, end).
+                    size_t k = static_cast<size_t>(
+                        std::upper_bound(piece_starts_.begin(), piece_starts_.end(), first) - piece_starts_.begin() - 1);
+                    for (; k < my_pieces && piece_starts_[k] < end; ++k) {
+                      const size_t piece_begin = piece_starts_[k], piece_end = piece_starts_[k + 1];
+                      for (size_t block = std::max(first, piece_begin); block < std::min(end, piece_end);
+                           block += kBlockElements) {
+                        const size_t count = std::min({kBlockElements, end - block, piece_end - block});
+                        float* sums = accumulator.data() + block;
+                        for (const GradientPiece* source : source_pieces_) {
+                          const float* values = source[k].values;
+                          if (values == nullptr) {
+                            for (size_t i = 0; i < count; ++i) sums[i] = sums[i] + 0.0f;
+                            continue;
+                          }
+                          values += block - piece_begin;
+                          if (dtype != DType::kFp32) {
+                            cast_from_fp32(dtype, values, narrowed, count);
+                            cast_to_fp32(dtype, narrowed, widened, count);
+                            values = widened;
+                          }
+                          for (size_t i = 0; i < count; ++i) sums[i] = sums[i] + values[i];
+                        }
+                      }
+                    }
+                  });
+    return finish();
+  }
+
   Status gather(std::span<const std::byte> send, std::span<std::byte> receive, int root_rank) override {
     ZEROSIM_CHECK(root_rank >= 0 && root_rank < world_size(), "gather root rank out of range");
     if (rank_ == root_rank) {
@@ -183,6 +250,15 @@ class ThreadComm final : public Comm {
   const int rank_;
   const int threads_;  // the rank's threads, which its copies and sums may use
   std::vector<const std::byte*> chunks_;
+  // reduce_scatter_pieces: where each of this rank's pieces starts in its chunk, and each
+  // rank's pieces of this rank's chunk.
+  struct PiecesInPlace {
+    const GradientPiece* pieces;
+    const size_t* chunk_first_piece;
+    size_t piece_count;
+  };
+  std::vector<size_t> piece_starts_;
+  std::vector<const GradientPiece*> source_pieces_;
   std::vector<double> result_;
 };
 
