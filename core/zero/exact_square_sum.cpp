@@ -1,5 +1,6 @@
 #include "core/zero/exact_square_sum.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -10,18 +11,28 @@
 namespace zerosim {
 
 void ExactSquareSum::add_squares(std::span<const float> values) {
-  for (float value : values) {
-    uint32_t bits;
-    std::memcpy(&bits, &value, sizeof bits);
-    const uint32_t exponent_field = (bits >> 23) & 0xffu;
-    const uint64_t mantissa = bits & 0x7fffffu;
-    if (exponent_field == 0xffu) {
-      if (mantissa == 0) ++infinity_count_;
-      else ++nan_count_;
-      continue;
+  // A square is below 2^48, so 2^16 of them fit a 64-bit sum: each block of 2^16 values is
+  // added into 64-bit bins (one 64-bit add a value where a 128-bit add took two), and the
+  // block's bins are carried into the 128-bit ones. Integer sums: the same bins either way.
+  constexpr size_t kBlockValues = size_t{1} << 16;
+  std::array<uint64_t, kBinCount> block_bins;
+  for (size_t start = 0; start < values.size(); start += kBlockValues) {
+    const size_t end = std::min(values.size(), start + kBlockValues);
+    block_bins.fill(0);
+    for (size_t i = start; i < end; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &values[i], sizeof bits);
+      const uint32_t exponent_field = (bits >> 23) & 0xffu;
+      const uint64_t mantissa = bits & 0x7fffffu;
+      if (exponent_field == 0xffu) [[unlikely]] {
+        if (mantissa == 0) ++infinity_count_;
+        else ++nan_count_;
+        continue;
+      }
+      const uint64_t significand = exponent_field == 0 ? mantissa : (mantissa | 0x800000u);
+      block_bins[exponent_field] += significand * significand;
     }
-    const uint64_t significand = exponent_field == 0 ? mantissa : (mantissa | 0x800000u);
-    bins_[exponent_field] += static_cast<unsigned __int128>(significand * significand);
+    for (size_t field = 0; field < kBinCount; ++field) bins_[field] += block_bins[field];
   }
 }
 

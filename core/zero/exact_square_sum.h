@@ -6,8 +6,9 @@
 // contributes m^2 to an integer bin for its exponent field; integer addition is associative,
 // so the bins (and the double computed from them in one fixed order) are a pure function of
 // the multiset of values, whatever the rank split or summation order.
-// Cost: about one 64-bit multiply and one 128-bit add per element, and 4 KiB of bins per
-// rank exchanged with one all-gather per optimizer step.
+// Cost: about one 64-bit multiply and one 64-bit add per element (64-bit bins per block of 2^16
+// values, carried into 128-bit ones), and 4 KiB of bins per rank exchanged with one all-gather
+// per optimizer step.
 #pragma once
 
 #include <array>
