@@ -605,8 +605,12 @@ Status RankEngine::reduce_scatter_layer(int64_t layer_index, int64_t micro_step_
     chunk_first_piece_.clear();
     for (int owner = 0; owner < world_size; ++owner) {
       chunk_first_piece_.push_back(gradient_pieces_.size());
+      int64_t placed = 0;  // the chunk's elements described so far
       for (int64_t p = layer.first_parameter; p < layer.end_parameter; ++p) {
         const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
+        ZEROSIM_CHECK(partition.flat_offset - layer.flat_offset == placed,
+                      "a layer's partitions follow one another in its chunk");
+        placed += partition.partition_size;
         const std::vector<float>& full = full_gradients[static_cast<size_t>(p - layer.first_parameter)];
         const int64_t owned = owned_by(p, owner);
         if (owned > 0) {
