@@ -350,30 +350,26 @@ cudaError_t allow_shared(Kernel kernel, int64_t bytes) {
   return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
 }
 
-int64_t query_tile_bytes(const TiledAttentionShape& shape) {
-  return query_tile_floats(shape.length, shape.head_size) * static_cast<int64_t>(sizeof(float)) +
-         allowed_bytes(shape.length);
+// A kernel's dynamic shared memory: its tile's floats and the allowed-key bytes.
+int64_t query_tile_bytes(int64_t length, int64_t head_size) {
+  return query_tile_floats(length, head_size) * static_cast<int64_t>(sizeof(float)) + allowed_bytes(length);
 }
-int64_t key_tile_bytes(const TiledAttentionShape& shape) {
-  return key_tile_floats(shape.length, shape.head_size) * static_cast<int64_t>(sizeof(float)) +
-         allowed_bytes(shape.length);
+int64_t key_tile_bytes(int64_t length, int64_t head_size) {
+  return key_tile_floats(length, head_size) * static_cast<int64_t>(sizeof(float)) + allowed_bytes(length);
 }
 
 }  // namespace
 
 int64_t tiled_attention_shared_bytes(int64_t length, int64_t head_size) {
   if (!extents_fit(length, head_size)) return std::numeric_limits<int64_t>::max();
-  const int64_t allowed = allowed_bytes(length);
-  return std::max(query_tile_floats(length, head_size), key_tile_floats(length, head_size)) *
-             static_cast<int64_t>(sizeof(float)) +
-         allowed;
+  return std::max(query_tile_bytes(length, head_size), key_tile_bytes(length, head_size));
 }
 
 cudaError_t launch_tiled_attention_forward(const TiledAttentionShape& shape, const float* qkv, float* probabilities,
                                            float* attended, cudaStream_t stream) {
   if (shape.sequences * shape.heads * shape.length == 0) return cudaSuccess;
   if (!extents_fit(shape.length, shape.head_size)) return cudaErrorInvalidValue;
-  const int64_t bytes = query_tile_bytes(shape);
+  const int64_t bytes = query_tile_bytes(shape.length, shape.head_size);
   if (const cudaError_t status = allow_shared(tiled_attention_forward_kernel, bytes); status != cudaSuccess) return status;
   tiled_attention_forward_kernel<<<tile_blocks(shape), kThreads, bytes, stream>>>(shape, qkv, probabilities, attended);
   return cudaGetLastError();
@@ -383,7 +379,8 @@ cudaError_t launch_tiled_attention_backward(const TiledAttentionShape& shape, co
                                             const float* d_attended, float* d_scores, float* d_qkv, cudaStream_t stream) {
   if (shape.sequences * shape.heads * shape.length == 0) return cudaSuccess;
   if (!extents_fit(shape.length, shape.head_size)) return cudaErrorInvalidValue;
-  const int64_t query_bytes = query_tile_bytes(shape), key_bytes = key_tile_bytes(shape);
+  const int64_t query_bytes = query_tile_bytes(shape.length, shape.head_size);
+  const int64_t key_bytes = key_tile_bytes(shape.length, shape.head_size);
   if (const cudaError_t status = allow_shared(tiled_attention_query_gradient_kernel, query_bytes); status != cudaSuccess) {
     return status;
   }

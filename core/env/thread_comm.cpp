@@ -130,7 +130,7 @@ class ThreadComm final : public Comm {
     for (size_t k = 0; k < my_pieces; ++k) piece_starts_[k + 1] = piece_starts_[k] + pieces[mine + k].count;
     ZEROSIM_CHECK(piece_starts_.back() == chunk_element_count, "reduce_scatter_pieces: a chunk's pieces fill it");
     source_pieces_.resize(world);
-    const PiecesInPlace published{pieces.data(), chunk_first_piece.data(), pieces.size()};
+    const PiecesInPlace published{pieces.data(), chunk_first_piece.data()};
     ZEROSIM_RETURN_IF_ERROR(publish(&published, sizeof published));
     for (size_t source = 0; source < world; ++source) {
       ZEROSIM_CHECK(shared_.send_sizes[source] == sizeof published, "reduce_scatter_pieces: ranks disagree on the call");
@@ -255,7 +255,6 @@ class ThreadComm final : public Comm {
   struct PiecesInPlace {
     const GradientPiece* pieces;
     const size_t* chunk_first_piece;
-    size_t piece_count;
   };
   std::vector<size_t> piece_starts_;
   std::vector<const GradientPiece*> source_pieces_;
