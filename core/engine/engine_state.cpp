@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <span>
 
 #include "core/checkpoint/manifest.h"
 #include "core/engine/engine.h"
@@ -104,6 +106,33 @@ void finish_digests(const FullTrainingState& state, ComponentDigests& digests) {
   digests.state = overall.hex();
 }
 
+// Bytes that are always written before they are read: sized without the zero-fill of a vector's
+// resize (and a batch grows once to its size, where a vector's inserts reallocated and copied as
+// it doubled), kept across batches.
+class ScratchBytes {
+ public:
+  std::byte* data() { return bytes_.get(); }
+  size_t size() const { return size_; }
+  std::span<const std::byte> view() const { return {bytes_.get(), size_}; }
+  std::span<std::byte> view() { return {bytes_.get(), size_}; }
+  // Now `size` bytes long; the first min(keep, old size) keep their contents, the others are
+  // unspecified until written.
+  void resize(size_t size, size_t keep = 0) {
+    if (size > capacity_) {
+      std::unique_ptr<std::byte[]> grown = std::make_unique_for_overwrite<std::byte[]>(size);
+      if (const size_t kept = std::min(keep, size_); kept > 0) std::memcpy(grown.get(), bytes_.get(), kept);
+      bytes_ = std::move(grown);
+      capacity_ = size;
+    }
+    size_ = size;
+  }
+
+ private:
+  std::unique_ptr<std::byte[]> bytes_;
+  size_t size_ = 0;
+  size_t capacity_ = 0;
+};
+
 }  // namespace
 
 Status RankEngine::for_each_partition_state(
@@ -188,12 +217,12 @@ Result<FullTrainingState> RankEngine::gather_state(CapturedState* capture) {
                               {"master", &master_digest, DType::kFp32},
                               {"exp_avg", &exp_avg_digest, DType::kFp32},
                               {"exp_avg_sq", &exp_avg_sq_digest, DType::kFp32}};
-  std::vector<std::byte> batch, gathered, full;
+  ScratchBytes batch, gathered, full;
   std::vector<int64_t> batched;  // the parameters in `batch`, in order
   auto flush = [&]() -> Status {
     if (batched.empty()) return Status();
     gathered.resize(is_root ? batch.size() * static_cast<size_t>(world_size) : 0);
-    ZEROSIM_RETURN_IF_ERROR(comm_.gather(batch, gathered, 0));
+    ZEROSIM_RETURN_IF_ERROR(comm_.gather(batch.view(), gathered.view(), 0));
     if (is_root) {
       // Parameter by parameter, its four tensors in order: each kind's digest sees its tensors
       // in parameter order, and a capture lists them as documented.
@@ -203,6 +232,7 @@ Result<FullTrainingState> RankEngine::gather_state(CapturedState* capture) {
         const std::string& name = parameters_[static_cast<size_t>(p)].name;
         for (const TensorKind& kind : kinds) {
           const size_t bytes_per_element = dtype_size_bytes(kind.dtype);
+          // The owned ranges of the W ranks cover the tensor: every byte of `full` is written.
           full.resize(static_cast<size_t>(partition.element_count) * bytes_per_element);
           for (int source = 0; source < world_size; ++source) {
             std::memcpy(full.data() + static_cast<size_t>(partition.owned_begin(source)) * bytes_per_element,
@@ -211,13 +241,14 @@ Result<FullTrainingState> RankEngine::gather_state(CapturedState* capture) {
           }
           kind.digest->tensor(name, static_cast<uint64_t>(partition.element_count), full.data(), full.size());
           if (capture != nullptr) {
-            capture->tensors.push_back(CapturedTensor{kind.component, name, kind.dtype, partition.partition_size, full});
+            capture->tensors.push_back(CapturedTensor{kind.component, name, kind.dtype, partition.partition_size,
+                                                      std::vector<std::byte>(full.data(), full.data() + full.size())});
           }
           offset += static_cast<size_t>(partition.partition_size) * bytes_per_element;
         }
       }
     }
-    batch.clear();
+    batch.resize(0);
     batched.clear();
     return Status();
   };
@@ -226,8 +257,14 @@ Result<FullTrainingState> RankEngine::gather_state(CapturedState* capture) {
     const std::byte* tensors[] = {state.params, reinterpret_cast<const std::byte*>(state.master),
                                   reinterpret_cast<const std::byte*>(state.exp_avg),
                                   reinterpret_cast<const std::byte*>(state.exp_avg_sq)};
+    size_t parameter_bytes = 0;
+    for (const TensorKind& kind : kinds) parameter_bytes += partition_elements * dtype_size_bytes(kind.dtype);
+    size_t offset = batch.size();
+    batch.resize(offset + parameter_bytes, offset);
     for (size_t k = 0; k < std::size(kinds); ++k) {
-      batch.insert(batch.end(), tensors[k], tensors[k] + partition_elements * dtype_size_bytes(kinds[k].dtype));
+      const size_t bytes = partition_elements * dtype_size_bytes(kinds[k].dtype);
+      if (bytes > 0) std::memcpy(batch.data() + offset, tensors[k], bytes);
+      offset += bytes;
     }
     batched.push_back(p);
     return batch.size() >= kBatchBytes ? flush() : Status();
