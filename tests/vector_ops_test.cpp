@@ -120,6 +120,16 @@ RC_GTEST_PROP(VectorOps, TheBlockedProductIsTheFusedFoldBitForBit, ()) {
                                   *rc::gen::inRange<size_t>(0, 4));
 }
 
+// B a transpose (its columns contiguous) with folds of 16 k's or more: a full strip is packed 16
+// k's at a time through a transpose in registers, the k's past the last 16 and a narrower last
+// strip by gathers.
+RC_GTEST_PROP(VectorOps, ATransposedBPackedSixteenKsAtATimeIsTheFusedFoldBitForBit, ()) {
+  const size_t rows = *rc::gen::inRange<size_t>(1, 12);
+  const size_t inner = *rc::gen::inRange<size_t>(16, 72);
+  const size_t n = *rc::gen::inRange<size_t>(1, 72);
+  check_product_is_the_fused_fold(rows, inner, n, *rc::gen::arbitrary<bool>(), true, *rc::gen::inRange<size_t>(0, 4));
+}
+
 // A reduction this long leaves room for the fewest 16-column strips per packed panel of B (two):
 // the strips past the second start panels of their own, the last maybe alone and narrower.
 RC_GTEST_PROP(VectorOps, TheBlockedProductOverSeveralPanelsIsTheFusedFoldBitForBit, ()) {
