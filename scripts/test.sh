@@ -13,7 +13,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 if [ "${ZEROSIM_SKIP_SANITIZERS:-0}" != 1 ]; then
   echo "== sanitizers: AddressSanitizer + UndefinedBehaviorSanitizer"
   "$root/scripts/sanitize.sh" address
-  # Passed: its 3 GB of instrumented binaries go before the next build is made, so that the run
+  # Passed: its 4 GB of instrumented binaries go before the next build is made, so that the run
   # needs the release build and one sanitizer build on disk at a time (a failure keeps them).
   rm -rf "$root/build-asan"
   echo "== sanitizers: ThreadSanitizer"
