@@ -113,7 +113,6 @@ class ScratchBytes {
  public:
   std::byte* data() { return bytes_.get(); }
   size_t size() const { return size_; }
-  std::span<const std::byte> view() const { return {bytes_.get(), size_}; }
   std::span<std::byte> view() { return {bytes_.get(), size_}; }
   // Now `size` bytes long; the first min(keep, old size) keep their contents, the others are
   // unspecified until written.
