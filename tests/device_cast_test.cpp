@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "core/cuda/cuda_probe.h"
@@ -55,6 +56,67 @@ TEST(DeviceCast, EveryConversionGivesTheCpuBits) {
   }
   cudaFree(d_values);
   cudaFree(d_half);
+}
+
+// A batch's widenings give each single widening's bits and write nothing past a destination:
+// 40 jobs (more than one launch holds), sizes around a block's threads and past the blocks a job
+// gets, an empty job among them, each dtype.
+TEST(DeviceCast, ABatchOfWideningsGivesEachSingleWideningsBits) {
+  if (usable_cuda_devices() == 0) GTEST_SKIP() << "no CUDA device";
+  std::vector<int64_t> counts;
+  for (int j = 0; j < 40; ++j) {
+    const int64_t sizes[] = {1, 255, 256, 257, 0, 4099, 2048 * 256 + 13, 65536, 3, 768};
+    counts.push_back(sizes[j % 10] + j / 10);
+  }
+  counts[4] = 0;
+  int64_t total = 0;
+  std::vector<int64_t> offsets;
+  for (const int64_t count : counts) {
+    offsets.push_back(total);
+    total += count + 1;  // one sentinel element after each destination
+  }
+  std::vector<uint32_t> source_words(static_cast<size_t>(total));
+  for (size_t k = 0; k < source_words.size(); ++k) source_words[k] = static_cast<uint32_t>((k + 1) * 2654435761u);
+  std::byte* d_source = nullptr;
+  float* d_single = nullptr;
+  float* d_batch = nullptr;
+  const size_t float_bytes = static_cast<size_t>(total) * sizeof(float);
+  ASSERT_EQ(cudaMalloc(&d_source, float_bytes), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d_single, float_bytes), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d_batch, float_bytes), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(d_source, source_words.data(), float_bytes, cudaMemcpyHostToDevice), cudaSuccess);
+  for (const DType dtype : {DType::kFp16, DType::kBf16, DType::kFp32}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const size_t element_bytes = dtype_size_bytes(dtype);
+    ASSERT_EQ(cudaMemset(d_single, 0x5a, float_bytes), cudaSuccess);
+    ASSERT_EQ(cudaMemset(d_batch, 0x5a, float_bytes), cudaSuccess);
+    std::vector<DeviceWidening> jobs;
+    for (size_t j = 0; j < counts.size(); ++j) {
+      const std::byte* source = d_source + static_cast<size_t>(offsets[j]) * element_bytes;
+      ASSERT_TRUE(device_cast_to_fp32(dtype, source, d_single + offsets[j], counts[j]).ok());
+      jobs.push_back(DeviceWidening{source, d_batch + offsets[j], counts[j]});
+    }
+    ASSERT_TRUE(device_cast_to_fp32_batch(dtype, jobs).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<uint32_t> single(static_cast<size_t>(total)), batch(static_cast<size_t>(total));
+    ASSERT_EQ(cudaMemcpy(single.data(), d_single, float_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(batch.data(), d_batch, float_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (size_t j = 0; j < counts.size(); ++j) {
+      const size_t first = static_cast<size_t>(offsets[j]);
+      for (int64_t k = 0; k <= counts[j]; ++k) {  // the sentinel too: 0x5a5a5a5a in both
+        ASSERT_EQ(batch[first + static_cast<size_t>(k)], single[first + static_cast<size_t>(k)])
+            << "job " << j << " of " << counts[j] << " elements, element " << k << "; replay: ctest -R DeviceCast";
+      }
+      ASSERT_EQ(batch[first + static_cast<size_t>(counts[j])], 0x5a5a5a5au) << "job " << j << " wrote past its end";
+    }
+  }
+  const DeviceWidening negative{d_source, d_batch, -1};
+  const Status refused = device_cast_to_fp32_batch(DType::kBf16, std::span<const DeviceWidening>(&negative, 1));
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("job 0"), std::string::npos) << refused.to_string();
+  cudaFree(d_source);
+  cudaFree(d_single);
+  cudaFree(d_batch);
 }
 
 #else

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/cuda/batched_launch.cuh"
 #include "core/cuda/device_adamw.h"
 #include "core/cuda/device_cast.h"
 #include "core/cuda/device_square_sum.h"
@@ -21,12 +22,6 @@ constexpr int kThreads = 256;
 
 constexpr int kMaxSources = 64;
 
-// Every rank's chunk of one owner's partition, in rank order.
-struct FoldSources {
-  const float* chunks[kMaxSources];
-  int count;
-};
-
 // The value a communication dtype carries for `value` (the host's cast_from_fp32 then
 // cast_to_fp32: the same integer functions).
 __device__ float through_dtype(int dtype, float value) {
@@ -37,20 +32,35 @@ __device__ float through_dtype(int dtype, float value) {
   return __uint_as_float(widened);
 }
 
-// accumulator[k] = accumulator[k] + chunk_0[k] + chunk_1[k] + ..., left to right, each chunk's
-// value through the communication dtype (ThreadComm's reduce_scatter_accumulate).
-__global__ void fold_chunks_kernel(int64_t count, int dtype, FoldSources sources, float* accumulator) {
-  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < count;
-       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+// Several parameters' folds in one launch (a layer's dozen parameters, one launch apiece, cost
+// more in launch latency than in memory traffic). Fold f's accumulator[k] becomes
+// accumulator[k] + chunk_0[k] + chunk_1[k] + ..., left to right, each chunk's value through the
+// communication dtype (ThreadComm's reduce_scatter_accumulate), its world_size chunks at
+// chunks[f * world_size ...] (batched_launch.cuh). The chunk table bounds the folds a launch holds:
+// kFoldChunks / world_size, 6 at the largest world (the whole struct stays within the 4 KiB a
+// kernel's arguments may take).
+constexpr int kFoldsPerLaunch = 8;
+constexpr int kFoldChunks = 6 * kMaxSources;
+struct FoldBatch {
+  float* accumulator[kFoldsPerLaunch];
+  int64_t count[kFoldsPerLaunch];
+  int block_start[kFoldsPerLaunch + 1];
+  int folds;
+  int world_size;
+  const float* chunks[kFoldChunks];
+};
+static_assert(sizeof(FoldBatch) <= 4096, "a kernel's arguments take at most 4 KiB");
+
+__global__ void fold_chunks_batch_kernel(int dtype, FoldBatch batch) {
+  const auto [fold, first, stride] = batched_slice(batch.block_start, batch.folds);
+  const int64_t count = batch.count[fold];
+  float* accumulator = batch.accumulator[fold];
+  const float* const* chunks = batch.chunks + fold * batch.world_size;
+  for (int64_t k = first; k < count; k += stride) {
     float sum = accumulator[k];
-    for (int s = 0; s < sources.count; ++s) sum = __fadd_rn(sum, through_dtype(dtype, sources.chunks[s][k]));
+    for (int s = 0; s < batch.world_size; ++s) sum = __fadd_rn(sum, through_dtype(dtype, chunks[s][k]));
     accumulator[k] = sum;
   }
-}
-
-int blocks_for(int64_t work) {
-  const int64_t blocks = (work + kThreads - 1) / kThreads;
-  return static_cast<int>(blocks < 65535 ? blocks : 65535);
 }
 
 }  // namespace
@@ -172,6 +182,7 @@ Status CudaResidentState::gather(ParameterRange range) {
   if (gathered_.size() < slots) gathered_.resize(slots);
   gathered_pointers_.resize(slots);
   const size_t element_bytes = dtype_size_bytes(model_dtype_);
+  widenings_.clear();
   for (int64_t p = range.first; p < range.end; ++p) {
     const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
     DeviceArray& slot = gathered_[static_cast<size_t>(p - range.first)];
@@ -181,13 +192,13 @@ Status CudaResidentState::gather(ParameterRange range) {
     for (int source = 0; source < layout_.world_size; ++source) {
       const int64_t owned = partition.owned_count(source);
       if (owned == 0) continue;
-      ZEROSIM_RETURN_IF_ERROR(device_cast_to_fp32(
-          model_dtype_, peer_params_[static_cast<size_t>(source)] + static_cast<size_t>(partition.flat_offset) * element_bytes,
-          slot.as<float>() + partition.owned_begin(source), owned, backend_.stream_));
+      widenings_.push_back(DeviceWidening{
+          peer_params_[static_cast<size_t>(source)] + static_cast<size_t>(partition.flat_offset) * element_bytes,
+          slot.as<float>() + partition.owned_begin(source), owned});
     }
     gathered_pointers_[static_cast<size_t>(p - range.first)] = slot.as<float>();
   }
-  return Status();
+  return device_cast_to_fp32_batch(model_dtype_, widenings_, backend_.stream_);
 }
 
 Status CudaResidentState::forward(int64_t stage, ParameterRange gathered) {
@@ -236,21 +247,32 @@ Status CudaResidentState::reduce_layer(const LayerRange& layer) {
   std::vector<const float*> everyone(mine.size() * static_cast<size_t>(world_size));
   ZEROSIM_RETURN_IF_ERROR(comm_->all_gather(std::as_bytes(std::span<const float* const>(mine)),
                                             std::as_writable_bytes(std::span<const float*>(everyone))));
+  const int folds_per_launch = std::min(kFoldsPerLaunch, kFoldChunks / world_size);
+  FoldBatch batch{};
+  auto launch = [&]() -> Status {
+    if (batch.folds == 0) return Status();
+    batch.world_size = world_size;
+    fold_chunks_batch_kernel<<<batch.block_start[batch.folds], kThreads, 0, backend_.stream_>>>(
+        static_cast<int>(communication_dtype_), batch);
+    batch = FoldBatch{};
+    return backend_.cuda("fold_chunks_batch_kernel", cudaGetLastError());
+  };
   for (int64_t p = layer.first_parameter; p < layer.end_parameter; ++p) {
     const ParameterPartition& partition = layout_.parameters[static_cast<size_t>(p)];
     const int64_t owned = partition.owned_count(rank);
     if (owned == 0) continue;  // padding: the host path adds zeros there
-    FoldSources sources{};
-    sources.count = world_size;
+    const int fold = batch.folds++;
+    batch.accumulator[fold] = accumulator_.as<float>() + partition.flat_offset;
+    batch.count[fold] = owned;
+    batch.block_start[fold + 1] = batch.block_start[fold] + batched_job_blocks(owned, kThreads);
     for (int source = 0; source < world_size; ++source) {
-      sources.chunks[source] =
+      batch.chunks[fold * world_size + source] =
           everyone[static_cast<size_t>(source) * mine.size() + static_cast<size_t>(p - layer.first_parameter)] +
           partition.owned_begin(rank);
     }
-    fold_chunks_kernel<<<blocks_for(owned), kThreads, 0, backend_.stream_>>>(
-        owned, static_cast<int>(communication_dtype_), sources, accumulator_.as<float>() + partition.flat_offset);
-    ZEROSIM_RETURN_IF_ERROR(backend_.cuda("fold_chunks_kernel", cudaGetLastError()));
+    if (batch.folds == folds_per_launch) ZEROSIM_RETURN_IF_ERROR(launch());
   }
+  ZEROSIM_RETURN_IF_ERROR(launch());
   // No rank may write its gradients again (the next micro-step) while another reads them. A
   // world of one waits once, at the micro-step's last exchange (the layer that holds parameter
   // 0 completes last), so that the step's backward phase holds its own device work.

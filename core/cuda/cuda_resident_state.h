@@ -37,6 +37,7 @@
 
 #include "core/cuda/cuda_backend_base.h"
 #include "core/cuda/device_array.h"
+#include "core/cuda/device_cast.h"
 #include "core/cuda/device_square_sum.h"
 
 namespace zerosim {
@@ -90,6 +91,7 @@ class CudaResidentState final : public ResidentState {
   DeviceArray master_, exp_avg_, exp_avg_sq_, accumulator_;
   std::vector<DeviceArray> gathered_;  // one stage's full fp32 weights, by slot
   std::vector<const float*> gathered_pointers_;
+  std::vector<DeviceWidening> widenings_;  // a gather's casts, one launch for many
   DeviceSquareSummer squares_;
 
   // The offloaded placement's gradient staging (see above).

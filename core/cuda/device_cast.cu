@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string>
 
+#include "core/cuda/batched_launch.cuh"
 #include "core/tensor/dtype_bits.h"
 
 namespace zerosim {
@@ -26,6 +27,31 @@ __global__ void from_fp32_kernel(bool to_fp16, const float* source, uint16_t* de
 __global__ void to_fp32_kernel(bool from_fp16, const uint16_t* source, float* destination, int64_t count) {
   for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < count;
        k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    destination[k] = __uint_as_float(from_fp16 ? fp16_bits_to_fp32_bits(source[k]) : bf16_bits_to_fp32_bits(source[k]));
+  }
+}
+
+// A launch's share of a batch (batched_launch.cuh).
+struct WideningBatch {
+  const void* source[kWideningsPerLaunch];
+  float* destination[kWideningsPerLaunch];
+  int64_t count[kWideningsPerLaunch];
+  int block_start[kWideningsPerLaunch + 1];
+  int jobs;
+};
+
+__global__ void to_fp32_batch_kernel(int dtype, WideningBatch batch) {
+  const auto [job, first, stride] = batched_slice(batch.block_start, batch.jobs);
+  const int64_t count = batch.count[job];
+  float* destination = batch.destination[job];
+  if (dtype == static_cast<int>(DType::kFp32)) {
+    const float* source = static_cast<const float*>(batch.source[job]);
+    for (int64_t k = first; k < count; k += stride) destination[k] = source[k];
+    return;
+  }
+  const bool from_fp16 = dtype == static_cast<int>(DType::kFp16);
+  const uint16_t* source = static_cast<const uint16_t*>(batch.source[job]);
+  for (int64_t k = first; k < count; k += stride) {
     destination[k] = __uint_as_float(from_fp16 ? fp16_bits_to_fp32_bits(source[k]) : bf16_bits_to_fp32_bits(source[k]));
   }
 }
@@ -65,6 +91,32 @@ Status device_cast_to_fp32(DType dtype, const std::byte* source, float* destinat
   to_fp32_kernel<<<blocks_for(element_count), kThreads, 0, cuda_stream>>>(
       dtype == DType::kFp16, reinterpret_cast<const uint16_t*>(source), destination, element_count);
   return launched("to fp32");
+}
+
+Status device_cast_to_fp32_batch(DType dtype, std::span<const DeviceWidening> jobs, void* stream) {
+  const auto cuda_stream = static_cast<cudaStream_t>(stream);
+  WideningBatch batch{};
+  auto launch = [&]() -> Status {
+    if (batch.jobs == 0) return Status();
+    to_fp32_batch_kernel<<<batch.block_start[batch.jobs], kThreads, 0, cuda_stream>>>(static_cast<int>(dtype), batch);
+    batch = WideningBatch{};
+    return launched("to fp32 (batch)");
+  };
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const DeviceWidening& job = jobs[j];
+    if (job.element_count < 0) {
+      return invalid_argument("device cast batch: job " + std::to_string(j) + " has a negative element count (" +
+                              std::to_string(job.element_count) + ")");
+    }
+    if (job.element_count == 0) continue;
+    const int slot = batch.jobs++;
+    batch.source[slot] = job.source;
+    batch.destination[slot] = job.destination;
+    batch.count[slot] = job.element_count;
+    batch.block_start[slot + 1] = batch.block_start[slot] + batched_job_blocks(job.element_count, kThreads);
+    if (batch.jobs == kWideningsPerLaunch) ZEROSIM_RETURN_IF_ERROR(launch());
+  }
+  return launch();
 }
 
 }  // namespace zerosim

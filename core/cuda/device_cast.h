@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "core/status.h"
 #include "core/tensor/dtype.h"
@@ -16,5 +17,19 @@ Status device_cast_from_fp32(DType dtype, const float* source, std::byte* destin
                              void* stream = nullptr);
 Status device_cast_to_fp32(DType dtype, const std::byte* source, float* destination, int64_t element_count,
                            void* stream = nullptr);
+
+// One widening of a batch: element_count elements of `dtype` at `source` to fp32 at `destination`.
+struct DeviceWidening {
+  const std::byte* source;
+  float* destination;
+  int64_t element_count;
+};
+
+// Every widening of `jobs`, in as few launches as fit (kWideningsPerLaunch a launch): each
+// element is cast on its own, so the result is, bit for bit, that of device_cast_to_fp32 on each
+// job. A layer's gather is a dozen tensors from each rank; one launch apiece cost more in launch
+// latency than in memory traffic. Destinations must not overlap a source or each other.
+inline constexpr int kWideningsPerLaunch = 32;
+Status device_cast_to_fp32_batch(DType dtype, std::span<const DeviceWidening> jobs, void* stream = nullptr);
 
 }  // namespace zerosim
