@@ -2,22 +2,14 @@
 
 #include <algorithm>
 
+#include "core/cuda/device_warp_reduce.cuh"
+
 namespace zerosim {
 
 namespace {
 
-constexpr int kWarp = 32;
+constexpr int kWarp = kWarpLanes;
 constexpr int kRowsPerBlock = 8;  // a warp a row, 256 threads
-
-__device__ float warp_max(float value) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
-  return value;
-}
-
-__device__ float warp_sum(float value) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
-  return value;
-}
 
 __global__ void fast_attention_softmax_kernel(FastAttentionRows rows, float* scores) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;

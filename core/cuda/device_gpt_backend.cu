@@ -14,7 +14,9 @@
 // order) run as a second kernel per key that walks the queries in that order.
 //
 // The fast mode (cuda-fast) runs the dense products on cuBLAS, the attention as batched cuBLAS
-// products around two row kernels (device_fast_attention.h), and every other kernel as here.
+// products around two row kernels (device_fast_attention.h), LayerNorm's statistics, the loss
+// and the column sums of the bias and LayerNorm gradients as trees (device_fast_rows.h), and
+// every other kernel as here.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -26,6 +28,7 @@
 
 #include "core/cuda/cuda_backend_base.h"
 #include "core/cuda/device_fast_attention.h"
+#include "core/cuda/device_fast_rows.h"
 #include "core/cuda/device_portable_math.cuh"
 #include "core/cuda/device_softmax_row.cuh"
 #include "core/cuda/device_tiled_attention.h"
@@ -481,7 +484,9 @@ class CudaGptBackend final : public CudaBackendBase {
     ZEROSIM_RETURN_IF_ERROR(reserve(d_scores_, scores, "score gradient"));
     ZEROSIM_RETURN_IF_ERROR(reserve(mean_d_, rows, "LayerNorm gradient statistics"));
     ZEROSIM_RETURN_IF_ERROR(reserve(mean_dx_, rows, "LayerNorm gradient statistics"));
-    return gemm_ == CudaGemm::kCublas ? build_attention_pointers() : Status();
+    if (gemm_ != CudaGemm::kCublas) return Status();
+    ZEROSIM_RETURN_IF_ERROR(reserve(column_scratch_, fast_column_sums_scratch_floats(rows, 4 * e), "column sums"));
+    return build_attention_pointers();
   }
 
   // The embeddings' backward folds each token's rows in order: the distinct tokens, and from
@@ -523,9 +528,17 @@ class CudaGptBackend final : public CudaBackendBase {
     ZEROSIM_RETURN_IF_ERROR(cuda("cudaSetDevice", cudaSetDevice(device_)));
     const int64_t rows = sequences_ * length_;
     float* row_losses = row_losses_.as<float>();
-    loss_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream_>>>(
-        sequences_, length_, spec_.vocab, tokens_.as<int32_t>(), gradient_scale, logits_.as<float>(), row_losses);
-    ZEROSIM_RETURN_IF_ERROR(launched("loss_kernel", "the loss"));
+    if (gemm_ == CudaGemm::kCublas) {
+      ZEROSIM_RETURN_IF_ERROR(in_stage(cuda("fast softmax cross-entropy",
+                                            launch_fast_softmax_cross_entropy(sequences_, length_, spec_.vocab,
+                                                                              tokens_.as<int32_t>(), gradient_scale,
+                                                                              logits_.as<float>(), row_losses, stream_)),
+                                       "the loss"));
+    } else {
+      loss_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream_>>>(
+          sequences_, length_, spec_.vocab, tokens_.as<int32_t>(), gradient_scale, logits_.as<float>(), row_losses);
+      ZEROSIM_RETURN_IF_ERROR(launched("loss_kernel", "the loss"));
+    }
     loss_fold_kernel<<<1, 1, 0, stream_>>>(rows, row_losses, row_losses + rows);
     ZEROSIM_RETURN_IF_ERROR(launched("loss_fold_kernel", "the loss"));
     return loss_to_host(row_losses + rows);
@@ -663,7 +676,11 @@ class CudaGptBackend final : public CudaBackendBase {
   Status layer_norm(const float* in, const float* gamma, const float* beta, DeviceLayerNorm& norm) {
     const int64_t rows = sequences_ * length_, e = spec_.embd;
     const float epsilon = 1.0f / 100000.0f;  // gpt.cpp's Real(1) / Real(100000)
-    if (staged_rows_fit(1)) {
+    if (gemm_ == CudaGemm::kCublas) {
+      ZEROSIM_RETURN_IF_ERROR(cuda("fast LayerNorm statistics",
+                                   launch_fast_layer_norm_statistics(rows, e, in, epsilon, norm.mean.as<float>(),
+                                                                     norm.inverse_std.as<float>(), stream_)));
+    } else if (staged_rows_fit(1)) {
       layer_norm_statistics_staged_kernel<<<static_cast<unsigned>(rows), kRowThreads, e * sizeof(float), stream_>>>(
           e, in, epsilon, norm.mean.as<float>(), norm.inverse_std.as<float>());
     } else {
@@ -683,18 +700,28 @@ class CudaGptBackend final : public CudaBackendBase {
     const int64_t rows = sequences_ * length_, e = spec_.embd;
     const float* normalized = norm.normalized.as<float>();
     // beta's gradient sums d_out; gamma's sums d_out x normalized.
-    column_fold_kernel<true><<<column_fold_blocks(e), kFoldThreads, 0, stream_>>>(rows, e, d_out, normalized,
-                                                                                   beta_gradient, gamma_gradient);
-    ZEROSIM_RETURN_IF_ERROR(cuda("column_fold_kernel (LayerNorm parameters)", cudaGetLastError()));
-    if (staged_rows_fit(2)) {
-      layer_norm_backward_statistics_staged_kernel<<<static_cast<unsigned>(rows), kRowThreads, 2 * e * sizeof(float),
-                                                     stream_>>>(e, d_out, normalized, gamma, mean_d_.as<float>(),
-                                                                mean_dx_.as<float>());
+    if (gemm_ == CudaGemm::kCublas) {
+      ZEROSIM_RETURN_IF_ERROR(cuda("fast column sums (LayerNorm parameters)",
+                                   launch_fast_column_sums(rows, e, d_out, normalized, beta_gradient, gamma_gradient,
+                                                           column_scratch_.as<float>(), stream_)));
+      ZEROSIM_RETURN_IF_ERROR(cuda("fast LayerNorm gradient statistics",
+                                   launch_fast_layer_norm_gradient_statistics(rows, e, d_out, normalized, gamma,
+                                                                              mean_d_.as<float>(), mean_dx_.as<float>(),
+                                                                              stream_)));
     } else {
-      layer_norm_backward_statistics_kernel<<<blocks_for(rows), kThreads, 0, stream_>>>(
-          rows, e, d_out, normalized, gamma, mean_d_.as<float>(), mean_dx_.as<float>());
+      column_fold_kernel<true><<<column_fold_blocks(e), kFoldThreads, 0, stream_>>>(rows, e, d_out, normalized,
+                                                                                     beta_gradient, gamma_gradient);
+      ZEROSIM_RETURN_IF_ERROR(cuda("column_fold_kernel (LayerNorm parameters)", cudaGetLastError()));
+      if (staged_rows_fit(2)) {
+        layer_norm_backward_statistics_staged_kernel<<<static_cast<unsigned>(rows), kRowThreads, 2 * e * sizeof(float),
+                                                       stream_>>>(e, d_out, normalized, gamma, mean_d_.as<float>(),
+                                                                  mean_dx_.as<float>());
+      } else {
+        layer_norm_backward_statistics_kernel<<<blocks_for(rows), kThreads, 0, stream_>>>(
+            rows, e, d_out, normalized, gamma, mean_d_.as<float>(), mean_dx_.as<float>());
+      }
+      ZEROSIM_RETURN_IF_ERROR(cuda("layer_norm_backward_statistics_kernel", cudaGetLastError()));
     }
-    ZEROSIM_RETURN_IF_ERROR(cuda("layer_norm_backward_statistics_kernel", cudaGetLastError()));
     layer_norm_input_gradient_kernel<<<blocks_for(rows * e), kThreads, 0, stream_>>>(
         rows, e, d_out, normalized, gamma, norm.inverse_std.as<float>(), mean_d_.as<float>(), mean_dx_.as<float>(), d_in);
     return cuda("layer_norm_input_gradient_kernel", cudaGetLastError());
@@ -713,9 +740,15 @@ class CudaGptBackend final : public CudaBackendBase {
                          float* weight_gradient, float* bias_gradient, DeviceArray& d_in) {
     const int64_t rows = sequences_ * length_;
     ZEROSIM_RETURN_IF_ERROR(product(in_width, out_width, rows, {in, true}, {d_out, false}, weight_gradient));
-    column_fold_kernel<false><<<column_fold_blocks(out_width), kFoldThreads, 0, stream_>>>(
-        rows, out_width, d_out, nullptr, bias_gradient, nullptr);
-    ZEROSIM_RETURN_IF_ERROR(cuda("column_fold_kernel (bias)", cudaGetLastError()));
+    if (gemm_ == CudaGemm::kCublas) {
+      ZEROSIM_RETURN_IF_ERROR(cuda("fast column sums (bias)",
+                                   launch_fast_column_sums(rows, out_width, d_out, nullptr, bias_gradient, nullptr,
+                                                           column_scratch_.as<float>(), stream_)));
+    } else {
+      column_fold_kernel<false><<<column_fold_blocks(out_width), kFoldThreads, 0, stream_>>>(
+          rows, out_width, d_out, nullptr, bias_gradient, nullptr);
+      ZEROSIM_RETURN_IF_ERROR(cuda("column_fold_kernel (bias)", cudaGetLastError()));
+    }
     ZEROSIM_RETURN_IF_ERROR(zero(d_in, rows * in_width, "input gradient"));
     return product(rows, in_width, out_width, {d_out, false}, {weight, true}, d_in.as<float>());
   }
@@ -940,6 +973,7 @@ class CudaGptBackend final : public CudaBackendBase {
   DeviceArray group_tokens_, token_starts_, token_rows_;  // the rows by token (group_rows_by_token)
   int64_t distinct_tokens_ = 0;
   DeviceArray attention_pointers_;  // the fast mode's batched operands (build_attention_pointers)
+  DeviceArray column_scratch_;      // the fast mode's column sums' slices (device_fast_rows.h)
   std::vector<DeviceBlock> blocks_;
   DeviceLayerNorm final_norm_;
   DeviceArray x_, logits_, row_losses_;  // row_losses_ holds each row's loss, then the mean
