@@ -680,14 +680,17 @@ class CudaGptBackend final : public CudaBackendBase {
       ZEROSIM_RETURN_IF_ERROR(cuda("fast LayerNorm statistics",
                                    launch_fast_layer_norm_statistics(rows, e, in, epsilon, norm.mean.as<float>(),
                                                                      norm.inverse_std.as<float>(), stream_)));
-    } else if (staged_rows_fit(1)) {
-      layer_norm_statistics_staged_kernel<<<static_cast<unsigned>(rows), kRowThreads, e * sizeof(float), stream_>>>(
-          e, in, epsilon, norm.mean.as<float>(), norm.inverse_std.as<float>());
     } else {
-      layer_norm_statistics_kernel<<<blocks_for(rows), kThreads, 0, stream_>>>(rows, e, in, epsilon, norm.mean.as<float>(),
-                                                                                norm.inverse_std.as<float>());
+      if (staged_rows_fit(1)) {
+        layer_norm_statistics_staged_kernel<<<static_cast<unsigned>(rows), kRowThreads, e * sizeof(float), stream_>>>(
+            e, in, epsilon, norm.mean.as<float>(), norm.inverse_std.as<float>());
+      } else {
+        layer_norm_statistics_kernel<<<blocks_for(rows), kThreads, 0, stream_>>>(rows, e, in, epsilon,
+                                                                                  norm.mean.as<float>(),
+                                                                                  norm.inverse_std.as<float>());
+      }
+      ZEROSIM_RETURN_IF_ERROR(cuda("layer_norm_statistics_kernel", cudaGetLastError()));
     }
-    ZEROSIM_RETURN_IF_ERROR(cuda("layer_norm_statistics_kernel", cudaGetLastError()));
     layer_norm_apply_kernel<<<blocks_for(rows * e), kThreads, 0, stream_>>>(rows, e, in, norm.mean.as<float>(),
                                                                              norm.inverse_std.as<float>(), gamma, beta,
                                                                              norm.normalized.as<float>(), norm.out.as<float>());
