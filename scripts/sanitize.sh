@@ -28,7 +28,9 @@ case "$kind" in
     sanitize="thread"
     targets=(comm_test async_io_test optimizer_swapper_test partition_swapper_test checkpoint_test parallel_file_writer_test parallel_file_reader_test parallel_copy_test sim_world_test engine_test
              resident_state_test vector_ops_test gpt_test exact_square_sum_test compute_backend_test)
-    tests=(-R "^(ThreadComm|AsyncIo|AsyncIoProperty|FaultyDisk|OptimizerSwapper|OptimizerSwapperFault|PartitionSwapper|Checkpoint|CheckpointLoader|CheckpointProperty|CheckpointRetention|CheckpointShards|ParallelFileWriter|ParallelFileReader|ParallelCopy|ParallelCopyProperty|SimWorld|Engine|EngineProperty|ResidentState)\.|^(VectorOps\.TheProductOnSeveralThreadsHasOneThreadsBits|Gpt\.SeveralThreadsGiveOneThreadsBits|ExactSquareSumProperty\.AnArrayGivesTheBinsOfEachSquareAddedInTurn|ComputeBackend\.CpuAdamWOnSeveralThreadsHasOneThreadsBits)$")
+    # Less one test whose minute under TSan is a manifest of 3 million entries parsed on one
+    # thread: nothing concurrent for TSan to watch (the release and ASan runs keep it).
+    tests=(-E "^CheckpointLoader\.HostileManifestsAreRefusedWithoutCrashingOrAllocating$" -R "^(ThreadComm|AsyncIo|AsyncIoProperty|FaultyDisk|OptimizerSwapper|OptimizerSwapperFault|PartitionSwapper|Checkpoint|CheckpointLoader|CheckpointProperty|CheckpointRetention|CheckpointShards|ParallelFileWriter|ParallelFileReader|ParallelCopy|ParallelCopyProperty|SimWorld|Engine|EngineProperty|ResidentState)\.|^(VectorOps\.TheProductOnSeveralThreadsHasOneThreadsBits|Gpt\.SeveralThreadsGiveOneThreadsBits|ExactSquareSumProperty\.AnArrayGivesTheBinsOfEachSquareAddedInTurn|ComputeBackend\.CpuAdamWOnSeveralThreadsHasOneThreadsBits)$")
     ;;
   *) echo "sanitize: expected address or thread, got $kind" >&2; exit 2 ;;
 esac
