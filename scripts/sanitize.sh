@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The sanitizer jobs of CI (scripts/test.sh runs both after the main suite).
 #   scripts/sanitize.sh address   AddressSanitizer + UndefinedBehaviorSanitizer, every CPU test
-#                                 (build-asan/; -O0 without debug info, so that the build fits
-#                                 CI's two cores: reports name functions, rebuild with -g for lines)
+#                                 (build-asan/; without debug info, so that the build fits CI's
+#                                 two cores: reports name functions, rebuild with -g for lines;
+#                                 the libraries at -O1, where the tests spend their time, the
+#                                 tests and the CLI at -O0, which compile fastest)
 #   scripts/sanitize.sh thread    ThreadSanitizer on the tests of the concurrent parts (build-tsan/):
 #                                 the thread communicator, async I/O, the swappers, async saves and
 #                                 checkpoints and their parallel writer, reader and snapshot copy, the simulated world, the engine's rank threads and
@@ -18,6 +20,7 @@ case "$kind" in
   address)
     build="$root/build-asan"
     flags="-O0 -g0"
+    library_flags="-O1"
     sanitize="address,undefined"
     targets=()  # everything
     tests=(-LE gpu)
@@ -25,6 +28,7 @@ case "$kind" in
   thread)
     build="$root/build-tsan"
     flags="-O1 -g0"
+    library_flags=""
     sanitize="thread"
     targets=(comm_test async_io_test optimizer_swapper_test partition_swapper_test checkpoint_test parallel_file_writer_test parallel_file_reader_test parallel_copy_test sim_world_test engine_test
              resident_state_test vector_ops_test gpt_test exact_square_sum_test compute_backend_test)
@@ -38,7 +42,8 @@ esac
 # test binary (a third of its size, some 37 MB of 100); packed, they take a few kilobytes
 # (glibc 2.36 and binutils 2.38 read and write them; the sanitizer builds run only where built).
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="$flags" \
-      -DCMAKE_EXE_LINKER_FLAGS="-Wl,-z,pack-relative-relocs" -DZEROSIM_SANITIZE="$sanitize" -DZEROSIM_WITH_CUDA=OFF -DZEROSIM_WITH_MPI=OFF -DZEROSIM_BUILD_BENCH=OFF > /dev/null
+      -DCMAKE_EXE_LINKER_FLAGS="-Wl,-z,pack-relative-relocs" -DZEROSIM_SANITIZE="$sanitize" \
+      -DZEROSIM_LIBRARY_COMPILE_OPTIONS="$library_flags" -DZEROSIM_WITH_CUDA=OFF -DZEROSIM_WITH_MPI=OFF -DZEROSIM_BUILD_BENCH=OFF > /dev/null
 if [ ${#targets[@]} -eq 0 ]; then
   cmake --build "$build" -j "$(nproc)"
 else
