@@ -119,6 +119,64 @@ TEST(DeviceCast, ABatchOfWideningsGivesEachSingleWideningsBits) {
   cudaFree(d_batch);
 }
 
+// The narrowing batch (the fast mode's product operands): each job's elements are the CPU cast's
+// bits, and no job writes past its end.
+TEST(DeviceCast, ABatchOfNarrowingsGivesTheCpuCastsBits) {
+  if (usable_cuda_devices() == 0) GTEST_SKIP() << "no CUDA device";
+  std::vector<int64_t> counts;
+  for (int j = 0; j < 40; ++j) {
+    const int64_t sizes[] = {1, 255, 256, 257, 0, 4099, 2048 * 256 + 13, 65536, 3, 768};
+    counts.push_back(sizes[j % 10] + j / 10);
+  }
+  int64_t total = 0;
+  std::vector<int64_t> offsets;
+  for (const int64_t count : counts) {
+    offsets.push_back(total);
+    total += count + 1;  // one sentinel element after each destination
+  }
+  std::vector<float> source(static_cast<size_t>(total));
+  for (size_t k = 0; k < source.size(); ++k) {
+    const uint32_t word = static_cast<uint32_t>((k + 1) * 2654435761u);
+    std::memcpy(&source[k], &word, sizeof word);
+  }
+  float* d_source = nullptr;
+  std::byte* d_batch = nullptr;
+  const size_t float_bytes = static_cast<size_t>(total) * sizeof(float);
+  ASSERT_EQ(cudaMalloc(&d_source, float_bytes), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d_batch, float_bytes), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(d_source, source.data(), float_bytes, cudaMemcpyHostToDevice), cudaSuccess);
+  for (const DType dtype : {DType::kFp16, DType::kBf16, DType::kFp32}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const size_t element_bytes = dtype_size_bytes(dtype);
+    ASSERT_EQ(cudaMemset(d_batch, 0x5a, float_bytes), cudaSuccess);
+    std::vector<DeviceNarrowing> jobs;
+    for (size_t j = 0; j < counts.size(); ++j) {
+      jobs.push_back(DeviceNarrowing{d_source + offsets[j], d_batch + static_cast<size_t>(offsets[j]) * element_bytes,
+                                     counts[j]});
+    }
+    ASSERT_TRUE(device_cast_from_fp32_batch(dtype, jobs).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<std::byte> batch(static_cast<size_t>(total) * element_bytes), expected(batch.size());
+    ASSERT_EQ(cudaMemcpy(batch.data(), d_batch, batch.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    cast_from_fp32(dtype, source.data(), expected.data(), source.size());
+    for (size_t j = 0; j < counts.size(); ++j) {
+      const size_t first = static_cast<size_t>(offsets[j]) * element_bytes;
+      const size_t bytes = static_cast<size_t>(counts[j]) * element_bytes;
+      ASSERT_EQ(std::memcmp(batch.data() + first, expected.data() + first, bytes), 0)
+          << "job " << j << " of " << counts[j] << " elements; replay: ctest -R DeviceCast";
+      for (size_t b = 0; b < element_bytes; ++b) {
+        ASSERT_EQ(batch[first + bytes + b], std::byte{0x5a}) << "job " << j << " wrote past its end";
+      }
+    }
+  }
+  const DeviceNarrowing negative{d_source, d_batch, -1};
+  const Status refused = device_cast_from_fp32_batch(DType::kBf16, std::span<const DeviceNarrowing>(&negative, 1));
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("job 0"), std::string::npos) << refused.to_string();
+  cudaFree(d_source);
+  cudaFree(d_batch);
+}
+
 #else
 
 TEST(DeviceCast, TheStubSaysTheBackendIsAbsent) {

@@ -5,6 +5,7 @@
 
 #include "core/cuda/cuda_resident_state.h"
 #include "core/cuda/device_adamw.h"
+#include "core/cuda/device_cast.h"
 #include "core/cuda/ordered_product.h"
 
 namespace zerosim {
@@ -14,7 +15,8 @@ CudaBackendBase::CudaBackendBase(int device, CudaGemm gemm, DType model_dtype)
       gemm_(gemm),
       product_compute_type_(model_dtype == DType::kBf16   ? CUBLAS_COMPUTE_32F_FAST_16BF
                             : model_dtype == DType::kFp16 ? CUBLAS_COMPUTE_32F_FAST_16F
-                                                          : CUBLAS_COMPUTE_32F_PEDANTIC) {}
+                                                          : CUBLAS_COMPUTE_32F_PEDANTIC),
+      product_operand_dtype_(model_dtype == DType::kBf16 || model_dtype == DType::kFp16 ? model_dtype : DType::kFp32) {}
 
 CudaBackendBase::~CudaBackendBase() {
   resident_.reset();
@@ -93,6 +95,22 @@ Status CudaBackendBase::product(int64_t rows, int64_t columns, int64_t inner, De
     // already its transpose (no op), a stored transpose needs the op.
     const int m = static_cast<int>(columns), n = static_cast<int>(rows), k = static_cast<int>(inner);
     const float one = 1.0f;
+    if (product_operand_dtype_ != DType::kFp32) {
+      const size_t a_bytes = static_cast<size_t>(rows * inner) * dtype_size_bytes(product_operand_dtype_);
+      const size_t b_bytes = static_cast<size_t>(inner * columns) * dtype_size_bytes(product_operand_dtype_);
+      ZEROSIM_RETURN_IF_ERROR(cuda("cudaMalloc (narrowed product operand)", narrowed_a_.reserve(a_bytes)));
+      ZEROSIM_RETURN_IF_ERROR(cuda("cudaMalloc (narrowed product operand)", narrowed_b_.reserve(b_bytes)));
+      const DeviceNarrowing narrowings[2] = {{a.data, narrowed_a_.as<std::byte>(), rows * inner},
+                                             {b.data, narrowed_b_.as<std::byte>(), inner * columns}};
+      ZEROSIM_RETURN_IF_ERROR(device_cast_from_fp32_batch(product_operand_dtype_, narrowings, stream_));
+      const cudaDataType operand_type = product_operand_dtype_ == DType::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
+      return blas("cublasGemmEx (16-bit operands)",
+                  blas_library_->gemm_ex(cublas_, b.transposed ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                         a.transposed ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &one, narrowed_b_.as<void>(),
+                                         operand_type, b.transposed ? k : m, narrowed_a_.as<void>(), operand_type,
+                                         a.transposed ? n : k, &one, c, CUDA_R_32F, m, CUBLAS_COMPUTE_32F,
+                                         CUBLAS_GEMM_DEFAULT));
+    }
     return blas("cublasGemmEx",
                 blas_library_->gemm_ex(cublas_, b.transposed ? CUBLAS_OP_T : CUBLAS_OP_N,
                                        a.transposed ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &one, b.data, CUDA_R_32F,

@@ -47,8 +47,11 @@ class CudaBackendBase : public ComputeBackend {
   // C [rows, columns] = C + A [rows, inner] x B [inner, columns], row-major on the device,
   // enqueued on the stream. Deterministic mode: each element a left fold over `inner` in order
   // from C's value, one fused multiply-add a step (__fmaf_rn: vector_ops' add_product bits, for
-  // either operand stored transposed); fast mode: cublasGemmEx with beta = 1 in
-  // product_compute_type_.
+  // either operand stored transposed); fast mode: cublasGemmEx with beta = 1. In a 16-bit run
+  // the fast mode first rounds both operands to the run's type (one launch, the CPU's rounding)
+  // and multiplies those on the tensor cores, accumulating in fp32: the bf16 (fp16) kernels
+  // move half the bytes of the fp32 operands and run at twice TF32's rate, and a W = 1 run's
+  // weights are bf16 values already, so only the activations are rounded.
   Status product(int64_t rows, int64_t columns, int64_t inner, DeviceOperand a, DeviceOperand b, float* c);
 
   // Fast mode only: for each of `batch` entries, C = alpha A B (C's values replaced), row-major,
@@ -75,6 +78,8 @@ class CudaBackendBase : public ComputeBackend {
   CudaGemm gemm_;
   // The fast mode's product math: the tensor cores for 16-bit runs, pedantic fp32 for fp32 runs.
   cublasComputeType_t product_compute_type_ = CUBLAS_COMPUTE_32F_PEDANTIC;
+  // The type product() rounds its operands to in the fast mode (fp32: none).
+  DType product_operand_dtype_ = DType::kFp32;
   cudaStream_t stream_ = nullptr;
   int multiprocessors_ = 1;  // the device's SM count, which picks the ordered product's tiles
   std::unique_ptr<CublasLibrary> blas_library_;  // loaded for CudaGemm::kCublas only
@@ -83,6 +88,7 @@ class CudaBackendBase : public ComputeBackend {
  private:
   static constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
   DeviceArray cublas_workspace_;
+  DeviceArray narrowed_a_, narrowed_b_;  // a 16-bit fast product's operands
   DeviceArray optimizer_state_[4];  // master, gradient, exp_avg, exp_avg_sq of one sub-group
   std::unique_ptr<CudaResidentState> resident_;
 };

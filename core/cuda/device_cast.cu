@@ -31,28 +31,39 @@ __global__ void to_fp32_kernel(bool from_fp16, const uint16_t* source, float* de
   }
 }
 
-// A launch's share of a batch (batched_launch.cuh).
-struct WideningBatch {
+// A launch's share of a batch (batched_launch.cuh), either direction.
+struct CastBatch {
   const void* source[kWideningsPerLaunch];
-  float* destination[kWideningsPerLaunch];
+  void* destination[kWideningsPerLaunch];
   int64_t count[kWideningsPerLaunch];
   int block_start[kWideningsPerLaunch + 1];
   int jobs;
 };
 
-__global__ void to_fp32_batch_kernel(int dtype, WideningBatch batch) {
+// `narrowing`: fp32 sources to `dtype`; else `dtype` sources to fp32. fp32 to fp32 copies.
+__global__ void cast_batch_kernel(int dtype, bool narrowing, CastBatch batch) {
   const auto [job, first, stride] = batched_slice(batch.block_start, batch.jobs);
   const int64_t count = batch.count[job];
-  float* destination = batch.destination[job];
   if (dtype == static_cast<int>(DType::kFp32)) {
     const float* source = static_cast<const float*>(batch.source[job]);
+    float* destination = static_cast<float*>(batch.destination[job]);
     for (int64_t k = first; k < count; k += stride) destination[k] = source[k];
     return;
   }
-  const bool from_fp16 = dtype == static_cast<int>(DType::kFp16);
+  const bool fp16 = dtype == static_cast<int>(DType::kFp16);
+  if (narrowing) {
+    const float* source = static_cast<const float*>(batch.source[job]);
+    uint16_t* destination = static_cast<uint16_t*>(batch.destination[job]);
+    for (int64_t k = first; k < count; k += stride) {
+      const uint32_t bits = __float_as_uint(source[k]);
+      destination[k] = fp16 ? fp32_bits_to_fp16_bits(bits) : fp32_bits_to_bf16_bits(bits);
+    }
+    return;
+  }
   const uint16_t* source = static_cast<const uint16_t*>(batch.source[job]);
+  float* destination = static_cast<float*>(batch.destination[job]);
   for (int64_t k = first; k < count; k += stride) {
-    destination[k] = __uint_as_float(from_fp16 ? fp16_bits_to_fp32_bits(source[k]) : bf16_bits_to_fp32_bits(source[k]));
+    destination[k] = __uint_as_float(fp16 ? fp16_bits_to_fp32_bits(source[k]) : bf16_bits_to_fp32_bits(source[k]));
   }
 }
 
@@ -93,20 +104,26 @@ Status device_cast_to_fp32(DType dtype, const std::byte* source, float* destinat
   return launched("to fp32");
 }
 
-Status device_cast_to_fp32_batch(DType dtype, std::span<const DeviceWidening> jobs, void* stream) {
+namespace {
+
+// Packs `jobs` (DeviceWidening or DeviceNarrowing) into launches of kWideningsPerLaunch.
+template <typename Job>
+Status cast_batch(DType dtype, bool narrowing, std::span<const Job> jobs, void* stream) {
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
-  WideningBatch batch{};
+  const char* what = narrowing ? "from fp32 (batch)" : "to fp32 (batch)";
+  CastBatch batch{};
   auto launch = [&]() -> Status {
     if (batch.jobs == 0) return Status();
-    to_fp32_batch_kernel<<<batch.block_start[batch.jobs], kThreads, 0, cuda_stream>>>(static_cast<int>(dtype), batch);
-    batch = WideningBatch{};
-    return launched("to fp32 (batch)");
+    cast_batch_kernel<<<batch.block_start[batch.jobs], kThreads, 0, cuda_stream>>>(static_cast<int>(dtype), narrowing,
+                                                                                    batch);
+    batch = CastBatch{};
+    return launched(what);
   };
   for (size_t j = 0; j < jobs.size(); ++j) {
-    const DeviceWidening& job = jobs[j];
+    const Job& job = jobs[j];
     if (job.element_count < 0) {
-      return invalid_argument("device cast batch: job " + std::to_string(j) + " has a negative element count (" +
-                              std::to_string(job.element_count) + ")");
+      return invalid_argument(std::string("device cast ") + what + ": job " + std::to_string(j) +
+                              " has a negative element count (" + std::to_string(job.element_count) + ")");
     }
     if (job.element_count == 0) continue;
     const int slot = batch.jobs++;
@@ -117,6 +134,16 @@ Status device_cast_to_fp32_batch(DType dtype, std::span<const DeviceWidening> jo
     if (batch.jobs == kWideningsPerLaunch) ZEROSIM_RETURN_IF_ERROR(launch());
   }
   return launch();
+}
+
+}  // namespace
+
+Status device_cast_to_fp32_batch(DType dtype, std::span<const DeviceWidening> jobs, void* stream) {
+  return cast_batch(dtype, false, jobs, stream);
+}
+
+Status device_cast_from_fp32_batch(DType dtype, std::span<const DeviceNarrowing> jobs, void* stream) {
+  return cast_batch(dtype, true, jobs, stream);
 }
 
 }  // namespace zerosim

@@ -32,4 +32,14 @@ struct DeviceWidening {
 inline constexpr int kWideningsPerLaunch = 32;
 Status device_cast_to_fp32_batch(DType dtype, std::span<const DeviceWidening> jobs, void* stream = nullptr);
 
+// The other direction, batched the same way: each job's fp32 elements at `source` rounded to
+// `dtype` at `destination`, each element device_cast_from_fp32's bits. The fast mode's products
+// narrow both operands of a product in one launch.
+struct DeviceNarrowing {
+  const float* source;
+  std::byte* destination;
+  int64_t element_count;
+};
+Status device_cast_from_fp32_batch(DType dtype, std::span<const DeviceNarrowing> jobs, void* stream = nullptr);
+
 }  // namespace zerosim
