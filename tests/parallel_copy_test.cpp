@@ -20,9 +20,15 @@ std::ptrdiff_t first_difference(const std::byte* a, const std::byte* b, size_t c
   return std::mismatch(a, a + count, b).first - a;
 }
 
-void expect_exact_copy(size_t bytes, int threads, size_t offset) {
+// A source of `bytes` plus 2 * offset bytes, no two neighbouring bytes alike for long.
+std::vector<std::byte> patterned_source(size_t bytes, size_t offset) {
   std::vector<std::byte> source(bytes + 2 * offset);
   for (size_t i = 0; i < source.size(); ++i) source[i] = static_cast<std::byte>((i * 2654435761u) >> 13);
+  return source;
+}
+
+// Copies source's bytes [offset, offset + bytes) between guards and checks the copy and the guards.
+void expect_exact_copy(const std::vector<std::byte>& source, size_t bytes, int threads, size_t offset) {
   constexpr size_t kGuardBytes = 32;
   const std::vector<std::byte> guard(bytes + 2 * offset + 2 * kGuardBytes, std::byte{0xa5});
   std::vector<std::byte> destination = guard;
@@ -38,9 +44,10 @@ void expect_exact_copy(size_t bytes, int threads, size_t offset) {
 TEST(ParallelCopy, SizesAroundTheThresholdAndThreadCounts) {
   for (size_t bytes : {size_t{0}, size_t{1}, size_t{4097}, kParallelCopyMinBytes - 1, kParallelCopyMinBytes,
                        kParallelCopyMinBytes + 1, 3 * kParallelCopyMinBytes + 4095, size_t{41} << 20}) {
+    const std::vector<std::byte> source = patterned_source(bytes, /*offset=*/3);
     for (int threads : {0, 1, 2, 3, 8, 64}) {
       SCOPED_TRACE(testing::Message() << bytes << " bytes, " << threads << " threads; replay: ctest -R ParallelCopy");
-      expect_exact_copy(bytes, threads, /*offset=*/3);
+      expect_exact_copy(source, bytes, threads, /*offset=*/3);
     }
   }
 }
