@@ -58,23 +58,33 @@ TEST(DeviceCast, EveryConversionGivesTheCpuBits) {
   cudaFree(d_half);
 }
 
+// The batch tests' jobs: 40 (more than one launch holds), sizes around a block's threads and past
+// the blocks a job gets, an empty job among them, laid out one after another with one sentinel
+// element after each.
+struct BatchJobs {
+  std::vector<int64_t> counts, offsets;
+  int64_t total = 0;
+};
+BatchJobs batch_jobs() {
+  BatchJobs jobs;
+  for (int j = 0; j < 40; ++j) {
+    const int64_t sizes[] = {1, 255, 256, 257, 0, 4099, 2048 * 256 + 13, 65536, 3, 768};
+    jobs.counts.push_back(sizes[j % 10] + j / 10);
+  }
+  jobs.counts[4] = 0;
+  for (const int64_t count : jobs.counts) {
+    jobs.offsets.push_back(jobs.total);
+    jobs.total += count + 1;
+  }
+  return jobs;
+}
+
 // A batch's widenings give each single widening's bits and write nothing past a destination:
 // 40 jobs (more than one launch holds), sizes around a block's threads and past the blocks a job
 // gets, an empty job among them, each dtype.
 TEST(DeviceCast, ABatchOfWideningsGivesEachSingleWideningsBits) {
   if (usable_cuda_devices() == 0) GTEST_SKIP() << "no CUDA device";
-  std::vector<int64_t> counts;
-  for (int j = 0; j < 40; ++j) {
-    const int64_t sizes[] = {1, 255, 256, 257, 0, 4099, 2048 * 256 + 13, 65536, 3, 768};
-    counts.push_back(sizes[j % 10] + j / 10);
-  }
-  counts[4] = 0;
-  int64_t total = 0;
-  std::vector<int64_t> offsets;
-  for (const int64_t count : counts) {
-    offsets.push_back(total);
-    total += count + 1;  // one sentinel element after each destination
-  }
+  const auto [counts, offsets, total] = batch_jobs();
   std::vector<uint32_t> source_words(static_cast<size_t>(total));
   for (size_t k = 0; k < source_words.size(); ++k) source_words[k] = static_cast<uint32_t>((k + 1) * 2654435761u);
   std::byte* d_source = nullptr;
@@ -123,17 +133,7 @@ TEST(DeviceCast, ABatchOfWideningsGivesEachSingleWideningsBits) {
 // bits, and no job writes past its end.
 TEST(DeviceCast, ABatchOfNarrowingsGivesTheCpuCastsBits) {
   if (usable_cuda_devices() == 0) GTEST_SKIP() << "no CUDA device";
-  std::vector<int64_t> counts;
-  for (int j = 0; j < 40; ++j) {
-    const int64_t sizes[] = {1, 255, 256, 257, 0, 4099, 2048 * 256 + 13, 65536, 3, 768};
-    counts.push_back(sizes[j % 10] + j / 10);
-  }
-  int64_t total = 0;
-  std::vector<int64_t> offsets;
-  for (const int64_t count : counts) {
-    offsets.push_back(total);
-    total += count + 1;  // one sentinel element after each destination
-  }
+  const auto [counts, offsets, total] = batch_jobs();
   std::vector<float> source(static_cast<size_t>(total));
   for (size_t k = 0; k < source.size(); ++k) {
     const uint32_t word = static_cast<uint32_t>((k + 1) * 2654435761u);

@@ -99,6 +99,10 @@ Status CudaBackendBase::product(int64_t rows, int64_t columns, int64_t inner, De
     // cuBLAS takes its one-element-aligned kernels (GPT-2's head, 50,257 columns: 0.6-0.9 ms
     // a product on an H100), and rounding the head's operands (the logits' gradient, wte) is
     // the larger part of the narrowing's time; such a product keeps the fp32 operands.
+    const void* a_data = a.data;
+    const void* b_data = b.data;
+    cudaDataType operand_type = CUDA_R_32F;
+    cublasComputeType_t compute_type = product_compute_type_;
     if (product_operand_dtype_ != DType::kFp32 && rows % 8 == 0 && columns % 8 == 0 && inner % 8 == 0) {
       const size_t a_bytes = static_cast<size_t>(rows * inner) * dtype_size_bytes(product_operand_dtype_);
       const size_t b_bytes = static_cast<size_t>(inner * columns) * dtype_size_bytes(product_operand_dtype_);
@@ -107,19 +111,16 @@ Status CudaBackendBase::product(int64_t rows, int64_t columns, int64_t inner, De
       const DeviceNarrowing narrowings[2] = {{a.data, narrowed_a_.as<std::byte>(), rows * inner},
                                              {b.data, narrowed_b_.as<std::byte>(), inner * columns}};
       ZEROSIM_RETURN_IF_ERROR(device_cast_from_fp32_batch(product_operand_dtype_, narrowings, stream_));
-      const cudaDataType operand_type = product_operand_dtype_ == DType::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
-      return blas("cublasGemmEx (16-bit operands)",
-                  blas_library_->gemm_ex(cublas_, b.transposed ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                         a.transposed ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &one, narrowed_b_.as<void>(),
-                                         operand_type, b.transposed ? k : m, narrowed_a_.as<void>(), operand_type,
-                                         a.transposed ? n : k, &one, c, CUDA_R_32F, m, CUBLAS_COMPUTE_32F,
-                                         CUBLAS_GEMM_DEFAULT));
+      a_data = narrowed_a_.as<void>();
+      b_data = narrowed_b_.as<void>();
+      operand_type = product_operand_dtype_ == DType::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
+      compute_type = CUBLAS_COMPUTE_32F;  // the operands are 16-bit already
     }
     return blas("cublasGemmEx",
                 blas_library_->gemm_ex(cublas_, b.transposed ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                       a.transposed ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &one, b.data, CUDA_R_32F,
-                                       b.transposed ? k : m, a.data, CUDA_R_32F, a.transposed ? n : k, &one, c,
-                                       CUDA_R_32F, m, product_compute_type_, CUBLAS_GEMM_DEFAULT));
+                                       a.transposed ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &one, b_data, operand_type,
+                                       b.transposed ? k : m, a_data, operand_type, a.transposed ? n : k, &one, c,
+                                       CUDA_R_32F, m, compute_type, CUBLAS_GEMM_DEFAULT));
   }
   if (rows > kOrderedProductMaxRows) {
     return invalid_argument("ordered product of " + std::to_string(rows) + " x " + std::to_string(columns) +

@@ -50,8 +50,9 @@ class CudaBackendBase : public ComputeBackend {
   // either operand stored transposed); fast mode: cublasGemmEx with beta = 1. In a 16-bit run
   // the fast mode first rounds both operands to the run's type (one launch, the CPU's rounding)
   // and multiplies those on the tensor cores, accumulating in fp32: the bf16 (fp16) kernels
-  // move half the bytes of the fp32 operands and run at twice TF32's rate, and a W = 1 run's
-  // weights are bf16 values already, so only the activations are rounded.
+  // move half the bytes of the fp32 operands and run at twice TF32's rate; a W = 1 run's
+  // weights are bf16 values already, so their rounding is exact and only the activations lose
+  // bits. A product with an extent that is not a multiple of 8 keeps its fp32 operands.
   Status product(int64_t rows, int64_t columns, int64_t inner, DeviceOperand a, DeviceOperand b, float* c);
 
   // Fast mode only: for each of `batch` entries, C = alpha A B (C's values replaced), row-major,
