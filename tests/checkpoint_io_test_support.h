@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -34,7 +36,12 @@ inline CheckpointIoOptions one_stream(CheckpointIoOptions options) {
 
 inline std::vector<std::byte> random_bytes(size_t count, std::mt19937_64& random) {
   std::vector<std::byte> bytes(count);
-  for (std::byte& b : bytes) b = static_cast<std::byte>(random());
+  // Eight bytes of each draw: the streams here are up to 21 MiB, eight times the draws and
+  // stores of a byte a draw under the sanitizers.
+  for (size_t at = 0; at < count; at += sizeof(uint64_t)) {
+    const uint64_t word = random();
+    std::memcpy(bytes.data() + at, &word, std::min(sizeof(uint64_t), count - at));
+  }
   return bytes;
 }
 

@@ -149,46 +149,53 @@ TEST(ThreadComm, RanksThreadsChangeNoByteOfAGatherOrASum) {
     cast_from_fp32(dtype, values.data(), stored.data(), values.size());
     return stored;
   };
+  // Each rank's inputs are made once and its gather buffer is reused by every run: fresh buffers
+  // of this size cost ThreadSanitizer a shadow page fault per page, most of this test's time.
+  std::vector<std::vector<std::byte>> mine(world_size, std::vector<std::byte>(gather_bytes));
+  for (int rank = 0; rank < world_size; ++rank) {
+    for (size_t i = 0; i < gather_bytes; ++i) mine[rank][i] = static_cast<std::byte>((i * 131 + rank * 7) >> 3);
+  }
+  std::vector<std::vector<std::byte>> all(world_size, std::vector<std::byte>(gather_bytes * world_size));
+  std::vector<std::vector<std::byte>> send(world_size);
   auto run = [&](int threads, DType dtype) {
     ThreadCommWorld world(world_size, threads);
     std::vector<std::vector<float>> sums(world_size);
-    std::vector<std::vector<std::byte>> gathered(world_size);
     run_ranks(world, [&](Comm& comm) {
-      const std::vector<std::byte> send = contribution(comm.rank(), dtype);
+      const int rank = comm.rank();
       std::vector<float> accumulator(chunk_elements, 0.25f);
       // EXPECT, not ASSERT: a rank that left here would strand the others in the gather below.
-      EXPECT_TRUE(comm.reduce_scatter_accumulate(send, dtype, chunk_elements, accumulator).ok());
-      sums[comm.rank()] = accumulator;
-      std::vector<std::byte> mine(gather_bytes), all(gather_bytes * world_size);
-      for (size_t i = 0; i < mine.size(); ++i) mine[i] = static_cast<std::byte>((i * 131 + comm.rank() * 7) >> 3);
-      EXPECT_TRUE(comm.all_gather(mine, all).ok());
-      gathered[comm.rank()] = all;
+      EXPECT_TRUE(comm.reduce_scatter_accumulate(send[rank], dtype, chunk_elements, accumulator).ok());
+      sums[rank] = accumulator;
+      std::fill(all[rank].begin(), all[rank].end(), std::byte{0xa5});
+      EXPECT_TRUE(comm.all_gather(mine[rank], all[rank]).ok());
     });
-    return std::make_pair(sums, gathered);
+    return sums;
   };
   for (DType dtype : {DType::kFp32, DType::kBf16}) {
-    const auto serial = run(1, dtype);
+    for (int rank = 0; rank < world_size; ++rank) send[rank] = contribution(rank, dtype);
+    const std::vector<std::vector<float>> serial = run(1, dtype);
+    const std::vector<std::vector<std::byte>> serial_gathered = all;
     // The serial world against the fold written out: 0.25, then rank 0's value, rank 1's, ...
     std::vector<std::vector<float>> widened(world_size, std::vector<float>(chunk_elements * world_size));
     for (int rank = 0; rank < world_size; ++rank) {
-      cast_to_fp32(dtype, contribution(rank, dtype).data(), widened[rank].data(), chunk_elements * world_size);
+      cast_to_fp32(dtype, send[rank].data(), widened[rank].data(), chunk_elements * world_size);
     }
     for (int owner = 0; owner < world_size; ++owner) {
       size_t differing = 0;
       for (size_t i = 0; i < chunk_elements; ++i) {
         float sum = 0.25f;
         for (int rank = 0; rank < world_size; ++rank) sum = sum + widened[rank][owner * chunk_elements + i];
-        differing += std::memcmp(&sum, &serial.first[owner][i], sizeof(float)) != 0;
+        differing += std::memcmp(&sum, &serial[owner][i], sizeof(float)) != 0;
       }
       EXPECT_EQ(differing, 0u) << dtype_name(dtype) << " owner " << owner;
     }
     for (int threads : {2, 5}) {
-      const auto split = run(threads, dtype);
+      const std::vector<std::vector<float>> split = run(threads, dtype);
       for (int rank = 0; rank < world_size; ++rank) {
-        EXPECT_EQ(std::memcmp(split.first[rank].data(), serial.first[rank].data(), chunk_elements * sizeof(float)), 0)
+        EXPECT_EQ(std::memcmp(split[rank].data(), serial[rank].data(), chunk_elements * sizeof(float)), 0)
             << dtype_name(dtype) << " sums differ on rank " << rank << " with " << threads
             << " threads; replay: tests/comm_test --gtest_filter=ThreadComm.RanksThreads*";
-        EXPECT_TRUE(split.second[rank] == serial.second[rank])
+        EXPECT_TRUE(all[rank] == serial_gathered[rank])
             << "the gather differs on rank " << rank << " with " << threads << " threads";
       }
     }
@@ -216,7 +223,26 @@ TEST(ThreadComm, ReduceScatterPiecesGiveTheBitsOfTheBufferTheyDescribe) {
     return values;
   };
   auto is_zeros = [](size_t piece) { return piece % 3 == 1; };
+  // Every rank's values and send buffers are made once, outside the runs: fresh buffers of these
+  // sizes in each run cost ThreadSanitizer a shadow page fault per page.
+  std::vector<std::vector<std::vector<float>>> values_by_rank(world_size);
+  for (int rank = 0; rank < world_size; ++rank) {
+    for (int chunk = 0; chunk < world_size; ++chunk) values_by_rank[rank].push_back(values_of(rank, chunk));
+  }
+  std::vector<std::vector<std::byte>> send_by_rank(world_size);
   for (DType dtype : {DType::kFp32, DType::kBf16, DType::kFp16}) {
+    for (int rank = 0; rank < world_size; ++rank) {
+      std::vector<std::byte>& send = send_by_rank[rank];
+      send.assign(chunk_elements * world_size * dtype_size_bytes(dtype), std::byte{0});
+      for (int chunk = 0; chunk < world_size; ++chunk) {
+        size_t offset = 0;
+        for (size_t k = 0; k < piece_counts.size(); ++k) {
+          std::byte* at = send.data() + (chunk * chunk_elements + offset) * dtype_size_bytes(dtype);
+          if (!is_zeros(k)) cast_from_fp32(dtype, values_by_rank[rank][chunk].data() + offset, at, piece_counts[k]);
+          offset += piece_counts[k];
+        }
+      }
+    }
     for (const int threads : {1, 3}) {
       for (const bool through_default : {false, true}) {
         ThreadCommWorld world(world_size, threads);
@@ -225,23 +251,15 @@ TEST(ThreadComm, ReduceScatterPiecesGiveTheBitsOfTheBufferTheyDescribe) {
           DefaultVisitComm wrapped(thread_comm);
           Comm& comm = through_default ? static_cast<Comm&>(wrapped) : thread_comm;
           const int rank = comm.rank();
-          std::vector<std::vector<float>> values(world_size);
+          const std::vector<std::vector<float>>& values = values_by_rank[rank];
+          const std::vector<std::byte>& send = send_by_rank[rank];
           std::vector<Comm::GradientPiece> pieces;
           std::vector<size_t> first_piece;
-          std::vector<std::byte> send(chunk_elements * world_size * dtype_size_bytes(dtype));
           for (int chunk = 0; chunk < world_size; ++chunk) {
-            values[chunk] = values_of(rank, chunk);
             first_piece.push_back(pieces.size());
             size_t offset = 0;
             for (size_t k = 0; k < piece_counts.size(); ++k) {
-              const float* piece_values = is_zeros(k) ? nullptr : values[chunk].data() + offset;
-              pieces.push_back({piece_values, piece_counts[k]});
-              std::byte* at = send.data() + (chunk * chunk_elements + offset) * dtype_size_bytes(dtype);
-              if (piece_values == nullptr) {
-                std::memset(at, 0, piece_counts[k] * dtype_size_bytes(dtype));
-              } else {
-                cast_from_fp32(dtype, piece_values, at, piece_counts[k]);
-              }
+              pieces.push_back({is_zeros(k) ? nullptr : values[chunk].data() + offset, piece_counts[k]});
               offset += piece_counts[k];
             }
           }
