@@ -2,6 +2,7 @@
 // fp32, and a sweep of fp32 patterns (every 251st, plus the boundaries) to fp16 and bf16.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -60,12 +61,13 @@ TEST(DeviceCast, EveryConversionGivesTheCpuBits) {
 
 // The batch tests' jobs: 40 (more than one launch holds), sizes around a block's threads and past
 // the blocks a job gets, an empty job among them, laid out one after another with one sentinel
-// element after each.
+// element after each, each job's first element at a multiple of `alignment` elements (4: every
+// job takes the kernel's four-element path; 1: most take the element-wise one).
 struct BatchJobs {
   std::vector<int64_t> counts, offsets;
   int64_t total = 0;
 };
-BatchJobs batch_jobs() {
+BatchJobs batch_jobs(int64_t alignment) {
   BatchJobs jobs;
   for (int j = 0; j < 40; ++j) {
     const int64_t sizes[] = {1, 255, 256, 257, 0, 4099, 2048 * 256 + 13, 65536, 3, 768};
@@ -73,18 +75,15 @@ BatchJobs batch_jobs() {
   }
   jobs.counts[4] = 0;
   for (const int64_t count : jobs.counts) {
+    jobs.total = (jobs.total + alignment - 1) / alignment * alignment;
     jobs.offsets.push_back(jobs.total);
     jobs.total += count + 1;
   }
   return jobs;
 }
 
-// A batch's widenings give each single widening's bits and write nothing past a destination:
-// 40 jobs (more than one launch holds), sizes around a block's threads and past the blocks a job
-// gets, an empty job among them, each dtype.
-TEST(DeviceCast, ABatchOfWideningsGivesEachSingleWideningsBits) {
-  if (usable_cuda_devices() == 0) GTEST_SKIP() << "no CUDA device";
-  const auto [counts, offsets, total] = batch_jobs();
+void expect_batch_widenings_match_single_ones(const BatchJobs& jobs) {
+  const auto& [counts, offsets, total] = jobs;
   std::vector<uint32_t> source_words(static_cast<size_t>(total));
   for (size_t k = 0; k < source_words.size(); ++k) source_words[k] = static_cast<uint32_t>((k + 1) * 2654435761u);
   std::byte* d_source = nullptr;
@@ -129,11 +128,8 @@ TEST(DeviceCast, ABatchOfWideningsGivesEachSingleWideningsBits) {
   cudaFree(d_batch);
 }
 
-// The narrowing batch (the fast mode's product operands): each job's elements are the CPU cast's
-// bits, and no job writes past its end.
-TEST(DeviceCast, ABatchOfNarrowingsGivesTheCpuCastsBits) {
-  if (usable_cuda_devices() == 0) GTEST_SKIP() << "no CUDA device";
-  const auto [counts, offsets, total] = batch_jobs();
+void expect_batch_narrowings_give_the_cpu_casts_bits(const BatchJobs& jobs) {
+  const auto& [counts, offsets, total] = jobs;
   std::vector<float> source(static_cast<size_t>(total));
   for (size_t k = 0; k < source.size(); ++k) {
     const uint32_t word = static_cast<uint32_t>((k + 1) * 2654435761u);
@@ -175,6 +171,83 @@ TEST(DeviceCast, ABatchOfNarrowingsGivesTheCpuCastsBits) {
   EXPECT_NE(refused.message().find("job 0"), std::string::npos) << refused.to_string();
   cudaFree(d_source);
   cudaFree(d_batch);
+}
+
+// A batch's widenings give each single widening's bits and write nothing past a destination:
+// 40 jobs (more than one launch holds), sizes around a block's threads and past the blocks a job
+// gets, an empty job among them, each dtype, jobs at any element and at 16-byte boundaries.
+TEST(DeviceCast, ABatchOfWideningsGivesEachSingleWideningsBits) {
+  if (usable_cuda_devices() == 0) GTEST_SKIP() << "no CUDA device";
+  for (const int64_t alignment : {1, 4}) {
+    SCOPED_TRACE(testing::Message() << "jobs aligned to " << alignment << " elements");
+    expect_batch_widenings_match_single_ones(batch_jobs(alignment));
+  }
+}
+
+// The narrowing batch (the fast mode's product operands): each job's elements are the CPU cast's
+// bits, and no job writes past its end, on the element-wise and the four-element paths.
+TEST(DeviceCast, ABatchOfNarrowingsGivesTheCpuCastsBits) {
+  if (usable_cuda_devices() == 0) GTEST_SKIP() << "no CUDA device";
+  for (const int64_t alignment : {1, 4}) {
+    SCOPED_TRACE(testing::Message() << "jobs aligned to " << alignment << " elements");
+    expect_batch_narrowings_give_the_cpu_casts_bits(batch_jobs(alignment));
+  }
+}
+
+// Rows narrowed into a longer stride (a product's padded operand): each row is the CPU cast's
+// bits of its source row, read from a stride longer than the row too, and the destination's
+// padding keeps its bytes; more rows than a grid's y extent and rows longer than its x extent
+// take the kernel's loops. A stride shorter than a row is refused by name.
+TEST(DeviceCast, RowsNarrowedIntoAPaddedStrideGiveTheCpuCastsBits) {
+  if (usable_cuda_devices() == 0) GTEST_SKIP() << "no CUDA device";
+  struct Shape {
+    int64_t rows, row_elements, source_stride, destination_stride;
+  };
+  for (const Shape shape : {Shape{1, 1, 1, 8}, Shape{210, 301, 301, 304}, Shape{3, 300001, 300004, 300008},
+                            Shape{70001, 5, 7, 8}}) {
+    SCOPED_TRACE(testing::Message() << shape.rows << " rows of " << shape.row_elements << ", read "
+                                    << shape.source_stride << " apart, written " << shape.destination_stride
+                                    << " apart; replay: ctest -R DeviceCast");
+    std::vector<float> source(static_cast<size_t>(shape.rows * shape.source_stride));
+    for (size_t k = 0; k < source.size(); ++k) {
+      const uint32_t word = static_cast<uint32_t>((k + 7) * 2654435761u);
+      std::memcpy(&source[k], &word, sizeof word);
+    }
+    float* d_source = nullptr;
+    std::byte* d_destination = nullptr;
+    const size_t destination_capacity = static_cast<size_t>(shape.rows * shape.destination_stride) * sizeof(float);
+    ASSERT_EQ(cudaMalloc(&d_source, source.size() * sizeof(float)), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&d_destination, destination_capacity), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(d_source, source.data(), source.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+    for (const DType dtype : {DType::kFp16, DType::kBf16, DType::kFp32}) {
+      SCOPED_TRACE(dtype_name(dtype));
+      const size_t element_bytes = dtype_size_bytes(dtype);
+      const size_t destination_bytes = static_cast<size_t>(shape.rows * shape.destination_stride) * element_bytes;
+      ASSERT_EQ(cudaMemset(d_destination, 0x5a, destination_bytes), cudaSuccess);
+      const Status cast = device_cast_rows_from_fp32(dtype, d_source, shape.rows, shape.row_elements, shape.source_stride,
+                                                     d_destination, shape.destination_stride);
+      ASSERT_TRUE(cast.ok()) << cast.to_string();
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<std::byte> written(destination_bytes), expected(destination_bytes, std::byte{0x5a});
+      ASSERT_EQ(cudaMemcpy(written.data(), d_destination, destination_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+      for (int64_t row = 0; row < shape.rows; ++row) {
+        cast_from_fp32(dtype, source.data() + row * shape.source_stride,
+                       expected.data() + static_cast<size_t>(row * shape.destination_stride) * element_bytes,
+                       static_cast<size_t>(shape.row_elements));
+      }
+      const auto differs = std::mismatch(written.begin(), written.end(), expected.begin());
+      ASSERT_TRUE(differs.first == written.end())
+          << "first differing byte " << (differs.first - written.begin()) << ", in row "
+          << (differs.first - written.begin()) / static_cast<std::ptrdiff_t>(shape.destination_stride * element_bytes);
+    }
+    const Status refused = device_cast_rows_from_fp32(DType::kBf16, d_source, shape.rows, shape.row_elements,
+                                                      shape.source_stride, d_destination, shape.row_elements - 1);
+    EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(refused.message().find(std::to_string(shape.row_elements - 1) + " apart"), std::string::npos)
+        << refused.to_string();
+    cudaFree(d_source);
+    cudaFree(d_destination);
+  }
 }
 
 #else

@@ -95,31 +95,36 @@ Status CudaBackendBase::product(int64_t rows, int64_t columns, int64_t inner, De
     // already its transpose (no op), a stored transpose needs the op.
     const int m = static_cast<int>(columns), n = static_cast<int>(rows), k = static_cast<int>(inner);
     const float one = 1.0f;
-    // 16-bit operands only where every extent is a multiple of 8 (16-byte rows): otherwise
-    // cuBLAS takes its one-element-aligned kernels (GPT-2's head, 50,257 columns: 0.6-0.9 ms
-    // a product on an H100), and rounding the head's operands (the logits' gradient, wte) is
-    // the larger part of the narrowing's time; such a product keeps the fp32 operands.
+    // A 16-bit run's operands are rounded to its type into rows padded to a multiple of 8
+    // elements (16 bytes: cuBLAS's tensor-core kernels need aligned rows; GPT-2's head, 50,257
+    // columns, took one-element-aligned kernels at 0.6-0.9 ms a product on an H100). C stays
+    // fp32 in place, so a product whose C rows are not 16-byte aligned (the head's logits)
+    // keeps fp32 operands.
     const void* a_data = a.data;
     const void* b_data = b.data;
+    int64_t a_ld = a.transposed ? rows : inner;  // the stored row's length
+    int64_t b_ld = b.transposed ? inner : columns;
     cudaDataType operand_type = CUDA_R_32F;
     cublasComputeType_t compute_type = product_compute_type_;
-    if (product_operand_dtype_ != DType::kFp32 && rows % 8 == 0 && columns % 8 == 0 && inner % 8 == 0) {
-      const size_t a_bytes = static_cast<size_t>(rows * inner) * dtype_size_bytes(product_operand_dtype_);
-      const size_t b_bytes = static_cast<size_t>(inner * columns) * dtype_size_bytes(product_operand_dtype_);
-      ZEROSIM_RETURN_IF_ERROR(cuda("cudaMalloc (narrowed product operand)", narrowed_a_.reserve(a_bytes)));
-      ZEROSIM_RETURN_IF_ERROR(cuda("cudaMalloc (narrowed product operand)", narrowed_b_.reserve(b_bytes)));
-      const DeviceNarrowing narrowings[2] = {{a.data, narrowed_a_.as<std::byte>(), rows * inner},
-                                             {b.data, narrowed_b_.as<std::byte>(), inner * columns}};
-      ZEROSIM_RETURN_IF_ERROR(device_cast_from_fp32_batch(product_operand_dtype_, narrowings, stream_));
-      a_data = narrowed_a_.as<void>();
-      b_data = narrowed_b_.as<void>();
+    if (product_operand_dtype_ != DType::kFp32 && columns % 4 == 0) {
+      // Unpadded operands are rounded together in one launch.
+      std::vector<DeviceNarrowing> packed;
+      ZEROSIM_ASSIGN_OR_RETURN(a_data, narrowed_operand(a.data, a.transposed ? inner : rows, a_ld, narrowed_a_, packed));
+      ZEROSIM_ASSIGN_OR_RETURN(b_data, narrowed_operand(b.data, b.transposed ? columns : inner, b_ld, narrowed_b_, packed));
+      ZEROSIM_RETURN_IF_ERROR(device_cast_from_fp32_batch(product_operand_dtype_, packed, stream_));
+      a_ld = padded_row_elements(a_ld);
+      b_ld = padded_row_elements(b_ld);
       operand_type = product_operand_dtype_ == DType::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
       compute_type = CUBLAS_COMPUTE_32F;  // the operands are 16-bit already
+    }
+    if (a_ld > kLimit || b_ld > kLimit) {
+      return invalid_argument("cuBLAS product with operand rows of " + std::to_string(std::max(a_ld, b_ld)) +
+                              " elements: more than 2^31");
     }
     return blas("cublasGemmEx",
                 blas_library_->gemm_ex(cublas_, b.transposed ? CUBLAS_OP_T : CUBLAS_OP_N,
                                        a.transposed ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &one, b_data, operand_type,
-                                       b.transposed ? k : m, a_data, operand_type, a.transposed ? n : k, &one, c,
+                                       static_cast<int>(b_ld), a_data, operand_type, static_cast<int>(a_ld), &one, c,
                                        CUDA_R_32F, m, compute_type, CUBLAS_GEMM_DEFAULT));
   }
   if (rows > kOrderedProductMaxRows) {
@@ -129,6 +134,20 @@ Status CudaBackendBase::product(int64_t rows, int64_t columns, int64_t inner, De
   const OrderedProductTile tile = ordered_product_tile(rows, columns, multiprocessors_);
   return cuda((std::string("ordered product (") + ordered_product_tile_name(tile) + " tiles)").c_str(),
               launch_ordered_product(tile, rows, columns, inner, a, b, c, stream_));
+}
+
+Result<const void*> CudaBackendBase::narrowed_operand(const float* source, int64_t stored_rows, int64_t row_elements,
+                                                      DeviceArray& narrowed, std::vector<DeviceNarrowing>& packed) {
+  const int64_t padded = padded_row_elements(row_elements);
+  const size_t bytes = static_cast<size_t>(stored_rows * padded) * dtype_size_bytes(product_operand_dtype_);
+  ZEROSIM_RETURN_IF_ERROR(cuda("cudaMalloc (narrowed product operand)", narrowed.reserve(bytes)));
+  if (padded == row_elements) {
+    packed.push_back(DeviceNarrowing{source, narrowed.as<std::byte>(), stored_rows * row_elements});
+  } else {
+    ZEROSIM_RETURN_IF_ERROR(device_cast_rows_from_fp32(product_operand_dtype_, source, stored_rows, row_elements,
+                                                       row_elements, narrowed.as<std::byte>(), padded, stream_));
+  }
+  return static_cast<const void*>(narrowed.as<void>());
 }
 
 Status CudaBackendBase::batched_product(int64_t rows, int64_t columns, int64_t inner, BatchedOperand a,

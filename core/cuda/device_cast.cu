@@ -40,7 +40,24 @@ struct CastBatch {
   int jobs;
 };
 
+__device__ inline uint16_t narrowed(bool fp16, float value) {
+  const uint32_t bits = __float_as_uint(value);
+  return fp16 ? fp32_bits_to_fp16_bits(bits) : fp32_bits_to_bf16_bits(bits);
+}
+
+__device__ inline float widened(bool fp16, uint16_t value) {
+  return __uint_as_float(fp16 ? fp16_bits_to_fp32_bits(value) : bf16_bits_to_fp32_bits(value));
+}
+
+__device__ inline bool aligned_to(const void* pointer, uintptr_t bytes) {
+  return reinterpret_cast<uintptr_t>(pointer) % bytes == 0;
+}
+
 // `narrowing`: fp32 sources to `dtype`; else `dtype` sources to fp32. fp32 to fp32 copies.
+// A 16-bit job whose fp32 side is 16-byte aligned and 16-bit side 8-byte aligned (an
+// allocation's start, a product's operand) goes four elements a thread, in one 16-byte and one
+// 8-byte access: the cast of each element is the same function, so the bits are those of the
+// element-wise loop; the job's last count % 4 elements go one a thread.
 __global__ void cast_batch_kernel(int dtype, bool narrowing, CastBatch batch) {
   const auto [job, first, stride] = batched_slice(batch.block_start, batch.jobs);
   const int64_t count = batch.count[job];
@@ -51,19 +68,49 @@ __global__ void cast_batch_kernel(int dtype, bool narrowing, CastBatch batch) {
     return;
   }
   const bool fp16 = dtype == static_cast<int>(DType::kFp16);
+  const void* wide = narrowing ? batch.source[job] : batch.destination[job];
+  const void* narrow = narrowing ? batch.destination[job] : batch.source[job];
+  int64_t k = first;
+  if (aligned_to(wide, 16) && aligned_to(narrow, 8)) {
+    const int64_t groups = count / 4;
+    if (narrowing) {
+      const float4* source = static_cast<const float4*>(batch.source[job]);
+      ushort4* destination = static_cast<ushort4*>(batch.destination[job]);
+      for (int64_t g = first; g < groups; g += stride) {
+        const float4 v = source[g];
+        destination[g] = make_ushort4(narrowed(fp16, v.x), narrowed(fp16, v.y), narrowed(fp16, v.z), narrowed(fp16, v.w));
+      }
+    } else {
+      const ushort4* source = static_cast<const ushort4*>(batch.source[job]);
+      float4* destination = static_cast<float4*>(batch.destination[job]);
+      for (int64_t g = first; g < groups; g += stride) {
+        const ushort4 v = source[g];
+        destination[g] = make_float4(widened(fp16, v.x), widened(fp16, v.y), widened(fp16, v.z), widened(fp16, v.w));
+      }
+    }
+    k = groups * 4 + first;  // the tail: fewer than 4 elements, fewer than the stride
+  }
   if (narrowing) {
     const float* source = static_cast<const float*>(batch.source[job]);
     uint16_t* destination = static_cast<uint16_t*>(batch.destination[job]);
-    for (int64_t k = first; k < count; k += stride) {
-      const uint32_t bits = __float_as_uint(source[k]);
-      destination[k] = fp16 ? fp32_bits_to_fp16_bits(bits) : fp32_bits_to_bf16_bits(bits);
-    }
+    for (; k < count; k += stride) destination[k] = narrowed(fp16, source[k]);
     return;
   }
   const uint16_t* source = static_cast<const uint16_t*>(batch.source[job]);
   float* destination = static_cast<float*>(batch.destination[job]);
-  for (int64_t k = first; k < count; k += stride) {
-    destination[k] = __uint_as_float(fp16 ? fp16_bits_to_fp32_bits(source[k]) : bf16_bits_to_fp32_bits(source[k]));
+  for (; k < count; k += stride) destination[k] = widened(fp16, source[k]);
+}
+
+// A matrix's rows narrowed into rows `destination_stride` apart (blockIdx.y strides the rows).
+__global__ void narrow_rows_kernel(bool fp16, const float* source, int64_t rows, int64_t row_elements,
+                                   int64_t source_stride, uint16_t* destination, int64_t destination_stride) {
+  for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
+    const float* from = source + row * source_stride;
+    uint16_t* to = destination + row * destination_stride;
+    for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < row_elements;
+         k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      to[k] = narrowed(fp16, from[k]);
+    }
   }
 }
 
@@ -130,7 +177,9 @@ Status cast_batch(DType dtype, bool narrowing, std::span<const Job> jobs, void* 
     batch.source[slot] = job.source;
     batch.destination[slot] = job.destination;
     batch.count[slot] = job.element_count;
-    batch.block_start[slot + 1] = batch.block_start[slot] + batched_job_blocks(job.element_count, kThreads);
+    // A 16-bit job's aligned threads take four elements each (cast_batch_kernel).
+    const int64_t thread_work = dtype == DType::kFp32 ? job.element_count : (job.element_count + 3) / 4;
+    batch.block_start[slot + 1] = batch.block_start[slot] + batched_job_blocks(thread_work, kThreads);
     if (batch.jobs == kWideningsPerLaunch) ZEROSIM_RETURN_IF_ERROR(launch());
   }
   return launch();
@@ -144,6 +193,30 @@ Status device_cast_to_fp32_batch(DType dtype, std::span<const DeviceWidening> jo
 
 Status device_cast_from_fp32_batch(DType dtype, std::span<const DeviceNarrowing> jobs, void* stream) {
   return cast_batch(dtype, true, jobs, stream);
+}
+
+Status device_cast_rows_from_fp32(DType dtype, const float* source, int64_t rows, int64_t row_elements,
+                                  int64_t source_stride, std::byte* destination, int64_t destination_stride,
+                                  void* stream) {
+  if (rows < 0 || row_elements < 0 || source_stride < row_elements || destination_stride < row_elements) {
+    return invalid_argument("device cast of rows: " + std::to_string(rows) + " rows of " + std::to_string(row_elements) +
+                            " elements cannot be read " + std::to_string(source_stride) + " apart and written " +
+                            std::to_string(destination_stride) + " apart");
+  }
+  if (rows == 0 || row_elements == 0) return Status();
+  const auto cuda_stream = static_cast<cudaStream_t>(stream);
+  if (dtype == DType::kFp32) {
+    const cudaError_t error = cudaMemcpy2DAsync(destination, static_cast<size_t>(destination_stride) * sizeof(float), source,
+                                                static_cast<size_t>(source_stride) * sizeof(float),
+                                                static_cast<size_t>(row_elements) * sizeof(float),
+                                                static_cast<size_t>(rows), cudaMemcpyDeviceToDevice, cuda_stream);
+    return error == cudaSuccess ? Status() : internal_error(std::string("device cast of rows: ") + cudaGetErrorString(error));
+  }
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>((row_elements + kThreads - 1) / kThreads, 1024)),
+                  static_cast<unsigned>(std::min<int64_t>(rows, 65535)));
+  narrow_rows_kernel<<<grid, kThreads, 0, cuda_stream>>>(dtype == DType::kFp16, source, rows, row_elements, source_stride,
+                                                         reinterpret_cast<uint16_t*>(destination), destination_stride);
+  return launched("of rows from fp32");
 }
 
 }  // namespace zerosim
