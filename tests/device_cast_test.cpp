@@ -196,15 +196,16 @@ TEST(DeviceCast, ABatchOfNarrowingsGivesTheCpuCastsBits) {
 
 // Rows narrowed into a longer stride (a product's padded operand): each row is the CPU cast's
 // bits of its source row, read from a stride longer than the row too, and the destination's
-// padding keeps its bytes; more rows than a grid's y extent and rows longer than its x extent
-// take the kernel's loops. A stride shorter than a row is refused by name.
+// padding is zeros (written over a filled buffer); strides that take four elements a thread and
+// one that does not (7), more rows than a grid's y extent and rows longer than its x extent take
+// the kernel's paths and loops. A stride shorter than a row is refused by name.
 TEST(DeviceCast, RowsNarrowedIntoAPaddedStrideGiveTheCpuCastsBits) {
   if (usable_cuda_devices() == 0) GTEST_SKIP() << "no CUDA device";
   struct Shape {
     int64_t rows, row_elements, source_stride, destination_stride;
   };
   for (const Shape shape : {Shape{1, 1, 1, 8}, Shape{210, 301, 301, 304}, Shape{3, 300001, 300004, 300008},
-                            Shape{70001, 5, 7, 8}}) {
+                            Shape{70001, 5, 7, 8}, Shape{9, 5, 5, 7}, Shape{4, 8, 8, 8}}) {
     SCOPED_TRACE(testing::Message() << shape.rows << " rows of " << shape.row_elements << ", read "
                                     << shape.source_stride << " apart, written " << shape.destination_stride
                                     << " apart; replay: ctest -R DeviceCast");
@@ -228,7 +229,7 @@ TEST(DeviceCast, RowsNarrowedIntoAPaddedStrideGiveTheCpuCastsBits) {
                                                      d_destination, shape.destination_stride);
       ASSERT_TRUE(cast.ok()) << cast.to_string();
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      std::vector<std::byte> written(destination_bytes), expected(destination_bytes, std::byte{0x5a});
+      std::vector<std::byte> written(destination_bytes), expected(destination_bytes, std::byte{0});
       ASSERT_EQ(cudaMemcpy(written.data(), d_destination, destination_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
       for (int64_t row = 0; row < shape.rows; ++row) {
         cast_from_fp32(dtype, source.data() + row * shape.source_stride,

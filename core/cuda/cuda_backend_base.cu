@@ -93,37 +93,46 @@ Status CudaBackendBase::product(int64_t rows, int64_t columns, int64_t inner, De
     }
     // Row-major C = A B is column-major C^T = B^T A^T: a row-major operand read column-major is
     // already its transpose (no op), a stored transpose needs the op.
-    const int m = static_cast<int>(columns), n = static_cast<int>(rows), k = static_cast<int>(inner);
+    const int m = static_cast<int>(columns), n = static_cast<int>(rows);
     const float one = 1.0f;
-    // A 16-bit run's operands are rounded to its type into rows padded to a multiple of 8
-    // elements (16 bytes: cuBLAS's tensor-core kernels need aligned rows; GPT-2's head, 50,257
-    // columns, took one-element-aligned kernels at 0.6-0.9 ms a product on an H100). C stays
-    // fp32 in place, so a product whose C rows are not 16-byte aligned (the head's logits)
-    // keeps fp32 operands.
+    // A 16-bit run's operands are rounded to its type into rows padded with zeros to a multiple
+    // of 8 elements, and an inner extent that is not a multiple of 8 is padded the same way
+    // (zero rows for an operand stored with `inner` rows): cuBLAS's tensor-core kernels need
+    // 16-byte rows and take one-element-aligned kernels for an odd inner extent (GPT-2's head,
+    // 50,257 columns: 0.6-0.9 ms a product on an H100); the zero terms add nothing. C stays fp32
+    // in place, so a product whose C rows are not 16-byte aligned (columns not a multiple of 4,
+    // the head's logits) keeps fp32 operands.
     const void* a_data = a.data;
     const void* b_data = b.data;
     int64_t a_ld = a.transposed ? rows : inner;  // the stored row's length
     int64_t b_ld = b.transposed ? inner : columns;
+    int64_t inner_extent = inner;
     cudaDataType operand_type = CUDA_R_32F;
     cublasComputeType_t compute_type = product_compute_type_;
     if (product_operand_dtype_ != DType::kFp32 && columns % 4 == 0) {
+      inner_extent = padded_row_elements(inner);
       // Unpadded operands are rounded together in one launch.
       std::vector<DeviceNarrowing> packed;
-      ZEROSIM_ASSIGN_OR_RETURN(a_data, narrowed_operand(a.data, a.transposed ? inner : rows, a_ld, narrowed_a_, packed));
-      ZEROSIM_ASSIGN_OR_RETURN(b_data, narrowed_operand(b.data, b.transposed ? columns : inner, b_ld, narrowed_b_, packed));
+      ZEROSIM_ASSIGN_OR_RETURN(a_data, a.transposed
+                                           ? narrowed_operand(a.data, inner, inner_extent, rows, narrowed_a_, packed)
+                                           : narrowed_operand(a.data, rows, rows, inner, narrowed_a_, packed));
+      ZEROSIM_ASSIGN_OR_RETURN(b_data, b.transposed
+                                           ? narrowed_operand(b.data, columns, columns, inner, narrowed_b_, packed)
+                                           : narrowed_operand(b.data, inner, inner_extent, columns, narrowed_b_, packed));
       ZEROSIM_RETURN_IF_ERROR(device_cast_from_fp32_batch(product_operand_dtype_, packed, stream_));
       a_ld = padded_row_elements(a_ld);
       b_ld = padded_row_elements(b_ld);
       operand_type = product_operand_dtype_ == DType::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
       compute_type = CUBLAS_COMPUTE_32F;  // the operands are 16-bit already
     }
-    if (a_ld > kLimit || b_ld > kLimit) {
+    if (a_ld > kLimit || b_ld > kLimit || inner_extent > kLimit) {
       return invalid_argument("cuBLAS product with operand rows of " + std::to_string(std::max(a_ld, b_ld)) +
-                              " elements: more than 2^31");
+                              " elements and an inner extent of " + std::to_string(inner_extent) + ": more than 2^31");
     }
     return blas("cublasGemmEx",
                 blas_library_->gemm_ex(cublas_, b.transposed ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                       a.transposed ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &one, b_data, operand_type,
+                                       a.transposed ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, static_cast<int>(inner_extent),
+                                       &one, b_data, operand_type,
                                        static_cast<int>(b_ld), a_data, operand_type, static_cast<int>(a_ld), &one, c,
                                        CUDA_R_32F, m, compute_type, CUBLAS_GEMM_DEFAULT));
   }
@@ -136,16 +145,23 @@ Status CudaBackendBase::product(int64_t rows, int64_t columns, int64_t inner, De
               launch_ordered_product(tile, rows, columns, inner, a, b, c, stream_));
 }
 
-Result<const void*> CudaBackendBase::narrowed_operand(const float* source, int64_t stored_rows, int64_t row_elements,
-                                                      DeviceArray& narrowed, std::vector<DeviceNarrowing>& packed) {
+Result<const void*> CudaBackendBase::narrowed_operand(const float* source, int64_t stored_rows, int64_t padded_rows,
+                                                      int64_t row_elements, DeviceArray& narrowed,
+                                                      std::vector<DeviceNarrowing>& packed) {
   const int64_t padded = padded_row_elements(row_elements);
-  const size_t bytes = static_cast<size_t>(stored_rows * padded) * dtype_size_bytes(product_operand_dtype_);
+  const size_t element_bytes = dtype_size_bytes(product_operand_dtype_);
+  const size_t bytes = static_cast<size_t>(padded_rows * padded) * element_bytes;
   ZEROSIM_RETURN_IF_ERROR(cuda("cudaMalloc (narrowed product operand)", narrowed.reserve(bytes)));
   if (padded == row_elements) {
     packed.push_back(DeviceNarrowing{source, narrowed.as<std::byte>(), stored_rows * row_elements});
   } else {
     ZEROSIM_RETURN_IF_ERROR(device_cast_rows_from_fp32(product_operand_dtype_, source, stored_rows, row_elements,
                                                        row_elements, narrowed.as<std::byte>(), padded, stream_));
+  }
+  if (padded_rows > stored_rows) {
+    const size_t written = static_cast<size_t>(stored_rows * padded) * element_bytes;
+    ZEROSIM_RETURN_IF_ERROR(cuda("cudaMemsetAsync (a product operand's zero rows)",
+                                 cudaMemsetAsync(narrowed.as<std::byte>() + written, 0, bytes - written, stream_)));
   }
   return static_cast<const void*>(narrowed.as<void>());
 }

@@ -53,9 +53,9 @@ class CudaBackendBase : public ComputeBackend {
   // and multiplies those on the tensor cores, accumulating in fp32: the bf16 (fp16) kernels
   // move half the bytes of the fp32 operands and run at twice TF32's rate; a W = 1 run's
   // weights are bf16 values already, so their rounding is exact and only the activations lose
-  // bits. The rounded operands' rows are padded to a multiple of 8 elements (the tensor-core
-  // kernels' 16-byte alignment), whatever the extents; a product whose C rows are not 16-byte
-  // aligned (columns not a multiple of 4) keeps its fp32 operands.
+  // bits. The rounded operands' rows, and the inner extent, are padded with zeros to a multiple
+  // of 8 elements (the tensor-core kernels' 16-byte alignment), whatever the extents; a product
+  // whose C rows are not 16-byte aligned (columns not a multiple of 4) keeps its fp32 operands.
   Status product(int64_t rows, int64_t columns, int64_t inner, DeviceOperand a, DeviceOperand b, float* c);
 
   // Fast mode only: for each of `batch` entries, C = alpha A B (C's values replaced), row-major,
@@ -95,11 +95,12 @@ class CudaBackendBase : public ComputeBackend {
   // A row of `row_elements` rounded to 16 bits, padded to 16 bytes.
   static int64_t padded_row_elements(int64_t row_elements) { return (row_elements + 7) / 8 * 8; }
   // `narrowed` (grown as needed) for `source` (stored_rows x row_elements fp32, packed) rounded
-  // to product_operand_dtype_ with rows padded_row_elements apart: a padded operand's rounding
-  // is enqueued on the stream here, an unpadded one's is added to `packed` for the caller's
-  // one batch.
-  Result<const void*> narrowed_operand(const float* source, int64_t stored_rows, int64_t row_elements,
-                                       DeviceArray& narrowed, std::vector<DeviceNarrowing>& packed);
+  // to product_operand_dtype_ with rows padded_row_elements apart, their padding zero, and
+  // zero rows after them up to `padded_rows`: a padded operand's rounding and the zero rows are
+  // enqueued on the stream here, an unpadded one's rounding is added to `packed` for the
+  // caller's one batch.
+  Result<const void*> narrowed_operand(const float* source, int64_t stored_rows, int64_t padded_rows,
+                                       int64_t row_elements, DeviceArray& narrowed, std::vector<DeviceNarrowing>& packed);
   DeviceArray narrowed_a_, narrowed_b_;  // a 16-bit fast product's operands
   DeviceArray optimizer_state_[4];  // master, gradient, exp_avg, exp_avg_sq of one sub-group
   std::unique_ptr<CudaResidentState> resident_;

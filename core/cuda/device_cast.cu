@@ -101,15 +101,26 @@ __global__ void cast_batch_kernel(int dtype, bool narrowing, CastBatch batch) {
   for (; k < count; k += stride) destination[k] = widened(fp16, source[k]);
 }
 
-// A matrix's rows narrowed into rows `destination_stride` apart (blockIdx.y strides the rows).
+// A matrix's rows narrowed into rows `destination_stride` apart, each row's padding zeroed
+// (blockIdx.y strides the rows). Four elements a thread where the destination's rows allow
+// 8-byte stores (a padded operand's rows are 16-byte aligned; the source's rows need not be).
 __global__ void narrow_rows_kernel(bool fp16, const float* source, int64_t rows, int64_t row_elements,
                                    int64_t source_stride, uint16_t* destination, int64_t destination_stride) {
+  const bool by_four = destination_stride % 4 == 0 && aligned_to(destination, 8);
+  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
     const float* from = source + row * source_stride;
     uint16_t* to = destination + row * destination_stride;
-    for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < row_elements;
-         k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-      to[k] = narrowed(fp16, from[k]);
+    auto element = [&](int64_t k) -> uint16_t { return k < row_elements ? narrowed(fp16, from[k]) : uint16_t{0}; };
+    if (by_four) {
+      ushort4* to_four = reinterpret_cast<ushort4*>(to);
+      for (int64_t group = first; group < destination_stride / 4; group += stride) {
+        const int64_t k = group * 4;
+        to_four[group] = make_ushort4(element(k), element(k + 1), element(k + 2), element(k + 3));
+      }
+    } else {
+      for (int64_t k = first; k < destination_stride; k += stride) to[k] = element(k);
     }
   }
 }
@@ -203,16 +214,22 @@ Status device_cast_rows_from_fp32(DType dtype, const float* source, int64_t rows
                             " elements cannot be read " + std::to_string(source_stride) + " apart and written " +
                             std::to_string(destination_stride) + " apart");
   }
-  if (rows == 0 || row_elements == 0) return Status();
+  if (rows == 0 || destination_stride == 0) return Status();
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
   if (dtype == DType::kFp32) {
-    const cudaError_t error = cudaMemcpy2DAsync(destination, static_cast<size_t>(destination_stride) * sizeof(float), source,
-                                                static_cast<size_t>(source_stride) * sizeof(float),
-                                                static_cast<size_t>(row_elements) * sizeof(float),
-                                                static_cast<size_t>(rows), cudaMemcpyDeviceToDevice, cuda_stream);
+    const size_t pitch = static_cast<size_t>(destination_stride) * sizeof(float);
+    cudaError_t error = cudaMemcpy2DAsync(destination, pitch, source, static_cast<size_t>(source_stride) * sizeof(float),
+                                          static_cast<size_t>(row_elements) * sizeof(float), static_cast<size_t>(rows),
+                                          cudaMemcpyDeviceToDevice, cuda_stream);
+    if (error == cudaSuccess && destination_stride > row_elements) {
+      error = cudaMemset2DAsync(destination + static_cast<size_t>(row_elements) * sizeof(float), pitch, 0,
+                                static_cast<size_t>(destination_stride - row_elements) * sizeof(float),
+                                static_cast<size_t>(rows), cuda_stream);
+    }
     return error == cudaSuccess ? Status() : internal_error(std::string("device cast of rows: ") + cudaGetErrorString(error));
   }
-  const dim3 grid(static_cast<unsigned>(std::min<int64_t>((row_elements + kThreads - 1) / kThreads, 1024)),
+  const int64_t row_threads = destination_stride % 4 == 0 ? destination_stride / 4 : destination_stride;
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>((row_threads + kThreads - 1) / kThreads, 1024)),
                   static_cast<unsigned>(std::min<int64_t>(rows, 65535)));
   narrow_rows_kernel<<<grid, kThreads, 0, cuda_stream>>>(dtype == DType::kFp16, source, rows, row_elements, source_stride,
                                                          reinterpret_cast<uint16_t*>(destination), destination_stride);

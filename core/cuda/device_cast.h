@@ -44,10 +44,10 @@ Status device_cast_from_fp32_batch(DType dtype, std::span<const DeviceNarrowing>
 
 // A row-major matrix narrowed into another row stride: `rows` rows of `row_elements` fp32
 // elements, `source_stride` elements apart, rounded to `dtype` (device_cast_from_fp32's bits)
-// into rows `destination_stride` elements apart; the elements between a row's end and the next
-// row's start are not written. The fast mode's products pad an operand's rows to a multiple of
-// 8 elements this way (16-byte rows: cuBLAS's tensor-core kernels need them). A stride shorter
-// than a row is refused.
+// into rows `destination_stride` elements apart, the elements between a row's end and the next
+// row's start set to zero (+0.0). The fast mode's products pad an operand's rows to a multiple
+// of 8 elements this way (16-byte rows: cuBLAS's tensor-core kernels need them), and the zeros
+// let a product pad its inner extent too. A stride shorter than a row is refused.
 Status device_cast_rows_from_fp32(DType dtype, const float* source, int64_t rows, int64_t row_elements,
                                   int64_t source_stride, std::byte* destination, int64_t destination_stride,
                                   void* stream = nullptr);
