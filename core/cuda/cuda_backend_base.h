@@ -49,13 +49,14 @@ class CudaBackendBase : public ComputeBackend {
   // enqueued on the stream. Deterministic mode: each element a left fold over `inner` in order
   // from C's value, one fused multiply-add a step (__fmaf_rn: vector_ops' add_product bits, for
   // either operand stored transposed); fast mode: cublasGemmEx with beta = 1. In a 16-bit run
-  // the fast mode first rounds both operands to the run's type (one launch, the CPU's rounding)
-  // and multiplies those on the tensor cores, accumulating in fp32: the bf16 (fp16) kernels
-  // move half the bytes of the fp32 operands and run at twice TF32's rate; a W = 1 run's
-  // weights are bf16 values already, so their rounding is exact and only the activations lose
-  // bits. The rounded operands' rows, and the inner extent, are padded with zeros to a multiple
-  // of 8 elements (the tensor-core kernels' 16-byte alignment), whatever the extents; a product
-  // whose C rows are not 16-byte aligned (columns not a multiple of 4) keeps its fp32 operands.
+  // the fast mode first rounds both operands to the run's type (the CPU's rounding; one launch
+  // for both unless one is padded) and multiplies those on the tensor cores, accumulating in
+  // fp32: the bf16 (fp16) kernels move half the bytes of the fp32 operands and run at twice
+  // TF32's rate; a W = 1 run's weights are bf16 values already, so their rounding is exact and
+  // only the activations lose bits. The rounded operands' rows, and the inner extent, are
+  // padded with zeros to a multiple of 8 elements (the tensor-core kernels' 16-byte alignment),
+  // whatever the extents; a product whose C rows are not 16-byte aligned (columns not a
+  // multiple of 4) keeps its fp32 operands.
   Status product(int64_t rows, int64_t columns, int64_t inner, DeviceOperand a, DeviceOperand b, float* c);
 
   // Fast mode only: for each of `batch` entries, C = alpha A B (C's values replaced), row-major,
