@@ -32,7 +32,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // The file's bytes, empty when it cannot be read. One read into a buffer of the file's size:
-// shards here are tens of MB, and a vector grown byte by byte costs minutes under TSan.
+// shards here are tens of MB, and a vector grown byte by byte is slow under the sanitizers.
 std::vector<char> file_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) return {};
