@@ -16,18 +16,26 @@ constexpr int kThreads = 256;
 
 int blocks_for(int64_t count) { return static_cast<int>(std::min<int64_t>((count + kThreads - 1) / kThreads, 65535)); }
 
+__device__ inline uint16_t narrowed(bool fp16, float value) {
+  const uint32_t bits = __float_as_uint(value);
+  return fp16 ? fp32_bits_to_fp16_bits(bits) : fp32_bits_to_bf16_bits(bits);
+}
+
+__device__ inline float widened(bool fp16, uint16_t value) {
+  return __uint_as_float(fp16 ? fp16_bits_to_fp32_bits(value) : bf16_bits_to_fp32_bits(value));
+}
+
 __global__ void from_fp32_kernel(bool to_fp16, const float* source, uint16_t* destination, int64_t count) {
   for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < count;
        k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const uint32_t bits = __float_as_uint(source[k]);
-    destination[k] = to_fp16 ? fp32_bits_to_fp16_bits(bits) : fp32_bits_to_bf16_bits(bits);
+    destination[k] = narrowed(to_fp16, source[k]);
   }
 }
 
 __global__ void to_fp32_kernel(bool from_fp16, const uint16_t* source, float* destination, int64_t count) {
   for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < count;
        k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    destination[k] = __uint_as_float(from_fp16 ? fp16_bits_to_fp32_bits(source[k]) : bf16_bits_to_fp32_bits(source[k]));
+    destination[k] = widened(from_fp16, source[k]);
   }
 }
 
@@ -39,15 +47,6 @@ struct CastBatch {
   int block_start[kWideningsPerLaunch + 1];
   int jobs;
 };
-
-__device__ inline uint16_t narrowed(bool fp16, float value) {
-  const uint32_t bits = __float_as_uint(value);
-  return fp16 ? fp32_bits_to_fp16_bits(bits) : fp32_bits_to_bf16_bits(bits);
-}
-
-__device__ inline float widened(bool fp16, uint16_t value) {
-  return __uint_as_float(fp16 ? fp16_bits_to_fp32_bits(value) : bf16_bits_to_fp32_bits(value));
-}
 
 __device__ inline bool aligned_to(const void* pointer, uintptr_t bytes) {
   return reinterpret_cast<uintptr_t>(pointer) % bytes == 0;
