@@ -83,7 +83,7 @@ Status CudaBackendBase::adam_update(const AdamStepScalars& scalars, float grad_m
 }
 
 Status CudaBackendBase::product(int64_t rows, int64_t columns, int64_t inner, DeviceOperand a, DeviceOperand b,
-                                float* c) {
+                                float* c, RoundedMatrix* a_rounded, RoundedMatrix* b_rounded) {
   if (rows == 0 || columns == 0 || inner == 0) return Status();
   if (gemm_ == CudaGemm::kCublas) {
     constexpr int64_t kLimit = std::numeric_limits<int>::max();
@@ -97,7 +97,7 @@ Status CudaBackendBase::product(int64_t rows, int64_t columns, int64_t inner, De
     const float one = 1.0f;
     // A 16-bit run's operands are rounded to its type into rows padded with zeros to a multiple
     // of 8 elements, and an inner extent that is not a multiple of 8 is padded the same way
-    // (zero rows for an operand stored with `inner` rows): cuBLAS's tensor-core kernels need
+    // (the zero rows of an operand stored with `inner` rows): cuBLAS's tensor-core kernels need
     // 16-byte rows and take one-element-aligned kernels for an odd inner extent (GPT-2's head,
     // 50,257 columns: 0.6-0.9 ms a product on an H100); the zero terms add nothing. C stays fp32
     // in place, so a product whose C rows are not 16-byte aligned (columns not a multiple of 4,
@@ -111,15 +111,21 @@ Status CudaBackendBase::product(int64_t rows, int64_t columns, int64_t inner, De
     cublasComputeType_t compute_type = product_compute_type_;
     if (product_operand_dtype_ != DType::kFp32 && columns % 4 == 0) {
       inner_extent = padded_row_elements(inner);
-      // Unpadded operands are rounded together in one launch.
-      std::vector<DeviceNarrowing> packed;
-      ZEROSIM_ASSIGN_OR_RETURN(a_data, a.transposed
-                                           ? narrowed_operand(a.data, inner, inner_extent, rows, narrowed_a_, packed)
-                                           : narrowed_operand(a.data, rows, rows, inner, narrowed_a_, packed));
-      ZEROSIM_ASSIGN_OR_RETURN(b_data, b.transposed
-                                           ? narrowed_operand(b.data, columns, columns, inner, narrowed_b_, packed)
-                                           : narrowed_operand(b.data, inner, inner_extent, columns, narrowed_b_, packed));
-      ZEROSIM_RETURN_IF_ERROR(device_cast_from_fp32_batch(product_operand_dtype_, packed, stream_));
+      RoundedMatrix& a_matrix = a_rounded != nullptr ? *a_rounded : rounded_a_;
+      RoundedMatrix& b_matrix = b_rounded != nullptr ? *b_rounded : rounded_b_;
+      rounded_a_.forget();
+      rounded_b_.forget();
+      // The unpadded operands that need rounding are rounded together in one launch.
+      DeviceNarrowing packed[2];
+      size_t packed_count = 0;
+      ZEROSIM_RETURN_IF_ERROR(round_matrix(a.data, a.transposed ? inner : rows, a_ld, a_matrix, packed, packed_count));
+      ZEROSIM_RETURN_IF_ERROR(round_matrix(b.data, b.transposed ? columns : inner, b_ld, b_matrix, packed, packed_count));
+      if (packed_count > 0) {
+        ZEROSIM_RETURN_IF_ERROR(device_cast_from_fp32_batch(
+            product_operand_dtype_, std::span<const DeviceNarrowing>(packed, packed_count), stream_));
+      }
+      a_data = a_matrix.rounded_.as<void>();
+      b_data = b_matrix.rounded_.as<void>();
       a_ld = padded_row_elements(a_ld);
       b_ld = padded_row_elements(b_ld);
       operand_type = product_operand_dtype_ == DType::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
@@ -145,25 +151,34 @@ Status CudaBackendBase::product(int64_t rows, int64_t columns, int64_t inner, De
               launch_ordered_product(tile, rows, columns, inner, a, b, c, stream_));
 }
 
-Result<const void*> CudaBackendBase::narrowed_operand(const float* source, int64_t stored_rows, int64_t padded_rows,
-                                                      int64_t row_elements, DeviceArray& narrowed,
-                                                      std::vector<DeviceNarrowing>& packed) {
-  const int64_t padded = padded_row_elements(row_elements);
+Status CudaBackendBase::round_matrix(const float* source, int64_t rows, int64_t row_elements, RoundedMatrix& rounded,
+                                     DeviceNarrowing* packed, size_t& packed_count) {
+  if (rounded.filled_) {
+    // The owner vouches for the values (a weight gathered again for the backward may sit
+    // elsewhere, with the same bits); the shape must be the same.
+    ZEROSIM_CHECK(rounded.rows_ == rows && rounded.row_elements_ == row_elements,
+                  "a filled RoundedMatrix read as a matrix of its shape");
+    return Status();
+  }
+  const int64_t padded = padded_row_elements(row_elements), padded_rows = padded_row_elements(rows);
   const size_t element_bytes = dtype_size_bytes(product_operand_dtype_);
   const size_t bytes = static_cast<size_t>(padded_rows * padded) * element_bytes;
-  ZEROSIM_RETURN_IF_ERROR(cuda("cudaMalloc (narrowed product operand)", narrowed.reserve(bytes)));
+  ZEROSIM_RETURN_IF_ERROR(cuda("cudaMalloc (rounded product operand)", rounded.rounded_.reserve(bytes)));
   if (padded == row_elements) {
-    packed.push_back(DeviceNarrowing{source, narrowed.as<std::byte>(), stored_rows * row_elements});
+    packed[packed_count++] = DeviceNarrowing{source, rounded.rounded_.as<std::byte>(), rows * row_elements};
   } else {
-    ZEROSIM_RETURN_IF_ERROR(device_cast_rows_from_fp32(product_operand_dtype_, source, stored_rows, row_elements,
-                                                       row_elements, narrowed.as<std::byte>(), padded, stream_));
+    ZEROSIM_RETURN_IF_ERROR(device_cast_rows_from_fp32(product_operand_dtype_, source, rows, row_elements, row_elements,
+                                                       rounded.rounded_.as<std::byte>(), padded, stream_));
   }
-  if (padded_rows > stored_rows) {
-    const size_t written = static_cast<size_t>(stored_rows * padded) * element_bytes;
+  if (padded_rows > rows) {
+    const size_t written = static_cast<size_t>(rows * padded) * element_bytes;
     ZEROSIM_RETURN_IF_ERROR(cuda("cudaMemsetAsync (a product operand's zero rows)",
-                                 cudaMemsetAsync(narrowed.as<std::byte>() + written, 0, bytes - written, stream_)));
+                                 cudaMemsetAsync(rounded.rounded_.as<std::byte>() + written, 0, bytes - written, stream_)));
   }
-  return static_cast<const void*>(narrowed.as<void>());
+  rounded.rows_ = rows;
+  rounded.row_elements_ = row_elements;
+  rounded.filled_ = true;
+  return Status();
 }
 
 Status CudaBackendBase::batched_product(int64_t rows, int64_t columns, int64_t inner, BatchedOperand a,

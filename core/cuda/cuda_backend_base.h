@@ -23,6 +23,28 @@ namespace zerosim {
 
 class CudaResidentState;
 
+// An fp32 matrix, [rows, row_elements] row-major and packed, rounded to a 16-bit fast run's
+// product type the way CudaBackendBase::product() rounds an operand: rows padded with zeros to
+// a multiple of 8 elements, and zero rows after them up to a multiple of 8. The layout is the
+// same for either orientation of use, so one rounding serves every product that reads the
+// matrix: a dense layer's input and weight rounded for its forward product serve its backward
+// weight-gradient and input-gradient products, and an output gradient rounded for one of those
+// serves the other. product() fills an empty one on first use and afterwards trusts it for
+// any matrix of its shape, wherever that sits (a weight gathered again for the backward has
+// the same bits in another buffer): its owner forget()s it whenever the values change. The
+// values a product reads are the same bits either way, so sharing changes no result, only the
+// traffic.
+class RoundedMatrix {
+ public:
+  void forget() { filled_ = false; }
+
+ private:
+  friend class CudaBackendBase;
+  DeviceArray rounded_;
+  int64_t rows_ = 0, row_elements_ = 0;
+  bool filled_ = false;
+};
+
 class CudaBackendBase : public ComputeBackend {
  public:
   // `model_dtype`: the run's parameter type, which picks the fast mode's product math.
@@ -56,8 +78,11 @@ class CudaBackendBase : public ComputeBackend {
   // only the activations lose bits. The rounded operands' rows, and the inner extent, are
   // padded with zeros to a multiple of 8 elements (the tensor-core kernels' 16-byte alignment),
   // whatever the extents; a product whose C rows are not 16-byte aligned (columns not a
-  // multiple of 4) keeps its fp32 operands.
-  Status product(int64_t rows, int64_t columns, int64_t inner, DeviceOperand a, DeviceOperand b, float* c);
+  // multiple of 4) keeps its fp32 operands. `a_rounded` / `b_rounded`, where given, hold (or
+  // receive) the operand's stored matrix rounded (RoundedMatrix); a filled one of another
+  // shape is a programmer error. Without them the rounding lives for this product only.
+  Status product(int64_t rows, int64_t columns, int64_t inner, DeviceOperand a, DeviceOperand b, float* c,
+                 RoundedMatrix* a_rounded = nullptr, RoundedMatrix* b_rounded = nullptr);
 
   // Fast mode only: for each of `batch` entries, C = alpha A B (C's values replaced), row-major,
   // each operand given by a device array of `batch` device pointers and its row stride (`ld`,
@@ -95,14 +120,13 @@ class CudaBackendBase : public ComputeBackend {
   DeviceArray cublas_workspace_;
   // A row of `row_elements` rounded to 16 bits, padded to 16 bytes.
   static int64_t padded_row_elements(int64_t row_elements) { return (row_elements + 7) / 8 * 8; }
-  // `narrowed` (grown as needed) for `source` (stored_rows x row_elements fp32, packed) rounded
-  // to product_operand_dtype_ with rows padded_row_elements apart, their padding zero, and
-  // zero rows after them up to `padded_rows`: a padded operand's rounding and the zero rows are
-  // enqueued on the stream here, an unpadded one's rounding is added to `packed` for the
-  // caller's one batch.
-  Result<const void*> narrowed_operand(const float* source, int64_t stored_rows, int64_t padded_rows,
-                                       int64_t row_elements, DeviceArray& narrowed, std::vector<DeviceNarrowing>& packed);
-  DeviceArray narrowed_a_, narrowed_b_;  // a 16-bit fast product's operands
+  // Fills `rounded` (unless it is filled already) with `source`, [rows, row_elements]
+  // fp32, rounded to product_operand_dtype_ (RoundedMatrix's layout): a padded matrix's rounding
+  // and the zero rows are enqueued on the stream here, an unpadded one's rounding is added to
+  // `packed` (`packed_count` jobs so far) for the caller's one batch.
+  Status round_matrix(const float* source, int64_t rows, int64_t row_elements, RoundedMatrix& rounded,
+                      DeviceNarrowing* packed, size_t& packed_count);
+  RoundedMatrix rounded_a_, rounded_b_;  // a 16-bit fast product's operands used once
   DeviceArray optimizer_state_[4];  // master, gradient, exp_avg, exp_avg_sq of one sub-group
   std::unique_ptr<CudaResidentState> resident_;
 };

@@ -420,9 +420,19 @@ __global__ void loss_fold_kernel(int64_t rows, const float* row_losses, float* l
 struct DeviceLayerNorm {
   DeviceArray out, normalized, mean, inverse_std;
 };
+// A dense layer's input and weight as a 16-bit fast run's products read them, rounded by its
+// forward product and read again by its backward ones (RoundedMatrix).
+struct RoundedConv1d {
+  RoundedMatrix input, weight;
+  void forget() {
+    input.forget();
+    weight.forget();
+  }
+};
 struct DeviceBlock {
   DeviceLayerNorm ln_1, ln_2;
   DeviceArray qkv, probabilities, attended, middle, fc, fc_gelu, fc_derivative;
+  RoundedConv1d c_attn, attn_proj, c_fc, mlp_proj;
 };
 
 class CudaGptBackend final : public CudaBackendBase {
@@ -730,19 +740,25 @@ class CudaGptBackend final : public CudaBackendBase {
     return cuda("layer_norm_input_gradient_kernel", cudaGetLastError());
   }
 
-  // out [rows, out_width] = bias + in [rows, in_width] x weight [in_width, out_width].
-  Status conv1d(const float* in, int64_t in_width, const float* weight, const float* bias, int64_t out_width, float* out) {
+  // out [rows, out_width] = bias + in [rows, in_width] x weight [in_width, out_width]; `rounded`
+  // takes the operands' roundings for the backward (the caller forgot its old ones).
+  Status conv1d(const float* in, int64_t in_width, const float* weight, const float* bias, int64_t out_width, float* out,
+                RoundedConv1d& rounded) {
     const int64_t rows = sequences_ * length_;
     broadcast_rows_kernel<<<blocks_for(rows * out_width), kThreads, 0, stream_>>>(rows, out_width, bias, out);
     ZEROSIM_RETURN_IF_ERROR(cuda("broadcast_rows_kernel", cudaGetLastError()));
-    return product(rows, out_width, in_width, {in, false}, {weight, false}, out);
+    return product(rows, out_width, in_width, {in, false}, {weight, false}, out, &rounded.input, &rounded.weight);
   }
 
-  // weight_gradient += in^T d_out, bias_gradient += column sums of d_out, d_in = 0 + d_out weight^T.
+  // weight_gradient += in^T d_out, bias_gradient += column sums of d_out, d_in = 0 + d_out weight^T;
+  // `rounded` holds the forward's roundings of `in` and `weight` (their values are unchanged
+  // since), and d_out is rounded once for both products.
   Status conv1d_backward(const float* in, int64_t in_width, const float* weight, int64_t out_width, const float* d_out,
-                         float* weight_gradient, float* bias_gradient, DeviceArray& d_in) {
+                         float* weight_gradient, float* bias_gradient, DeviceArray& d_in, RoundedConv1d& rounded) {
     const int64_t rows = sequences_ * length_;
-    ZEROSIM_RETURN_IF_ERROR(product(in_width, out_width, rows, {in, true}, {d_out, false}, weight_gradient));
+    rounded_d_out_.forget();
+    ZEROSIM_RETURN_IF_ERROR(product(in_width, out_width, rows, {in, true}, {d_out, false}, weight_gradient,
+                                    &rounded.input, &rounded_d_out_));
     if (gemm_ == CudaGemm::kCublas) {
       ZEROSIM_RETURN_IF_ERROR(cuda("fast column sums (bias)",
                                    launch_fast_column_sums(rows, out_width, d_out, nullptr, bias_gradient, nullptr,
@@ -753,7 +769,8 @@ class CudaGptBackend final : public CudaBackendBase {
       ZEROSIM_RETURN_IF_ERROR(cuda("column_fold_kernel (bias)", cudaGetLastError()));
     }
     ZEROSIM_RETURN_IF_ERROR(zero(d_in, rows * in_width, "input gradient"));
-    return product(rows, in_width, out_width, {d_out, false}, {weight, true}, d_in.as<float>());
+    return product(rows, in_width, out_width, {d_out, false}, {weight, true}, d_in.as<float>(), &rounded_d_out_,
+                   &rounded.weight);
   }
 
   AttentionShape attention_shape() const {
@@ -899,18 +916,21 @@ class CudaGptBackend final : public CudaBackendBase {
   Status block_forward(int64_t block) {
     const int64_t rows = sequences_ * length_, e = spec_.embd;
     DeviceBlock& c = blocks_[static_cast<size_t>(block)];
+    // New inputs, and weights that may have stepped since the last forward.
+    for (RoundedConv1d* rounded : {&c.c_attn, &c.attn_proj, &c.c_fc, &c.mlp_proj}) rounded->forget();
     ZEROSIM_RETURN_IF_ERROR(layer_norm(x_.as<float>(), param(0), param(1), c.ln_1));
-    ZEROSIM_RETURN_IF_ERROR(conv1d(c.ln_1.out.as<float>(), e, param(2), param(3), 3 * e, c.qkv.as<float>()));
+    ZEROSIM_RETURN_IF_ERROR(conv1d(c.ln_1.out.as<float>(), e, param(2), param(3), 3 * e, c.qkv.as<float>(), c.c_attn));
     ZEROSIM_RETURN_IF_ERROR(attention_forward(block));
-    ZEROSIM_RETURN_IF_ERROR(conv1d(c.attended.as<float>(), e, param(4), param(5), e, c.middle.as<float>()));
+    ZEROSIM_RETURN_IF_ERROR(
+        conv1d(c.attended.as<float>(), e, param(4), param(5), e, c.middle.as<float>(), c.attn_proj));
     add_kernel<<<blocks_for(rows * e), kThreads, 0, stream_>>>(rows * e, x_.as<float>(), c.middle.as<float>());
     ZEROSIM_RETURN_IF_ERROR(cuda("add_kernel", cudaGetLastError()));
     ZEROSIM_RETURN_IF_ERROR(layer_norm(c.middle.as<float>(), param(6), param(7), c.ln_2));
-    ZEROSIM_RETURN_IF_ERROR(conv1d(c.ln_2.out.as<float>(), e, param(8), param(9), 4 * e, c.fc.as<float>()));
+    ZEROSIM_RETURN_IF_ERROR(conv1d(c.ln_2.out.as<float>(), e, param(8), param(9), 4 * e, c.fc.as<float>(), c.c_fc));
     gelu_kernel<<<blocks_for(rows * 4 * e), kThreads, 0, stream_>>>(rows * 4 * e, c.fc.as<float>(), c.fc_gelu.as<float>(),
                                                                      c.fc_derivative.as<float>());
     ZEROSIM_RETURN_IF_ERROR(cuda("gelu_kernel", cudaGetLastError()));
-    ZEROSIM_RETURN_IF_ERROR(conv1d(c.fc_gelu.as<float>(), 4 * e, param(10), param(11), e, x_.as<float>()));
+    ZEROSIM_RETURN_IF_ERROR(conv1d(c.fc_gelu.as<float>(), 4 * e, param(10), param(11), e, x_.as<float>(), c.mlp_proj));
     add_kernel<<<blocks_for(rows * e), kThreads, 0, stream_>>>(rows * e, c.middle.as<float>(), x_.as<float>());
     return cuda("add_kernel", cudaGetLastError());
   }
@@ -919,11 +939,14 @@ class CudaGptBackend final : public CudaBackendBase {
   Status backward_kernels(int64_t stage) {
     const int64_t rows = sequences_ * length_, e = spec_.embd, v = spec_.vocab;
     if (stage == 0) {
-      // d_wte += d_logits^T ln_f(x) (the head's use, first); d_scratch = 0 + d_logits wte.
-      ZEROSIM_RETURN_IF_ERROR(
-          product(v, e, rows, {logits_.as<float>(), true}, {final_norm_.out.as<float>(), false}, grad(0)));
+      // d_wte += d_logits^T ln_f(x) (the head's use, first); d_scratch = 0 + d_logits wte. The
+      // logits' array holds d_logits now (the loss wrote them), rounded once for both.
+      rounded_d_logits_.forget();
+      ZEROSIM_RETURN_IF_ERROR(product(v, e, rows, {logits_.as<float>(), true}, {final_norm_.out.as<float>(), false},
+                                      grad(0), &rounded_d_logits_));
       ZEROSIM_RETURN_IF_ERROR(zero(d_scratch_, rows * e, "d_scratch"));
-      return product(rows, e, v, {logits_.as<float>(), false}, {param(0), false}, d_scratch_.as<float>());
+      return product(rows, e, v, {logits_.as<float>(), false}, {param(0), false}, d_scratch_.as<float>(),
+                     &rounded_d_logits_);
     }
     if (stage == 1) {
       ZEROSIM_RETURN_IF_ERROR(zero(d_x_, rows * e, "d_x"));
@@ -949,20 +972,20 @@ class CudaGptBackend final : public CudaBackendBase {
     DeviceBlock& c = blocks_[static_cast<size_t>(block)];
     // x_out = middle + mlp(ln_2(middle)).
     ZEROSIM_RETURN_IF_ERROR(conv1d_backward(c.fc_gelu.as<float>(), 4 * e, param(10), e, d_x_.as<float>(), grad(10),
-                                            grad(11), d_wide_));
+                                            grad(11), d_wide_, c.mlp_proj));
     multiply_kernel<<<blocks_for(rows * 4 * e), kThreads, 0, stream_>>>(rows * 4 * e, c.fc_derivative.as<float>(),
                                                                          d_wide_.as<float>());
     ZEROSIM_RETURN_IF_ERROR(cuda("multiply_kernel", cudaGetLastError()));
     ZEROSIM_RETURN_IF_ERROR(conv1d_backward(c.ln_2.out.as<float>(), e, param(8), 4 * e, d_wide_.as<float>(), grad(8),
-                                            grad(9), d_scratch_));
+                                            grad(9), d_scratch_, c.c_fc));
     ZEROSIM_RETURN_IF_ERROR(
         layer_norm_backward(c.ln_2, param(6), d_scratch_.as<float>(), grad(6), grad(7), d_x_.as<float>()));  // d_middle
     // middle = input + proj(attention(ln_1(input))).
     ZEROSIM_RETURN_IF_ERROR(conv1d_backward(c.attended.as<float>(), e, param(4), e, d_x_.as<float>(), grad(4), grad(5),
-                                            d_attended_));
+                                            d_attended_, c.attn_proj));
     ZEROSIM_RETURN_IF_ERROR(attention_backward(block));
     ZEROSIM_RETURN_IF_ERROR(conv1d_backward(c.ln_1.out.as<float>(), e, param(2), 3 * e, d_qkv_.as<float>(), grad(2),
-                                            grad(3), d_scratch_));
+                                            grad(3), d_scratch_, c.c_attn));
     return layer_norm_backward(c.ln_1, param(0), d_scratch_.as<float>(), grad(0), grad(1), d_x_.as<float>());  // d_input
   }
 
@@ -981,6 +1004,7 @@ class CudaGptBackend final : public CudaBackendBase {
   DeviceLayerNorm final_norm_;
   DeviceArray x_, logits_, row_losses_;  // row_losses_ holds each row's loss, then the mean
   DeviceArray d_x_, d_scratch_, d_attended_, d_wide_, d_qkv_, d_p_, d_scores_, mean_d_, mean_dx_;
+  RoundedMatrix rounded_d_out_, rounded_d_logits_;  // a 16-bit fast run's backward roundings
   std::vector<DeviceArray> parameters_, gradients_;  // a host stage's tensors, uploaded
   std::vector<const float*> stage_parameters_;  // the current stage's weights and gradients
   std::vector<float*> stage_gradients_;
