@@ -29,7 +29,9 @@ cudaError_t launch_fast_layer_norm_gradient_statistics(int64_t rows, int64_t wid
 // Softmax cross-entropy of each row of `logits` [sequences x length, vocab], in place: the row of
 // sequence s at position t predicts tokens[s * (length + 1) + t + 1]. Each logit becomes its
 // gradient, (softmax - one_hot) x gradient_scale, and row_losses[row] = log(sum exp(z - max)) -
-// (z[target] - max).
+// (z[target] - max). A row that fits the shared memory a block may opt in to (GPT-2's, on
+// Hopper) is read from device memory once and kept on chip; a longer one is read in place three
+// times; both give the same bits.
 cudaError_t launch_fast_softmax_cross_entropy(int64_t sequences, int64_t length, int64_t vocab, const int32_t* tokens,
                                               float gradient_scale, float* logits, float* row_losses,
                                               cudaStream_t stream);
