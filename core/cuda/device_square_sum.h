@@ -2,7 +2,8 @@
 // global gradient norm's input on a GPU rank. Every element adds significand^2 to the integer
 // bin of its exponent field; integer addition is associative, so the bins are the CPU's exactly,
 // whatever the block, warp and thread split. Blocks of at most 2^16 elements keep 64-bit partial
-// bins (each square is below 2^48), and one pass folds the partials into 128-bit bins.
+// bins (each square is below 2^48; on chip, 32-bit counters of 16-bit pieces), and a second
+// launch folds the partials into 128-bit bins, a block a bin.
 //
 // Without the CUDA backend both entry points return kFailedPrecondition.
 #pragma once
