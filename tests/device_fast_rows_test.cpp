@@ -168,13 +168,36 @@ TEST(DeviceFastRows, SoftmaxCrossEntropyGivesEachRowsLossAndGradient) {
     for (int run = 0; run < 2; ++run) {
       const DeviceFloats d_logits(logits), losses(std::vector<float>(static_cast<size_t>(rows)));
       ASSERT_EQ(launch_fast_softmax_cross_entropy(sequences, length, vocab, d_tokens, gradient_scale, d_logits.data,
-                                                  losses.data, nullptr),
+                                                  vocab, d_logits.data, losses.data, nullptr),
                 cudaSuccess);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       std::vector<float> all = d_logits.host();
       const std::vector<float> row_losses = losses.host();
       all.insert(all.end(), row_losses.begin(), row_losses.end());
       runs.push_back(all);
+    }
+    // The same logits in rows 3 elements longer (NaNs between them, which must not be read), the
+    // gradients into an array of their own: the same bits.
+    {
+      const int64_t stride = vocab + 3;
+      std::vector<float> padded(static_cast<size_t>(rows * stride), std::nanf(""));
+      for (int64_t row = 0; row < rows; ++row) {
+        std::memcpy(padded.data() + row * stride, logits.data() + row * vocab, static_cast<size_t>(vocab) * sizeof(float));
+      }
+      const DeviceFloats d_padded(padded), gradients(std::vector<float>(logits.size())),
+          losses(std::vector<float>(static_cast<size_t>(rows)));
+      ASSERT_EQ(launch_fast_softmax_cross_entropy(sequences, length, vocab, d_tokens, gradient_scale, d_padded.data,
+                                                  stride, gradients.data, losses.data, nullptr),
+                cudaSuccess);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<float> all = gradients.host();
+      const std::vector<float> row_losses = losses.host();
+      all.insert(all.end(), row_losses.begin(), row_losses.end());
+      EXPECT_TRUE(same_bits(runs[0], all)) << "strided logits gave other bits; replay: ctest -R DeviceFastRows";
+      EXPECT_EQ(launch_fast_softmax_cross_entropy(sequences, length, vocab, d_tokens, gradient_scale, d_padded.data,
+                                                  vocab - 1, gradients.data, losses.data, nullptr),
+                cudaErrorInvalidValue)
+          << "a row stride shorter than the row";
     }
     cudaFree(d_tokens);
     EXPECT_TRUE(same_bits(runs[0], runs[1])) << "a second launch gave other bits; replay: ctest -R DeviceFastRows";

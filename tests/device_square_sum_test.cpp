@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "core/cuda/cuda_probe.h"
@@ -47,7 +48,15 @@ TEST(DeviceSquareSum, GivesTheCpuBinsForAnyValuesAndSizes) {
       ASSERT_TRUE(device_add_squares(device, static_cast<int64_t>(count), gpu).ok());
       ExactSquareSum gpu_reused;
       ASSERT_TRUE(reused.add_squares(device, static_cast<int64_t>(count), gpu_reused, nullptr).ok());
+      // From the second value on: an array that is not 16-byte aligned takes single loads.
+      ExactSquareSum cpu_unaligned, gpu_unaligned;
+      cpu_unaligned.add_squares(std::span<const float>(values).subspan(1));
+      ASSERT_TRUE(reused.add_squares(device + 1, static_cast<int64_t>(count) - 1, gpu_unaligned, nullptr).ok());
       cudaFree(device);
+      std::array<std::byte, ExactSquareSum::kSerializedBytes> cpu_unaligned_bytes{}, gpu_unaligned_bytes{};
+      cpu_unaligned.serialize(cpu_unaligned_bytes);
+      gpu_unaligned.serialize(gpu_unaligned_bytes);
+      EXPECT_EQ(cpu_unaligned_bytes, gpu_unaligned_bytes) << "from an unaligned start";
       std::array<std::byte, ExactSquareSum::kSerializedBytes> cpu_bytes{}, gpu_bytes{};
       cpu.serialize(cpu_bytes);
       gpu.serialize(gpu_bytes);

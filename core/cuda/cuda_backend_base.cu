@@ -83,25 +83,29 @@ Status CudaBackendBase::adam_update(const AdamStepScalars& scalars, float grad_m
 }
 
 Status CudaBackendBase::product(int64_t rows, int64_t columns, int64_t inner, DeviceOperand a, DeviceOperand b,
-                                float* c, RoundedMatrix* a_rounded, RoundedMatrix* b_rounded) {
+                                float* c, RoundedMatrix* a_rounded, RoundedMatrix* b_rounded, int64_t c_stride) {
   if (rows == 0 || columns == 0 || inner == 0) return Status();
+  const int64_t ldc = c_stride == 0 ? columns : c_stride;
+  ZEROSIM_CHECK(ldc >= columns, "a product's C rows at least `columns` apart");
+  ZEROSIM_CHECK(ldc == columns || gemm_ == CudaGemm::kCublas, "the ordered product writes packed rows");
   if (gemm_ == CudaGemm::kCublas) {
     constexpr int64_t kLimit = std::numeric_limits<int>::max();
-    if (rows > kLimit || columns > kLimit || inner > kLimit) {
+    if (rows > kLimit || columns > kLimit || inner > kLimit || ldc > kLimit) {
       return invalid_argument("cuBLAS product of " + std::to_string(rows) + " x " + std::to_string(inner) + " x " +
                               std::to_string(columns) + ": an extent passes 2^31");
     }
     // Row-major C = A B is column-major C^T = B^T A^T: a row-major operand read column-major is
     // already its transpose (no op), a stored transpose needs the op.
-    const int m = static_cast<int>(columns), n = static_cast<int>(rows);
+    int m = static_cast<int>(columns);
+    const int n = static_cast<int>(rows);
     const float one = 1.0f;
     // A 16-bit run's operands are rounded to its type into rows padded with zeros to a multiple
     // of 8 elements, and an inner extent that is not a multiple of 8 is padded the same way
     // (the zero rows of an operand stored with `inner` rows): cuBLAS's tensor-core kernels need
     // 16-byte rows and take one-element-aligned kernels for an odd inner extent (GPT-2's head,
     // 50,257 columns: 0.6-0.9 ms a product on an H100); the zero terms add nothing. C stays fp32
-    // in place, so a product whose C rows are not 16-byte aligned (columns not a multiple of 4,
-    // the head's logits) keeps fp32 operands.
+    // in place, so a product whose C rows are not 16-byte aligned (a row stride not a multiple
+    // of 4) keeps fp32 operands.
     const void* a_data = a.data;
     const void* b_data = b.data;
     int64_t a_ld = a.transposed ? rows : inner;  // the stored row's length
@@ -109,8 +113,12 @@ Status CudaBackendBase::product(int64_t rows, int64_t columns, int64_t inner, De
     int64_t inner_extent = inner;
     cudaDataType operand_type = CUDA_R_32F;
     cublasComputeType_t compute_type = product_compute_type_;
-    if (product_operand_dtype_ != DType::kFp32 && columns % 4 == 0) {
+    if (product_operand_dtype_ != DType::kFp32 && ldc % 4 == 0) {
       inner_extent = padded_row_elements(inner);
+      // Where C's rows have room, its columns too run to a multiple of 8: B's rounding holds
+      // zeros there, so the padding gains zero terms, and cuBLAS takes its aligned kernels (an
+      // odd column count, GPT-2's 50,257 logits, took a one-element-aligned one: 0.91 ms).
+      if (padded_row_elements(columns) <= ldc) m = static_cast<int>(padded_row_elements(columns));
       RoundedMatrix& a_matrix = a_rounded != nullptr ? *a_rounded : rounded_a_;
       RoundedMatrix& b_matrix = b_rounded != nullptr ? *b_rounded : rounded_b_;
       rounded_a_.forget();
@@ -140,7 +148,7 @@ Status CudaBackendBase::product(int64_t rows, int64_t columns, int64_t inner, De
                                        a.transposed ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, static_cast<int>(inner_extent),
                                        &one, b_data, operand_type,
                                        static_cast<int>(b_ld), a_data, operand_type, static_cast<int>(a_ld), &one, c,
-                                       CUDA_R_32F, m, compute_type, CUBLAS_GEMM_DEFAULT));
+                                       CUDA_R_32F, static_cast<int>(ldc), compute_type, CUBLAS_GEMM_DEFAULT));
   }
   if (rows > kOrderedProductMaxRows) {
     return invalid_argument("ordered product of " + std::to_string(rows) + " x " + std::to_string(columns) +

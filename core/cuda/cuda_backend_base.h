@@ -81,8 +81,11 @@ class CudaBackendBase : public ComputeBackend {
   // multiple of 4) keeps its fp32 operands. `a_rounded` / `b_rounded`, where given, hold (or
   // receive) the operand's stored matrix rounded (RoundedMatrix); a filled one of another
   // shape is a programmer error. Without them the rounding lives for this product only.
+  // `c_stride`: C's rows that many elements apart (fast mode only; 0: columns, packed), so that
+  // a caller may pad C's rows to 16 bytes and keep the 16-bit operands; where the stride leaves
+  // room, a 16-bit product also adds zero terms to C's padding up to a multiple of 8 columns.
   Status product(int64_t rows, int64_t columns, int64_t inner, DeviceOperand a, DeviceOperand b, float* c,
-                 RoundedMatrix* a_rounded = nullptr, RoundedMatrix* b_rounded = nullptr);
+                 RoundedMatrix* a_rounded = nullptr, RoundedMatrix* b_rounded = nullptr, int64_t c_stride = 0);
 
   // Fast mode only: for each of `batch` entries, C = alpha A B (C's values replaced), row-major,
   // each operand given by a device array of `batch` device pointers and its row stride (`ld`,

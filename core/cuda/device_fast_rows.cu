@@ -67,28 +67,30 @@ __device__ float block_reduce(float value, float* warp_results) {
   return result;
 }
 
-// One block per row, each pass over the row in place.
+// One block per row, each pass over the row in device memory: the exponentials are written
+// to the gradients' row and read back from it.
 __global__ void __launch_bounds__(kLossThreads)
     softmax_cross_entropy_kernel(int64_t length, int64_t vocab, const int32_t* tokens, float gradient_scale,
-                                 float* logits, float* row_losses) {
+                                 const float* logits, int64_t logits_stride, float* gradients, float* row_losses) {
   __shared__ float warp_results[kLossWarps];
   const int64_t row = blockIdx.x, s = row / length, t = row % length;
   const int32_t target = tokens[s * (length + 1) + t + 1];
-  float* z = logits + row * vocab;
-  const float target_logit = z[target];  // read by every thread before any exponential replaces it
+  const float* z = logits + row * logits_stride;
+  float* g = gradients + row * vocab;
+  const float target_logit = z[target];  // read by every thread before an exponential may replace it
   float maximum = -INFINITY;
   for (int64_t c = threadIdx.x; c < vocab; c += kLossThreads) maximum = fmaxf(maximum, z[c]);
   maximum = block_reduce<true>(maximum, warp_results);
   float sum = 0.0f;
   for (int64_t c = threadIdx.x; c < vocab; c += kLossThreads) {
     const float e = expf(z[c] - maximum);
-    z[c] = e;
+    g[c] = e;
     sum += e;
   }
   sum = block_reduce<false>(sum, warp_results);
   if (threadIdx.x == 0) row_losses[row] = logf(sum) - (target_logit - maximum);
   for (int64_t c = threadIdx.x; c < vocab; c += kLossThreads) {
-    z[c] = (z[c] / sum - (c == target ? 1.0f : 0.0f)) * gradient_scale;
+    g[c] = (g[c] / sum - (c == target ? 1.0f : 0.0f)) * gradient_scale;
   }
 }
 
@@ -101,16 +103,17 @@ constexpr int kStagedLossWarps = kStagedLossThreads / kWarpLanes;
 
 __global__ void __launch_bounds__(kStagedLossThreads)
     staged_softmax_cross_entropy_kernel(int64_t length, int64_t vocab, const int32_t* tokens, float gradient_scale,
-                                        float* logits, float* row_losses) {
+                                        const float* logits, int64_t logits_stride, float* gradients,
+                                        float* row_losses) {
   extern __shared__ float z[];
   __shared__ float warp_results[kStagedLossWarps];
   const int lane = static_cast<int>(threadIdx.x) % kWarpLanes, warp = static_cast<int>(threadIdx.x) / kWarpLanes;
   const int64_t row = blockIdx.x, s = row / length, t = row % length;
   const int32_t target = tokens[s * (length + 1) + t + 1];
-  float* in_place = logits + row * vocab;
+  const float* in = logits + row * logits_stride;
   float maximum = -INFINITY;  // a maximum is the same whatever the order
   for (int64_t c = threadIdx.x; c < vocab; c += kStagedLossThreads) {
-    z[c] = in_place[c];
+    z[c] = in[c];
     maximum = fmaxf(maximum, z[c]);
   }
   maximum = warp_max(maximum);
@@ -132,8 +135,9 @@ __global__ void __launch_bounds__(kStagedLossThreads)
   __syncthreads();
   sum = warp_sum(lane < kLossWarps ? warp_results[lane] : 0.0f);
   if (threadIdx.x == 0) row_losses[row] = logf(sum) - (target_logit - maximum);
+  float* g = gradients + row * vocab;
   for (int64_t c = threadIdx.x; c < vocab; c += kStagedLossThreads) {
-    in_place[c] = (z[c] / sum - (c == target ? 1.0f : 0.0f)) * gradient_scale;
+    g[c] = (z[c] / sum - (c == target ? 1.0f : 0.0f)) * gradient_scale;
   }
 }
 
@@ -211,9 +215,10 @@ cudaError_t launch_fast_layer_norm_gradient_statistics(int64_t rows, int64_t wid
 }
 
 cudaError_t launch_fast_softmax_cross_entropy(int64_t sequences, int64_t length, int64_t vocab, const int32_t* tokens,
-                                              float gradient_scale, float* logits, float* row_losses,
-                                              cudaStream_t stream) {
+                                              float gradient_scale, const float* logits, int64_t logits_stride,
+                                              float* gradients, float* row_losses, cudaStream_t stream) {
   if (sequences * length == 0) return cudaSuccess;
+  if (logits_stride < vocab) return cudaErrorInvalidValue;
   const unsigned rows = static_cast<unsigned>(sequences * length);
   // A row staged in shared memory where it fits what a block may opt in to (GPT-2's 50,257
   // logits, 196 KiB, on an H100's 227 KiB): one read of the logits from device memory instead of
@@ -231,10 +236,10 @@ cudaError_t launch_fast_softmax_cross_entropy(int64_t sequences, int64_t length,
                                  static_cast<int>(row_bytes));
     if (error != cudaSuccess) return error;
     staged_softmax_cross_entropy_kernel<<<rows, kStagedLossThreads, static_cast<size_t>(row_bytes), stream>>>(
-        length, vocab, tokens, gradient_scale, logits, row_losses);
+        length, vocab, tokens, gradient_scale, logits, logits_stride, gradients, row_losses);
   } else {
     softmax_cross_entropy_kernel<<<rows, kLossThreads, 0, stream>>>(length, vocab, tokens, gradient_scale, logits,
-                                                                    row_losses);
+                                                                    logits_stride, gradients, row_losses);
   }
   return cudaGetLastError();
 }

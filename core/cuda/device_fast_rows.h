@@ -26,15 +26,18 @@ cudaError_t launch_fast_layer_norm_gradient_statistics(int64_t rows, int64_t wid
                                                        const float* normalized, const float* gamma, float* mean_d,
                                                        float* mean_dx, cudaStream_t stream);
 
-// Softmax cross-entropy of each row of `logits` [sequences x length, vocab], in place: the row of
-// sequence s at position t predicts tokens[s * (length + 1) + t + 1]. Each logit becomes its
-// gradient, (softmax - one_hot) x gradient_scale, and row_losses[row] = log(sum exp(z - max)) -
-// (z[target] - max). A row that fits the shared memory a block may opt in to (GPT-2's, on
-// Hopper) is read from device memory once and kept on chip; a longer one is read in place three
-// times; both give the same bits.
+// Softmax cross-entropy of each row of `logits` [sequences x length, vocab], its rows
+// `logits_stride` elements apart (at least vocab): the row of sequence s at position t predicts
+// tokens[s * (length + 1) + t + 1]. Row r of `gradients` [sequences x length, vocab], packed,
+// becomes the logits' gradient, (softmax - one_hot) x gradient_scale, and row_losses[r] =
+// log(sum exp(z - max)) - (z[target] - max). `gradients` may be `logits` itself (in place, with
+// logits_stride == vocab); otherwise they must not overlap. A row that fits the shared memory a
+// block may opt in to (GPT-2's, on Hopper) is read from device memory once and kept on chip; a
+// longer one is read three times; both give the same bits. A stride below vocab is refused
+// (cudaErrorInvalidValue).
 cudaError_t launch_fast_softmax_cross_entropy(int64_t sequences, int64_t length, int64_t vocab, const int32_t* tokens,
-                                              float gradient_scale, float* logits, float* row_losses,
-                                              cudaStream_t stream);
+                                              float gradient_scale, const float* logits, int64_t logits_stride,
+                                              float* gradients, float* row_losses, cudaStream_t stream);
 
 // Floats of scratch launch_fast_column_sums needs for `rows` x `width`.
 int64_t fast_column_sums_scratch_floats(int64_t rows, int64_t width);

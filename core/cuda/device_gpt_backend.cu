@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <string>
 #include <utility>
@@ -216,8 +217,31 @@ __global__ void layer_norm_input_gradient_kernel(int64_t rows, int64_t width, co
   }
 }
 
-__global__ void broadcast_rows_kernel(int64_t rows, int64_t width, const float* row, float* out) {
-  ZEROSIM_GRID_LOOP(k, rows * width) { out[k] = row[k % width]; }
+// out [rows, width] = `row` in every row: a thread a column (T: float, or float4 for four
+// columns when the rows are 16-byte aligned), over the rows of its block's slice; no division
+// per element (a 64-bit remainder had made this copy three times as slow as its writes).
+template <typename T>
+__global__ void broadcast_rows_kernel(int64_t rows, int64_t columns, const T* row, T* out) {
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= columns) return;
+  const T value = row[j];
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) out[r * columns + j] = value;
+}
+
+cudaError_t launch_broadcast_rows(int64_t rows, int64_t width, const float* row, float* out, cudaStream_t stream) {
+  if (rows == 0 || width == 0) return cudaSuccess;
+  const bool four = width % 4 == 0 && ((reinterpret_cast<uintptr_t>(row) | reinterpret_cast<uintptr_t>(out)) & 15) == 0;
+  const int64_t columns = four ? width / 4 : width;
+  const int64_t column_blocks = (columns + kThreads - 1) / kThreads;
+  if (column_blocks > std::numeric_limits<int>::max()) return cudaErrorInvalidConfiguration;
+  const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(std::min<int64_t>(rows, 1024)));
+  if (four) {
+    broadcast_rows_kernel<float4><<<grid, kThreads, 0, stream>>>(rows, columns, reinterpret_cast<const float4*>(row),
+                                                                  reinterpret_cast<float4*>(out));
+  } else {
+    broadcast_rows_kernel<float><<<grid, kThreads, 0, stream>>>(rows, columns, row, out);
+  }
+  return cudaGetLastError();
 }
 
 __global__ void add_kernel(int64_t count, const float* in, float* accumulate) {
@@ -484,6 +508,13 @@ class CudaGptBackend final : public CudaBackendBase {
     ZEROSIM_RETURN_IF_ERROR(reserve_norm(final_norm_, rows, e));
     ZEROSIM_RETURN_IF_ERROR(reserve(x_, rows * e, "residual stream"));
     ZEROSIM_RETURN_IF_ERROR(reserve(logits_, rows * spec_.vocab, "logits"));
+    // A 16-bit fast run computes the logits into rows padded to 32 bytes, so that the head's
+    // product keeps 16-bit operands and aligned kernels (product()); the loss reads them there.
+    const bool padded_logits = gemm_ == CudaGemm::kCublas && product_operand_dtype_ != DType::kFp32;
+    logits_stride_ = padded_logits ? (spec_.vocab + 7) / 8 * 8 : spec_.vocab;
+    if (logits_stride_ != spec_.vocab) {
+      ZEROSIM_RETURN_IF_ERROR(reserve(padded_logits_, rows * logits_stride_, "padded logits"));
+    }
     ZEROSIM_RETURN_IF_ERROR(reserve(row_losses_, rows + 1, "row losses"));
     ZEROSIM_RETURN_IF_ERROR(reserve(d_x_, rows * e, "residual gradient"));
     ZEROSIM_RETURN_IF_ERROR(reserve(d_scratch_, rows * e, "gradient scratch"));
@@ -540,9 +571,10 @@ class CudaGptBackend final : public CudaBackendBase {
     float* row_losses = row_losses_.as<float>();
     if (gemm_ == CudaGemm::kCublas) {
       ZEROSIM_RETURN_IF_ERROR(in_stage(cuda("fast softmax cross-entropy",
-                                            launch_fast_softmax_cross_entropy(sequences_, length_, spec_.vocab,
-                                                                              tokens_.as<int32_t>(), gradient_scale,
-                                                                              logits_.as<float>(), row_losses, stream_)),
+                                            launch_fast_softmax_cross_entropy(
+                                                sequences_, length_, spec_.vocab, tokens_.as<int32_t>(), gradient_scale,
+                                                forward_logits(), logits_stride_, logits_.as<float>(), row_losses,
+                                                stream_)),
                                        "the loss"));
     } else {
       loss_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream_>>>(
@@ -593,11 +625,13 @@ class CudaGptBackend final : public CudaBackendBase {
     }
     if (stage <= spec_.layers) return in_stage(block_forward(stage - 1), "h." + std::to_string(stage - 1));
     if (stage == spec_.layers + 1) return in_stage(layer_norm(x_.as<float>(), param(0), param(1), final_norm_), "ln_f");
-    // logits [rows, vocab] = 0 + ln_f(x) [rows, e] x wte^T (wte is [vocab, e]).
-    ZEROSIM_RETURN_IF_ERROR(cuda("cudaMemsetAsync (logits)", cudaMemsetAsync(logits_.as<float>(), 0,
-                                                                             bytes_of(rows * spec_.vocab), stream_)));
+    // logits [rows, vocab] = 0 + ln_f(x) [rows, e] x wte^T (wte is [vocab, e]); wte's rounding
+    // serves the backward's d_scratch too.
+    ZEROSIM_RETURN_IF_ERROR(cuda("cudaMemsetAsync (logits)", cudaMemsetAsync(forward_logits(), 0,
+                                                                             bytes_of(rows * logits_stride_), stream_)));
+    rounded_wte_.forget();
     return in_stage(product(rows, spec_.vocab, e, {final_norm_.out.as<float>(), false}, {param(0), true},
-                            logits_.as<float>()),
+                            forward_logits(), nullptr, &rounded_wte_, logits_stride_),
                     "the head");
   }
 
@@ -668,6 +702,9 @@ class CudaGptBackend final : public CudaBackendBase {
     }
   }
   const float* param(size_t k) const { return stage_parameters_[k]; }
+  // Where the head's product writes the logits (logits_stride_ apart); the loss writes their
+  // gradients to logits_, packed.
+  float* forward_logits() { return logits_stride_ == spec_.vocab ? logits_.as<float>() : padded_logits_.as<float>(); }
   float* grad(size_t k) const { return stage_gradients_[k]; }
 
   // A block's dynamic shared memory without opting in to more.
@@ -745,8 +782,7 @@ class CudaGptBackend final : public CudaBackendBase {
   Status conv1d(const float* in, int64_t in_width, const float* weight, const float* bias, int64_t out_width, float* out,
                 RoundedConv1d& rounded) {
     const int64_t rows = sequences_ * length_;
-    broadcast_rows_kernel<<<blocks_for(rows * out_width), kThreads, 0, stream_>>>(rows, out_width, bias, out);
-    ZEROSIM_RETURN_IF_ERROR(cuda("broadcast_rows_kernel", cudaGetLastError()));
+    ZEROSIM_RETURN_IF_ERROR(cuda("broadcast_rows_kernel", launch_broadcast_rows(rows, out_width, bias, out, stream_)));
     return product(rows, out_width, in_width, {in, false}, {weight, false}, out, &rounded.input, &rounded.weight);
   }
 
@@ -946,7 +982,7 @@ class CudaGptBackend final : public CudaBackendBase {
                                       grad(0), &rounded_d_logits_));
       ZEROSIM_RETURN_IF_ERROR(zero(d_scratch_, rows * e, "d_scratch"));
       return product(rows, e, v, {logits_.as<float>(), false}, {param(0), false}, d_scratch_.as<float>(),
-                     &rounded_d_logits_);
+                     &rounded_d_logits_, &rounded_wte_);
     }
     if (stage == 1) {
       ZEROSIM_RETURN_IF_ERROR(zero(d_x_, rows * e, "d_x"));
@@ -1003,8 +1039,11 @@ class CudaGptBackend final : public CudaBackendBase {
   std::vector<DeviceBlock> blocks_;
   DeviceLayerNorm final_norm_;
   DeviceArray x_, logits_, row_losses_;  // row_losses_ holds each row's loss, then the mean
+  DeviceArray padded_logits_;             // the head's output where logits_stride_ != vocab
+  int64_t logits_stride_ = 0;
   DeviceArray d_x_, d_scratch_, d_attended_, d_wide_, d_qkv_, d_p_, d_scores_, mean_d_, mean_dx_;
   RoundedMatrix rounded_d_out_, rounded_d_logits_;  // a 16-bit fast run's backward roundings
+  RoundedMatrix rounded_wte_;                        // the head's weight, forward and backward
   std::vector<DeviceArray> parameters_, gradients_;  // a host stage's tensors, uploaded
   std::vector<const float*> stage_parameters_;  // the current stage's weights and gradients
   std::vector<float*> stage_gradients_;
