@@ -164,36 +164,37 @@ TEST(DeviceFastRows, SoftmaxCrossEntropyGivesEachRowsLossAndGradient) {
     int32_t* d_tokens = nullptr;
     ASSERT_EQ(cudaMalloc(&d_tokens, tokens.size() * sizeof(int32_t)), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(d_tokens, tokens.data(), tokens.size() * sizeof(int32_t), cudaMemcpyHostToDevice), cudaSuccess);
-    std::vector<std::vector<float>> runs;
-    for (int run = 0; run < 2; ++run) {
-      const DeviceFloats d_logits(logits), losses(std::vector<float>(static_cast<size_t>(rows)));
-      ASSERT_EQ(launch_fast_softmax_cross_entropy(sequences, length, vocab, d_tokens, gradient_scale, d_logits.data,
-                                                  vocab, d_logits.data, losses.data, nullptr),
-                cudaSuccess);
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      std::vector<float> all = d_logits.host();
+    // The gradients (written to `gradients`) and then the row losses of one launch over logits
+    // `stride` apart; empty when the launch fails.
+    auto gradients_and_losses = [&](const std::vector<float>& input, int64_t stride, bool in_place) {
+      const DeviceFloats d_input(input), separate(std::vector<float>(in_place ? 0 : logits.size())),
+          losses(std::vector<float>(static_cast<size_t>(rows)));
+      const DeviceFloats& gradients = in_place ? d_input : separate;
+      std::vector<float> all;
+      if (launch_fast_softmax_cross_entropy(sequences, length, vocab, d_tokens, gradient_scale, d_input.data, stride,
+                                            gradients.data, losses.data, nullptr) != cudaSuccess ||
+          cudaDeviceSynchronize() != cudaSuccess) {
+        return all;
+      }
+      all = gradients.host();
       const std::vector<float> row_losses = losses.host();
       all.insert(all.end(), row_losses.begin(), row_losses.end());
-      runs.push_back(all);
-    }
+      return all;
+    };
+    std::vector<std::vector<float>> runs;
+    for (int run = 0; run < 2; ++run) runs.push_back(gradients_and_losses(logits, vocab, true));
+    ASSERT_EQ(runs[0].size(), logits.size() + static_cast<size_t>(rows)) << "the launch failed";
     // The same logits in rows 3 elements longer (NaNs between them, which must not be read), the
     // gradients into an array of their own: the same bits.
+    const int64_t stride = vocab + 3;
+    std::vector<float> padded(static_cast<size_t>(rows * stride), std::nanf(""));
+    for (int64_t row = 0; row < rows; ++row) {
+      std::memcpy(padded.data() + row * stride, logits.data() + row * vocab, static_cast<size_t>(vocab) * sizeof(float));
+    }
+    EXPECT_TRUE(same_bits(runs[0], gradients_and_losses(padded, stride, false)))
+        << "strided logits gave other bits; replay: ctest -R DeviceFastRows";
     {
-      const int64_t stride = vocab + 3;
-      std::vector<float> padded(static_cast<size_t>(rows * stride), std::nanf(""));
-      for (int64_t row = 0; row < rows; ++row) {
-        std::memcpy(padded.data() + row * stride, logits.data() + row * vocab, static_cast<size_t>(vocab) * sizeof(float));
-      }
-      const DeviceFloats d_padded(padded), gradients(std::vector<float>(logits.size())),
-          losses(std::vector<float>(static_cast<size_t>(rows)));
-      ASSERT_EQ(launch_fast_softmax_cross_entropy(sequences, length, vocab, d_tokens, gradient_scale, d_padded.data,
-                                                  stride, gradients.data, losses.data, nullptr),
-                cudaSuccess);
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      std::vector<float> all = gradients.host();
-      const std::vector<float> row_losses = losses.host();
-      all.insert(all.end(), row_losses.begin(), row_losses.end());
-      EXPECT_TRUE(same_bits(runs[0], all)) << "strided logits gave other bits; replay: ctest -R DeviceFastRows";
+      const DeviceFloats d_padded(padded), gradients(logits), losses(std::vector<float>(static_cast<size_t>(rows)));
       EXPECT_EQ(launch_fast_softmax_cross_entropy(sequences, length, vocab, d_tokens, gradient_scale, d_padded.data,
                                                   vocab - 1, gradients.data, losses.data, nullptr),
                 cudaErrorInvalidValue)
