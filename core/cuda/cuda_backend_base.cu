@@ -1,6 +1,7 @@
 #include "core/cuda/cuda_backend_base.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 
 #include "core/cuda/cuda_resident_state.h"
@@ -9,6 +10,39 @@
 #include "core/cuda/ordered_product.h"
 
 namespace zerosim {
+
+namespace {
+
+constexpr int kBroadcastThreads = 256;
+
+// out [rows, width] = `row` in every row: a thread a column (T: float, or float4 for four
+// columns when the rows are 16-byte aligned), over the rows of its block's slice; no division
+// per element (a 64-bit remainder had made this copy three times as slow as its writes).
+template <typename T>
+__global__ void broadcast_rows_kernel(int64_t rows, int64_t columns, const T* row, T* out) {
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= columns) return;
+  const T value = row[j];
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) out[r * columns + j] = value;
+}
+
+cudaError_t launch_broadcast_rows(int64_t rows, int64_t width, const float* row, float* out, cudaStream_t stream) {
+  if (rows == 0 || width == 0) return cudaSuccess;
+  const bool four = width % 4 == 0 && ((reinterpret_cast<uintptr_t>(row) | reinterpret_cast<uintptr_t>(out)) & 15) == 0;
+  const int64_t columns = four ? width / 4 : width;
+  const int64_t column_blocks = (columns + kBroadcastThreads - 1) / kBroadcastThreads;
+  if (column_blocks > std::numeric_limits<int>::max()) return cudaErrorInvalidConfiguration;
+  const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(std::min<int64_t>(rows, 1024)));
+  if (four) {
+    broadcast_rows_kernel<float4><<<grid, kBroadcastThreads, 0, stream>>>(
+        rows, columns, reinterpret_cast<const float4*>(row), reinterpret_cast<float4*>(out));
+  } else {
+    broadcast_rows_kernel<float><<<grid, kBroadcastThreads, 0, stream>>>(rows, columns, row, out);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace
 
 CudaBackendBase::CudaBackendBase(int device, CudaGemm gemm, DType model_dtype)
     : device_(device),
@@ -210,6 +244,10 @@ Status CudaBackendBase::batched_product(int64_t rows, int64_t columns, int64_t i
                   reinterpret_cast<const void* const*>(a.pointers), CUDA_R_32F, static_cast<int>(a.ld), &zero,
                   reinterpret_cast<void* const*>(c), CUDA_R_32F, static_cast<int>(ldc), static_cast<int>(batch),
                   product_compute_type_, CUBLAS_GEMM_DEFAULT));
+}
+
+Status CudaBackendBase::broadcast_rows(int64_t rows, int64_t width, const float* row, float* out) {
+  return cuda("broadcast_rows_kernel", launch_broadcast_rows(rows, width, row, out, stream_));
 }
 
 Result<float> CudaBackendBase::loss_to_host(const float* device_loss) {

@@ -99,6 +99,10 @@ class CudaBackendBase : public ComputeBackend {
   Status batched_product(int64_t rows, int64_t columns, int64_t inner, BatchedOperand a, BatchedOperand b,
                          float* const* c, int64_t ldc, int64_t batch, float alpha);
 
+  // out [rows, width] = `row` repeated in every row, enqueued on the stream (a layer's bias
+  // before its product adds to it; both modes, the same bytes).
+  Status broadcast_rows(int64_t rows, int64_t width, const float* row, float* out);
+
   // The micro-batch's loss, one device float, once the stream has computed it (waits for it).
   Result<float> loss_to_host(const float* device_loss);
 

@@ -21,12 +21,6 @@ constexpr int kThreads = 256;
 int blocks_for(int64_t work) { return static_cast<int>(std::min<int64_t>((work + kThreads - 1) / kThreads, 65535)); }
 
 // The fast mode's elementwise pieces around the GEMMs.
-__global__ void broadcast_bias_kernel(int64_t samples, int64_t out, const float* bias, float* pre_activation) {
-  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < samples * out;
-       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    pre_activation[k] = bias[k % out];
-  }
-}
 __global__ void relu_kernel(int64_t count, const float* pre_activation, float* next_input) {
   for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < count;
        k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -211,9 +205,7 @@ class CudaComputeBackend final : public CudaBackendBase {
     const size_t l = static_cast<size_t>(layer_index);
     const DeviceLayerShape s = shape(layer_index);
     float* pre_activation = pre_activations_[l].as<float>();
-    broadcast_bias_kernel<<<blocks_for(s.samples * s.out), kThreads, 0, stream_>>>(s.samples, s.out, bias,
-                                                                                 pre_activation);
-    ZEROSIM_RETURN_IF_ERROR(cuda("broadcast_bias_kernel", cudaGetLastError()));
+    ZEROSIM_RETURN_IF_ERROR(broadcast_rows(s.samples, s.out, bias, pre_activation));
     const float one = 1.0f;
     ZEROSIM_RETURN_IF_ERROR(blas("cublasSgemm (forward)",
                                  blas_library_->sgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(s.out),

@@ -53,15 +53,17 @@ __global__ void layer_norm_gradient_statistics_kernel(int64_t rows, int64_t widt
 constexpr int kLossThreads = 256;
 constexpr int kLossWarps = kLossThreads / kWarpLanes;
 
-// The block's maximum or sum of one value a thread: each warp's tree, then warp 0's over the
-// warps' results. Every thread gets the result; the block is synchronized on return.
-template <bool kMaximum>
+// The block's maximum or sum of one value a thread, over a block of kWarps warps: each warp's
+// tree, then one warp's over the warps' results, the lanes past kWarps holding the identity.
+// Every thread gets the result; the block is synchronized on return.
+template <bool kMaximum, int kWarps = kLossWarps>
 __device__ float block_reduce(float value, float* warp_results) {
+  static_assert(kWarps <= kWarpLanes, "one warp reduces the warps' results");
   const int lane = static_cast<int>(threadIdx.x) % kWarpLanes, warp = static_cast<int>(threadIdx.x) / kWarpLanes;
   value = kMaximum ? warp_max(value) : warp_sum(value);
   if (lane == 0) warp_results[warp] = value;
   __syncthreads();
-  float result = lane < kLossWarps ? warp_results[lane] : (kMaximum ? -INFINITY : 0.0f);
+  float result = lane < kWarps ? warp_results[lane] : (kMaximum ? -INFINITY : 0.0f);
   result = kMaximum ? warp_max(result) : warp_sum(result);
   __syncthreads();  // warp_results is free again
   return result;
@@ -97,7 +99,8 @@ __global__ void __launch_bounds__(kLossThreads)
 // The same row through the block's shared memory, where it fits: the row is read from device
 // memory once and its exponentials stay on chip. Four times the threads move the row in and
 // out; the sum keeps the kernel above's: kLossThreads threads, each over the same columns in
-// the same order, then the same trees, so both kernels give the same bits.
+// the same order, then the same trees (the other warps add +0.0 where the kernel above's tree
+// reads +0.0 past its warps), so both kernels give the same bits.
 constexpr int kStagedLossThreads = 4 * kLossThreads;
 constexpr int kStagedLossWarps = kStagedLossThreads / kWarpLanes;
 
@@ -107,21 +110,16 @@ __global__ void __launch_bounds__(kStagedLossThreads)
                                         float* row_losses) {
   extern __shared__ float z[];
   __shared__ float warp_results[kStagedLossWarps];
-  const int lane = static_cast<int>(threadIdx.x) % kWarpLanes, warp = static_cast<int>(threadIdx.x) / kWarpLanes;
   const int64_t row = blockIdx.x, s = row / length, t = row % length;
   const int32_t target = tokens[s * (length + 1) + t + 1];
   const float* in = logits + row * logits_stride;
+  const float target_logit = in[target];  // device memory is written only after the last reduction
   float maximum = -INFINITY;  // a maximum is the same whatever the order
   for (int64_t c = threadIdx.x; c < vocab; c += kStagedLossThreads) {
     z[c] = in[c];
     maximum = fmaxf(maximum, z[c]);
   }
-  maximum = warp_max(maximum);
-  if (lane == 0) warp_results[warp] = maximum;
-  __syncthreads();
-  maximum = warp_max(lane < kStagedLossWarps ? warp_results[lane] : -INFINITY);
-  const float target_logit = z[target];
-  __syncthreads();  // every thread has read the maxima and the target's logit
+  maximum = block_reduce<true, kStagedLossWarps>(maximum, warp_results);
   float sum = 0.0f;
   if (threadIdx.x < kLossThreads) {
     for (int64_t c = threadIdx.x; c < vocab; c += kLossThreads) {
@@ -129,11 +127,8 @@ __global__ void __launch_bounds__(kStagedLossThreads)
       z[c] = e;
       sum += e;
     }
-    sum = warp_sum(sum);
-    if (lane == 0) warp_results[warp] = sum;
   }
-  __syncthreads();
-  sum = warp_sum(lane < kLossWarps ? warp_results[lane] : 0.0f);
+  sum = block_reduce<false, kStagedLossWarps>(sum, warp_results);
   if (threadIdx.x == 0) row_losses[row] = logf(sum) - (target_logit - maximum);
   float* g = gradients + row * vocab;
   for (int64_t c = threadIdx.x; c < vocab; c += kStagedLossThreads) {

@@ -21,7 +21,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdint>
 #include <limits>
 #include <string>
 #include <utility>
@@ -215,33 +214,6 @@ __global__ void layer_norm_input_gradient_kernel(int64_t rows, int64_t width, co
     const float d_hat = mul(d_out[k], gamma[i]);
     d_in[k] = add(d_in[k], mul(inverse_std[r], sub(sub(d_hat, mean_d[r]), mul(normalized[k], mean_dx[r]))));
   }
-}
-
-// out [rows, width] = `row` in every row: a thread a column (T: float, or float4 for four
-// columns when the rows are 16-byte aligned), over the rows of its block's slice; no division
-// per element (a 64-bit remainder had made this copy three times as slow as its writes).
-template <typename T>
-__global__ void broadcast_rows_kernel(int64_t rows, int64_t columns, const T* row, T* out) {
-  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (j >= columns) return;
-  const T value = row[j];
-  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) out[r * columns + j] = value;
-}
-
-cudaError_t launch_broadcast_rows(int64_t rows, int64_t width, const float* row, float* out, cudaStream_t stream) {
-  if (rows == 0 || width == 0) return cudaSuccess;
-  const bool four = width % 4 == 0 && ((reinterpret_cast<uintptr_t>(row) | reinterpret_cast<uintptr_t>(out)) & 15) == 0;
-  const int64_t columns = four ? width / 4 : width;
-  const int64_t column_blocks = (columns + kThreads - 1) / kThreads;
-  if (column_blocks > std::numeric_limits<int>::max()) return cudaErrorInvalidConfiguration;
-  const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(std::min<int64_t>(rows, 1024)));
-  if (four) {
-    broadcast_rows_kernel<float4><<<grid, kThreads, 0, stream>>>(rows, columns, reinterpret_cast<const float4*>(row),
-                                                                  reinterpret_cast<float4*>(out));
-  } else {
-    broadcast_rows_kernel<float><<<grid, kThreads, 0, stream>>>(rows, columns, row, out);
-  }
-  return cudaGetLastError();
 }
 
 __global__ void add_kernel(int64_t count, const float* in, float* accumulate) {
@@ -782,7 +754,7 @@ class CudaGptBackend final : public CudaBackendBase {
   Status conv1d(const float* in, int64_t in_width, const float* weight, const float* bias, int64_t out_width, float* out,
                 RoundedConv1d& rounded) {
     const int64_t rows = sequences_ * length_;
-    ZEROSIM_RETURN_IF_ERROR(cuda("broadcast_rows_kernel", launch_broadcast_rows(rows, out_width, bias, out, stream_)));
+    ZEROSIM_RETURN_IF_ERROR(broadcast_rows(rows, out_width, bias, out));
     return product(rows, out_width, in_width, {in, false}, {weight, false}, out, &rounded.input, &rounded.weight);
   }
 

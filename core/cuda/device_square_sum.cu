@@ -16,7 +16,6 @@ constexpr int kThreads = 256;
 constexpr int64_t kElementsPerBlock = int64_t{1} << 16;  // 2^16 squares below 2^48 fit 64 bits
 
 constexpr int kWarps = kThreads / 32;
-constexpr int kBinCopies = 1;  // a warp's bins; lane % kBinCopies picks a lane's
 constexpr uint32_t kNoKey = 0xffffffffu;  // a lane past the end
 constexpr int kPieces = 3;                // a square (below 2^48) as three 16-bit pieces
 
@@ -47,12 +46,10 @@ __device__ __forceinline__ void bin_and_square(float value, uint32_t& key, unsig
 // over GPT-2 small's gradients on an H100, and 8 times as long over values of 16 exponents.)
 __global__ void __launch_bounds__(kThreads) partial_bins_kernel(const float* values, int64_t count,
                                                                 unsigned long long* partials) {
-  __shared__ uint32_t bins[kWarps][kBinCopies][kPieces][kBins + 2];
-  for (int i = threadIdx.x; i < kWarps * kBinCopies * kPieces * (kBins + 2); i += blockDim.x) {
-    (&bins[0][0][0][0])[i] = 0;
-  }
+  __shared__ uint32_t bins[kWarps][kPieces][kBins + 2];
+  for (int i = threadIdx.x; i < kWarps * kPieces * (kBins + 2); i += blockDim.x) (&bins[0][0][0])[i] = 0;
   __syncthreads();
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, copy = lane % kBinCopies;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t begin = blockIdx.x * kElementsPerBlock;
   const int64_t end = min(begin + kElementsPerBlock, count);
   const bool aligned = (reinterpret_cast<uintptr_t>(values) & 15) == 0;
@@ -84,10 +81,10 @@ __global__ void __launch_bounds__(kThreads) partial_bins_kernel(const float* val
         uint32_t sums[kPieces];
         for (int piece = 0; piece < kPieces; ++piece) sums[piece] = __reduce_add_sync(sharing, pieces[piece]);
         if (lane == 0 && key != kNoKey) {
-          for (int piece = 0; piece < kPieces; ++piece) atomicAdd(&bins[warp][0][piece][key], sums[piece]);
+          for (int piece = 0; piece < kPieces; ++piece) atomicAdd(&bins[warp][piece][key], sums[piece]);
         }
       } else if (key != kNoKey) {
-        for (int piece = 0; piece < kPieces; ++piece) atomicAdd(&bins[warp][copy][piece][key], pieces[piece]);
+        for (int piece = 0; piece < kPieces; ++piece) atomicAdd(&bins[warp][piece][key], pieces[piece]);
       }
     }
   }
@@ -95,11 +92,8 @@ __global__ void __launch_bounds__(kThreads) partial_bins_kernel(const float* val
   for (int i = threadIdx.x; i < kBins + 2; i += blockDim.x) {
     unsigned long long total = 0;  // below 2^16 squares of less than 2^48
     for (int w = 0; w < kWarps; ++w) {
-      for (int c = 0; c < kBinCopies; ++c) {
-        total += static_cast<unsigned long long>(bins[w][c][0][i]) +
-                 (static_cast<unsigned long long>(bins[w][c][1][i]) << 16) +
-                 (static_cast<unsigned long long>(bins[w][c][2][i]) << 32);
-      }
+      total += static_cast<unsigned long long>(bins[w][0][i]) + (static_cast<unsigned long long>(bins[w][1][i]) << 16) +
+               (static_cast<unsigned long long>(bins[w][2][i]) << 32);
     }
     partials[blockIdx.x * (kBins + 2) + i] = total;
   }
