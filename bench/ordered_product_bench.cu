@@ -109,7 +109,7 @@ int run(int argc, char** argv) {
     const double flops = 2.0 * static_cast<double>(rows) * static_cast<double>(inner) * static_cast<double>(n);
     const auto per_step = static_cast<double>(shape.per_step);
     step_flops += flops * per_step;
-    const OrderedProductTile picked = ordered_product_tile(rows, n, multiprocessors);
+    const OrderedProductTile picked = ordered_product_tile();
     std::vector<float> first_bits, bits(shape.rows * shape.n);
     double fastest = 1e30;
     for (const OrderedProductTile tile : kOrderedProductTiles) {

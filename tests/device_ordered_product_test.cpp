@@ -1,7 +1,8 @@
-// The deterministic mode's GPU product gives the CPU's add_product bits in every tile
-// (labelled "gpu": needs a CUDA device): shapes on and off the tiles' edges, inner extents on
-// and off the 16-wide staging, either operand stored transposed, C starting nonzero, values
-// spread over many binades so that a fold taken in another order would round differently.
+// The deterministic mode's GPU product gives the CPU's add_product bits in every tile, with
+// 32-bit and 64-bit index arithmetic (labelled "gpu": needs a CUDA device): shapes on and off
+// the tiles' edges, inner extents on and off the 16-wide staging, either operand stored
+// transposed, C starting nonzero, values spread over many binades so that a fold taken in
+// another order would round differently.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -39,9 +40,9 @@ std::vector<float> spread_values(size_t count, std::mt19937& random) {
 }
 
 // The product on the device in `tile`, C copied back.
-std::vector<float> device_product(OrderedProductTile tile, const Shape& shape, const std::vector<float>& a,
-                                  bool a_transposed, const std::vector<float>& b, bool b_transposed,
-                                  const std::vector<float>& c) {
+std::vector<float> device_product(OrderedProductTile tile, OrderedProductIndex index, const Shape& shape,
+                                  const std::vector<float>& a, bool a_transposed, const std::vector<float>& b,
+                                  bool b_transposed, const std::vector<float>& c) {
   DeviceArray a_device, b_device, c_device;
   EXPECT_EQ(a_device.reserve(a.size() * sizeof(float)), cudaSuccess);
   EXPECT_EQ(b_device.reserve(b.size() * sizeof(float)), cudaSuccess);
@@ -50,7 +51,7 @@ std::vector<float> device_product(OrderedProductTile tile, const Shape& shape, c
   EXPECT_EQ(cudaMemcpy(b_device.as<float>(), b.data(), b.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
   EXPECT_EQ(cudaMemcpy(c_device.as<float>(), c.data(), c.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
   EXPECT_EQ(launch_ordered_product(tile, shape.rows, shape.columns, shape.inner, {a_device.as<float>(), a_transposed},
-                                   {b_device.as<float>(), b_transposed}, c_device.as<float>(), nullptr),
+                                   {b_device.as<float>(), b_transposed}, c_device.as<float>(), nullptr, index),
             cudaSuccess);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::vector<float> result(c.size());
@@ -80,18 +81,21 @@ TEST(DeviceOrderedProduct, EveryTileGivesTheCpuBitsInEveryLayout) {
         std::vector<float> expected = c;
         add_product(a_view, r, k, b_view, n, expected.data());
         for (const OrderedProductTile tile : kOrderedProductTiles) {
-          SCOPED_TRACE(testing::Message() << shape.rows << " x " << shape.columns << " x " << shape.inner << ", A"
-                                          << (a_transposed ? "^T" : "") << " B" << (b_transposed ? "^T" : "")
-                                          << ", tile " << ordered_product_tile_name(tile));
-          const std::vector<float> got = device_product(tile, shape, a, a_transposed, b, b_transposed, c);
-          size_t differing = 0, first = got.size();
-          for (size_t i = 0; i < got.size(); ++i) {
-            if (std::memcmp(&got[i], &expected[i], sizeof(float)) != 0) {
-              if (differing++ == 0) first = i;
+          for (const OrderedProductIndex index : {OrderedProductIndex::kNarrowestFitting, OrderedProductIndex::kWide}) {
+            SCOPED_TRACE(testing::Message() << shape.rows << " x " << shape.columns << " x " << shape.inner << ", A"
+                                            << (a_transposed ? "^T" : "") << " B" << (b_transposed ? "^T" : "")
+                                            << ", tile " << ordered_product_tile_name(tile) << ", "
+                                            << (index == OrderedProductIndex::kWide ? "64" : "32") << "-bit indices");
+            const std::vector<float> got = device_product(tile, index, shape, a, a_transposed, b, b_transposed, c);
+            size_t differing = 0, first = got.size();
+            for (size_t i = 0; i < got.size(); ++i) {
+              if (std::memcmp(&got[i], &expected[i], sizeof(float)) != 0) {
+                if (differing++ == 0) first = i;
+              }
             }
+            EXPECT_EQ(differing, 0u) << "first at row " << first / n << ", column " << first % n << ": GPU "
+                                     << got[first] << ", CPU " << expected[first];
           }
-          EXPECT_EQ(differing, 0u) << "first at row " << first / n << ", column " << first % n << ": GPU " << got[first]
-                                   << ", CPU " << expected[first];
         }
       }
     }
@@ -104,7 +108,7 @@ TEST(DeviceOrderedProduct, AnEmptyInnerLeavesCAndTooManyRowsAreRefused) {
   const std::vector<float> c = spread_values(6, random);
   for (const OrderedProductTile tile : kOrderedProductTiles) {
     SCOPED_TRACE(ordered_product_tile_name(tile));
-    const std::vector<float> got = device_product(tile, {2, 3, 0}, {0.0f}, false, {0.0f}, false, c);
+    const std::vector<float> got = device_product(tile, OrderedProductIndex::kNarrowestFitting, {2, 3, 0}, {0.0f}, false, {0.0f}, false, c);
     EXPECT_EQ(std::memcmp(got.data(), c.data(), c.size() * sizeof(float)), 0);
     EXPECT_EQ(launch_ordered_product(tile, kOrderedProductMaxRows + 1, 1, 1, {}, {}, nullptr, nullptr),
               cudaErrorInvalidValue);

@@ -62,8 +62,6 @@ CudaBackendBase::~CudaBackendBase() {
 Status CudaBackendBase::start() {
   ZEROSIM_RETURN_IF_ERROR(cuda("cudaSetDevice", cudaSetDevice(device_)));
   ZEROSIM_RETURN_IF_ERROR(cuda("cudaStreamCreateWithFlags", cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)));
-  ZEROSIM_RETURN_IF_ERROR(cuda("cudaDeviceGetAttribute (multiprocessors)",
-                               cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, device_)));
   if (gemm_ != CudaGemm::kCublas) return Status();
   ZEROSIM_ASSIGN_OR_RETURN(blas_library_, CublasLibrary::load());
   ZEROSIM_RETURN_IF_ERROR(blas("cublasCreate", blas_library_->create(&cublas_)));
@@ -188,7 +186,7 @@ Status CudaBackendBase::product(int64_t rows, int64_t columns, int64_t inner, De
     return invalid_argument("ordered product of " + std::to_string(rows) + " x " + std::to_string(columns) +
                             " outputs: more than " + std::to_string(kOrderedProductMaxRows) + " rows for one launch");
   }
-  const OrderedProductTile tile = ordered_product_tile(rows, columns, multiprocessors_);
+  const OrderedProductTile tile = ordered_product_tile();
   return cuda((std::string("ordered product (") + ordered_product_tile_name(tile) + " tiles)").c_str(),
               launch_ordered_product(tile, rows, columns, inner, a, b, c, stream_));
 }

@@ -118,7 +118,6 @@ class CudaBackendBase : public ComputeBackend {
   // The type product() rounds its operands to in the fast mode (fp32: none).
   DType product_operand_dtype_ = DType::kFp32;
   cudaStream_t stream_ = nullptr;
-  int multiprocessors_ = 1;  // the device's SM count, which picks the ordered product's tiles
   std::unique_ptr<CublasLibrary> blas_library_;  // loaded for CudaGemm::kCublas only
   cublasHandle_t cublas_ = nullptr;
 

@@ -8,8 +8,8 @@
 // each thread a patch of adjacent ones (8 x 8, or 4 x 4 in the one tile that keeps 256 threads
 // on 64 x 64), and the inner index is staged through shared memory 16 at a time. The inner
 // index is never split across blocks (that would split a fold), so a product with few outputs
-// has few blocks, and the tile that fills the GPU best depends on the product's shape and the
-// device: ordered_product_tile() picks it, bench/ordered_product_bench times them all.
+// has few blocks. Which tile is fastest is measured, not derived: ordered_product_tile() is the
+// backend's pick, bench/ordered_product_bench times them all on a step's shapes.
 //
 // CUDA host code: included by the CUDA backend's .cu files, its device tests and benchmarks.
 #pragma once
@@ -47,13 +47,20 @@ const char* ordered_product_tile_name(OrderedProductTile tile);
 // 65,535 tiles down.
 inline constexpr int64_t kOrderedProductMaxRows = int64_t{64} * 65535;
 
-// The tile the backend uses for rows x columns outputs on a device of `multiprocessors` SMs.
-OrderedProductTile ordered_product_tile(int64_t rows, int64_t columns, int multiprocessors);
+// The tile the backend uses, for every shape (the measurement that chose it is in the definition).
+OrderedProductTile ordered_product_tile();
+
+// The kernel's index arithmetic. 32-bit indices where every element a launch addresses (its
+// tiles' padding included) has an index below 2^31 save the 8 x 8 patches enough registers to
+// fit another block on an SM; larger products need 64-bit ones. Both give the same bits; kWide
+// lets the tests hold the 64-bit kernels to that on small shapes.
+enum class OrderedProductIndex { kNarrowestFitting, kWide };
 
 // Enqueues the product on `stream` in `tile`; returns the launch's error. rows must be at most
 // kOrderedProductMaxRows and the columns fit 2^31 - 1 tiles of 64 (cudaErrorInvalidValue
 // otherwise); an empty product enqueues nothing.
 cudaError_t launch_ordered_product(OrderedProductTile tile, int64_t rows, int64_t columns, int64_t inner,
-                                   DeviceOperand a, DeviceOperand b, float* c, cudaStream_t stream);
+                                   DeviceOperand a, DeviceOperand b, float* c, cudaStream_t stream,
+                                   OrderedProductIndex index = OrderedProductIndex::kNarrowestFitting);
 
 }  // namespace zerosim
