@@ -56,6 +56,11 @@ OrderedProductTile ordered_product_tile();
 // lets the tests hold the 64-bit kernels to that on small shapes.
 enum class OrderedProductIndex { kNarrowestFitting, kWide };
 
+// Whether a launch of rows x columns outputs over `inner` in `tile` may index in 32 bits: it
+// addresses rows and columns up to a tile past the last and the inner index up to a staging
+// tile past its end, and every such element's index in A, B and C must be below 2^31.
+bool ordered_product_fits_32_bit_indices(OrderedProductTile tile, int64_t rows, int64_t columns, int64_t inner);
+
 // Enqueues the product on `stream` in `tile`; returns the launch's error. rows must be at most
 // kOrderedProductMaxRows and the columns fit 2^31 - 1 tiles of 64 (cudaErrorInvalidValue
 // otherwise); an empty product enqueues nothing.
