@@ -6,8 +6,8 @@
 # PyTorch eager with bf16 parameters; fp32 parameters under bf16 autocast; the same compiled; each
 # with fused AdamW), in one run; prints the JSON lines, each zerosim step's split (data, forward,
 # backward with exchange, optimizer) and the ratios peer time / zerosim time (>= 1.0: zerosim
-# faster). CPU_WORLD_SIZE (default: BATCH, one sequence a rank) sets the CPU run's ranks, each
-# with BATCH / CPU_WORLD_SIZE sequences; THREADS_PER_RANK (default: the cores divided among the
+# faster); the first JSON line names the host's CPU. CPU_WORLD_SIZE (default: BATCH, one
+# sequence a rank) sets the CPU run's ranks, each with BATCH / CPU_WORLD_SIZE sequences; THREADS_PER_RANK (default: the cores divided among the
 # ranks) is passed on; PyTorch's CPU run gets the same cores (ranks x threads per rank). PYTHON names the peer's
 # interpreter (default python3). CPU_ONLY=1 runs the CPU pair alone (a machine without a GPU).
 # The peer's model is Hugging Face's GPT-2 where transformers imports, else the same architecture
@@ -33,6 +33,15 @@ positive_count CPU_WORLD_SIZE "$cpu_ranks"
 if [ $(( batch % cpu_ranks )) -ne 0 ]; then
   echo "CPU_WORLD_SIZE $cpu_ranks does not divide the batch of $batch sequences" >&2; exit 2
 fi
+# The host's CPU, first: the CPU pair's ratio moves between hosts, and this says which one ran.
+python3 - <<'PY'
+import json, os
+first = open('/proc/cpuinfo').read().split('\n\n')[0]
+fields = {k.strip(): v.strip() for k, v in (line.split(':', 1) for line in first.splitlines() if ':' in line)}
+flags = fields.get('flags', '').split()
+print(json.dumps({'host_cpu': fields.get('model name', 'unknown'), 'logical_cpus': os.cpu_count(),
+                  'avx512f': 'avx512f' in flags, 'avx2': 'avx2' in flags}))
+PY
 ours=$("$build/bench/training_step_bench" --device cpu --world-size "$cpu_ranks" --model "$model" --micro-batch $(( batch / cpu_ranks )) \
        --sequence-length "$length" --steps 6 --precision fp32 ${THREADS_PER_RANK:+--threads-per-rank "$THREADS_PER_RANK"})
 echo "$ours"
