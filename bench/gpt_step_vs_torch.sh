@@ -7,9 +7,10 @@
 # with fused AdamW), in one run; prints the JSON lines, each zerosim step's split (data, forward,
 # backward with exchange, optimizer) and the ratios peer time / zerosim time (>= 1.0: zerosim
 # faster); the first JSON line names the host's CPU. CPU_WORLD_SIZE (default: BATCH, one
-# sequence a rank) sets the CPU run's ranks, each with BATCH / CPU_WORLD_SIZE sequences; THREADS_PER_RANK (default: the cores divided among the
-# ranks) is passed on; PyTorch's CPU run gets the same cores (ranks x threads per rank). PYTHON names the peer's
-# interpreter (default python3). CPU_ONLY=1 runs the CPU pair alone (a machine without a GPU).
+# sequence a rank) sets the CPU run's ranks, each with BATCH / CPU_WORLD_SIZE sequences;
+# THREADS_PER_RANK (default: the cores divided among the ranks) is passed on; PyTorch's CPU run
+# gets the same cores (ranks x threads per rank). PYTHON names the peer's interpreter (default
+# python3). CPU_ONLY=1 runs the CPU pair alone (a machine without a GPU).
 # The peer's model is Hugging Face's GPT-2 where transformers imports, else the same architecture
 # in plain torch.nn (--model-code plain); the JSON says which.
 #   bench/gpt_step_vs_torch.sh BUILD_DIR [MODEL] [BATCH] [SEQUENCE_LENGTH]

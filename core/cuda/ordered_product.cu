@@ -177,11 +177,13 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// The tile a kernel's dimensions name.
-constexpr OrderedProductTile tile_of(int rows, int columns, int threads) {
-  if (rows == 128) return columns == 128 ? OrderedProductTile::k128x128 : OrderedProductTile::k128x64;
-  if (columns == 128) return OrderedProductTile::k64x128;
-  return threads == 64 ? OrderedProductTile::k64x64 : OrderedProductTile::k64x64Patch4x4;
+// ordered_product_fits_32_bit_indices for a tile of tile_rows x tile_columns outputs.
+bool indices_fit_32_bits(int64_t rows, int64_t columns, int64_t inner, int tile_rows, int tile_columns) {
+  const int64_t padded_rows = rows + tile_rows, padded_columns = columns + tile_columns;
+  const int64_t padded_inner = inner + kInnerTile;
+  auto fits = [](int64_t x, int64_t y) { return x <= int64_t{0x7fffffff} / y; };  // x * y < 2^31, without overflow
+  return rows >= 0 && columns >= 0 && inner >= 0 && fits(padded_rows, padded_inner) &&
+         fits(padded_inner, padded_columns) && fits(padded_rows, padded_columns);
 }
 
 template <typename Index, int kRows, int kColumns, int kThreads>
@@ -209,9 +211,8 @@ cudaError_t launch_indexed(int64_t rows, int64_t columns, int64_t inner, DeviceO
 template <int kRows, int kColumns, int kThreads>
 cudaError_t launch(int64_t rows, int64_t columns, int64_t inner, DeviceOperand a, DeviceOperand b, float* c,
                    cudaStream_t stream, OrderedProductIndex index) {
-  constexpr OrderedProductTile kTile = tile_of(kRows, kColumns, kThreads);
   const bool narrow = index == OrderedProductIndex::kNarrowestFitting &&
-                      ordered_product_fits_32_bit_indices(kTile, rows, columns, inner);
+                      indices_fit_32_bits(rows, columns, inner, kRows, kColumns);
   return narrow ? launch_indexed<int32_t, kRows, kColumns, kThreads>(rows, columns, inner, a, b, c, stream)
                 : launch_indexed<int64_t, kRows, kColumns, kThreads>(rows, columns, inner, a, b, c, stream);
 }
@@ -232,11 +233,7 @@ const char* ordered_product_tile_name(OrderedProductTile tile) {
 bool ordered_product_fits_32_bit_indices(OrderedProductTile tile, int64_t rows, int64_t columns, int64_t inner) {
   const bool tall = tile == OrderedProductTile::k128x128 || tile == OrderedProductTile::k128x64;
   const bool wide = tile == OrderedProductTile::k128x128 || tile == OrderedProductTile::k64x128;
-  const int64_t padded_rows = rows + (tall ? 128 : 64), padded_columns = columns + (wide ? 128 : 64);
-  const int64_t padded_inner = inner + kInnerTile;
-  auto fits = [](int64_t x, int64_t y) { return x <= int64_t{0x7fffffff} / y; };  // x * y < 2^31, without overflow
-  return rows >= 0 && columns >= 0 && inner >= 0 && fits(padded_rows, padded_inner) &&
-         fits(padded_inner, padded_columns) && fits(padded_rows, padded_columns);
+  return indices_fit_32_bits(rows, columns, inner, tall ? 128 : 64, wide ? 128 : 64);
 }
 
 OrderedProductTile ordered_product_tile() {
